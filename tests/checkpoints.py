@@ -1,0 +1,153 @@
+"""Tiny random-weight MLX checkpoints for tests: real safetensors, a real BPE tokenizer
+trained with `tokenizers`, real chat templates. Built in milliseconds, never downloaded.
+
+make_checkpoint(path, kind) writes one of:
+  "chat"   llama, ChatML template that supports <think> and tools (Hermes <tool_call>)
+  "base"   llama, no chat template
+  "quant"  like "chat", weights 4-bit affine-quantized (group 32)
+  "big"    like "chat" but ~30M parameters (benchmarks only)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+SPECIAL_TOKENS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<think>",
+    "</think>",
+    "<tool_call>",
+    "</tool_call>",
+]
+
+CHATML_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n"
+    "{% if messages[0].role == 'system' %}{{ messages[0].content }}\n\n{% endif %}"
+    "# Tools\n\nYou may call one or more functions. Signatures:\n<tools>"
+    "{% for tool in tools %}\n{{ tool | tojson }}{% endfor %}\n</tools>\n"
+    "Return each call as <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call>"
+    "<|im_end|>\n"
+    "{% endif %}"
+    "{% for message in messages %}"
+    "{% if message.role == 'system' and tools %}{% continue %}{% endif %}"
+    "{% if message.role == 'tool' %}"
+    "<|im_start|>user\n<tool_response>\n{{ message.content }}\n</tool_response><|im_end|>\n"
+    "{% else %}"
+    "<|im_start|>{{ message.role }}\n"
+    "{% if message.content is string %}{{ message.content }}{% endif %}"
+    "{% if message.tool_calls %}{% for tc in message.tool_calls %}"
+    "<tool_call>\n{\"name\": \"{{ tc.function.name }}\", \"arguments\": "
+    "{{ tc.function.arguments if tc.function.arguments is string "
+    "else tc.function.arguments | tojson }}}\n</tool_call>"
+    "{% endfor %}{% endif %}<|im_end|>\n"
+    "{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and enable_thinking is false %}"
+    "<think>\n\n</think>\n\n{% endif %}"
+    "{% endif %}"
+)
+
+_CORPUS = """
+The capital of France is Paris. The quick brown fox jumps over the lazy dog.
+Hello, how are you today? I am fine, thank you. What is the weather like?
+Machine learning models generate text one token at a time. Numbers: 0 1 2 3 4 5 6 7 8 9.
+def add(a, b): return a + b  # code { "name": "get_weather", "arguments": {"city": "Paris"} }
+Unicode: café naïve résumé 日本語 😀 — “quotes” and ‘apostrophes’.
+"""
+
+SIZES = {
+    "tiny": dict(hidden_size=64, num_hidden_layers=2, intermediate_size=128,
+                 num_attention_heads=4, num_key_value_heads=2),
+    "big": dict(hidden_size=512, num_hidden_layers=8, intermediate_size=1536,
+                num_attention_heads=8, num_key_value_heads=4),
+}
+
+
+def train_tokenizer(vocab_size: int = 512):
+    """A byte-level BPE tokenizer (like GPT-2/SmolLM2) trained on a small corpus."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator([_CORPUS] * 20, trainer=trainer)
+    return tok
+
+
+def write_tokenizer(path: Path, template: str | None, vocab_size: int = 512) -> int:
+    """Write tokenizer.json + tokenizer_config.json; return the vocabulary size."""
+    tok = train_tokenizer(vocab_size)
+    tok.save(str(path / "tokenizer.json"))
+    config: dict = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": None,
+        "eos_token": "<|im_end|>" if template else "<|endoftext|>",
+        "pad_token": "<|endoftext|>",
+        "unk_token": None,
+        "model_max_length": 2048,
+        "added_tokens_decoder": {
+            str(tok.token_to_id(t)): {"content": t, "special": True} for t in SPECIAL_TOKENS
+        },
+    }
+    if template:
+        config["chat_template"] = template
+    (path / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+    return tok.get_vocab_size()
+
+
+def make_checkpoint(path: Path, kind: str = "chat", seed: int = 0) -> Path:
+    import mlx.core as mx
+    import mlx.nn as nn
+    from mlx.utils import tree_flatten
+    from mlx_lm.models import llama
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    template = None if kind == "base" else CHATML_TEMPLATE
+    vocab = write_tokenizer(path, template)
+    size = SIZES["big" if kind == "big" else "tiny"]
+    if kind == "big":
+        vocab = vocab  # the tokenizer stays small; width makes the parameter count
+    config: dict = {
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        **size,
+        "rms_norm_eps": 1e-5,
+        "vocab_size": vocab,
+        "max_position_embeddings": 2048,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": True,
+        "torch_dtype": "float32",
+        "eos_token_id": _eos_id(path, template),
+    }
+    mx.random.seed(seed)
+    model = llama.Model(llama.ModelArgs(**{k: v for k, v in config.items()
+                                           if k not in ("architectures", "torch_dtype", "eos_token_id")}))
+    # Larger-than-default init so that greedy output varies with the prompt.
+    params = tree_flatten(model.parameters())
+    model.load_weights([(k, mx.random.normal(v.shape) * 0.5) if "norm" not in k else (k, v)
+                        for k, v in params])
+    if kind == "quant":
+        nn.quantize(model, group_size=32, bits=4)
+        config["quantization"] = {"group_size": 32, "bits": 4, "mode": "affine"}
+    weights = dict(tree_flatten(model.parameters()))
+    mx.eval(weights)
+    mx.save_safetensors(str(path / "model.safetensors"), weights, metadata={"format": "mlx"})
+    (path / "config.json").write_text(json.dumps(config, indent=2))
+    (path / "generation_config.json").write_text(json.dumps({"do_sample": False}))
+    return path
+
+
+def _eos_id(path: Path, template: str | None) -> int:
+    vocab = json.loads((path / "tokenizer.json").read_text())["model"]["vocab"]
+    return vocab["<|im_end|>" if template else "<|endoftext|>"]
