@@ -1,0 +1,298 @@
+"""Integrity and safety checks of a model directory, without loading any tensor.
+
+`check(path)` lists every problem found; `check_runnable(path)` raises the first blocking one.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+from dataclasses import dataclass
+from enum import StrEnum
+from functools import lru_cache
+from pathlib import Path
+
+from mlxd.errors import ModelBroken, ModelRefused
+from mlxd.store import files as F
+from mlxd.store.hfcache import expected_files, repo_for_snapshot
+from mlxd.store.safetensors_meta import SafetensorsHeader, read_header
+
+
+class Severity(StrEnum):
+    INCOMPLETE = "incomplete"  # a pull was interrupted; pulling again completes it
+    BROKEN = "broken"  # corrupt, missing or unsupported: cannot run
+    REFUSED = "refused"  # ships code or pickles: mlxd will not run it
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    severity: Severity
+    code: str
+    message: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"severity": self.severity.value, "code": self.code, "message": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class HealthReport:
+    path: Path
+    problems: tuple[Problem, ...] = ()
+    headers: tuple[SafetensorsHeader, ...] = ()  # parsed on the way, reused by inspect
+
+    @property
+    def status(self) -> str:
+        """ "ok", or the worst severity: incomplete > broken > refused."""
+        for sev in Severity:
+            if any(p.severity is sev for p in self.problems):
+                return sev.value
+        return "ok"
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, object]:
+        return {"status": self.status, "problems": [p.to_dict() for p in self.problems]}
+
+
+def check_runnable(path: Path, trust_remote_code: bool = False) -> None:
+    """Raise ModelBroken (incl. incomplete) or ModelRefused if the model cannot be run.
+
+    `trust_remote_code` waives auto_map / model_file refusals, never pickle-only weights
+    (mlx-lm cannot load them anyway)."""
+    report = check(path)
+    blocking = [p for p in report.problems if p.severity is not Severity.REFUSED]
+    if blocking:
+        raise ModelBroken(f"model at {path} is {blocking[0].severity.value}: {blocking[0].message}")
+    refused = [p for p in report.problems if not (trust_remote_code and p.code != "pickle_only")]
+    if refused:
+        hint = "" if refused[0].code == "pickle_only" else " (pass --trust-remote-code to allow)"
+        raise ModelRefused(f"model at {path} is refused: {refused[0].message}{hint}")
+
+
+def check(path: Path) -> HealthReport:
+    """Every problem of the model directory at `path` (never raises for a bad model)."""
+    path = Path(path)
+    if not path.is_dir():
+        return _report(path, [_broken("missing", f"{path} is not a directory")])
+    if not os.access(path, os.R_OK | os.X_OK):
+        return _report(path, [_broken("unreadable", f"directory {path} is not readable")])
+    try:
+        names = F.model_files(path)
+    except OSError as e:
+        return _report(path, [_broken("unreadable", f"cannot list {path}: {e.strerror}")])
+    problems: list[Problem] = []
+    problems += _check_partial(path)
+    problems += _check_links(path, names)
+    pointers = [p for p in names if F.is_lfs_pointer(p)]
+    problems += [
+        _broken("lfs_pointer", f"{_rel(path, p)} is a Git-LFS pointer, not the file")
+        for p in pointers
+    ]
+    skip = set(pointers)
+    config = _load_json(path / "config.json", problems, skip, required=True)
+    tok_config = _load_json(path / "tokenizer_config.json", problems, skip, required=False)
+    if config is not None:
+        problems += _check_config(config)
+    problems += _check_remote_code(config, tok_config)
+    headers, weight_problems = _check_weights(path, names, skip)
+    problems += weight_problems
+    problems += _check_tokenizer(path, skip)
+    return HealthReport(path, tuple(problems), tuple(headers))
+
+
+def _report(path: Path, problems: list[Problem]) -> HealthReport:
+    return HealthReport(path, tuple(problems))
+
+
+def _broken(code: str, message: str) -> Problem:
+    return Problem(Severity.BROKEN, code, message)
+
+
+def _rel(root: Path, p: Path) -> str:
+    return p.relative_to(root).as_posix()
+
+
+def _load_json(file: Path, problems: list[Problem], skip: set[Path], required: bool) -> dict | None:
+    if file in skip:
+        return None
+    if not file.exists():
+        if required:
+            problems.append(_broken("no_config", f"{file.name} is missing"))
+        return None
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except OSError as e:
+        problems.append(_broken("unreadable", f"cannot read {file.name}: {e.strerror}"))
+        return None
+    except (ValueError, UnicodeDecodeError) as e:
+        problems.append(_broken("bad_json", f"{file.name} is not valid JSON ({e})"))
+        return None
+    if not isinstance(data, dict):
+        problems.append(_broken("bad_json", f"{file.name} is not a JSON object"))
+        return None
+    return data
+
+
+def _check_config(config: dict) -> list[Problem]:
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or not model_type:
+        return [_broken("no_model_type", "config.json has no model_type")]
+    if not model_type_supported(model_type):
+        return [_broken("unsupported", f"model_type {model_type!r} is not supported by mlx-lm")]
+    return []
+
+
+def _check_remote_code(config: dict | None, tok_config: dict | None) -> list[Problem]:
+    out = []
+    if config and config.get("model_file") is not None:
+        out.append(
+            Problem(
+                Severity.REFUSED,
+                "model_file",
+                f"config.json asks to run custom code ({config['model_file']!r})",
+            )
+        )
+    for name, data in (("config.json", config), ("tokenizer_config.json", tok_config)):
+        if data and data.get("auto_map"):
+            out.append(
+                Problem(
+                    Severity.REFUSED,
+                    "auto_map",
+                    f"{name} has auto_map (custom code shipped with the model)",
+                )
+            )
+    return out
+
+
+def _check_partial(path: Path) -> list[Problem]:
+    """Interrupted pulls: `.incomplete` blobs, or files the recorded tree lists but the
+    snapshot lacks."""
+    repo = repo_for_snapshot(path)
+    if repo is None:
+        return []
+    out = [
+        Problem(
+            Severity.INCOMPLETE,
+            "partial_download",
+            f"partial download in the cache ({b.name}); run `mlxd pull {repo.repo_id}`",
+        )
+        for b in repo.incomplete_blobs()
+    ]
+    expected = expected_files(repo, path.name) or {}
+    missing = [n for n in expected if F.wanted(n) and not os.path.lexists(path / n)]
+    if missing:
+        out.append(
+            Problem(
+                Severity.INCOMPLETE,
+                "missing_files",
+                f"{len(missing)} file(s) not downloaded yet (e.g. {missing[0]}); "
+                f"run `mlxd pull {repo.repo_id}`",
+            )
+        )
+    return out
+
+
+def _check_links(root: Path, names: list[Path]) -> list[Problem]:
+    return [
+        _broken("missing_blob", f"{_rel(root, p)} points to a missing blob")
+        for p in names
+        if p.is_symlink() and not p.exists()
+    ]
+
+
+def _check_weights(
+    root: Path, names: list[Path], skip: set[Path]
+) -> tuple[list[SafetensorsHeader], list[Problem]]:
+    shards = [p for p in names if p.name.endswith(".safetensors") and p.exists()]
+    if not shards:
+        if any(F.is_pickle(p.name) for p in names):
+            return [], [
+                Problem(
+                    Severity.REFUSED,
+                    "pickle_only",
+                    "weights are pickle files only (*.bin/*.pt); no safetensors",
+                )
+            ]
+        return [], [_broken("no_weights", "no *.safetensors weights")]
+    problems: list[Problem] = []
+    problems += _check_index(root, {_rel(root, p) for p in shards}, skip)
+    headers = []
+    for shard in shards:
+        if shard in skip:
+            continue
+        try:
+            headers.append(read_header(shard))
+        except ModelBroken as e:
+            problems.append(_broken("bad_safetensors", e.message))
+    return headers, problems
+
+
+def _check_index(root: Path, present: set[str], skip: set[Path]) -> list[Problem]:
+    problems: list[Problem] = []
+    index = _load_json(root / "model.safetensors.index.json", problems, skip, required=False)
+    if index is None:
+        return problems
+    weight_map = index.get("weight_map")
+    if not isinstance(weight_map, dict):
+        return [_broken("bad_index", "model.safetensors.index.json has no weight_map")]
+    missing = sorted(set(map(str, weight_map.values())) - present)
+    if missing:
+        problems.append(
+            _broken(
+                "missing_shard", f"shard(s) listed in the index are missing: {', '.join(missing)}"
+            )
+        )
+    return problems
+
+
+def _check_tokenizer(root: Path, skip: set[Path]) -> list[Problem]:
+    tok = root / "tokenizer.json"
+    if tok.exists() and tok not in skip:
+        problems: list[Problem] = []
+        _load_json(tok, problems, skip, required=True)
+        return problems
+    alternatives = ["tokenizer.model", "vocab.json", "tokenizer.tiktoken"]
+    if any((root / a).exists() for a in alternatives) or list(root.glob("*.tiktoken")):
+        return []
+    if tok in skip:
+        return []
+    return [_broken("no_tokenizer", "no tokenizer files (tokenizer.json, tokenizer.model, ...)")]
+
+
+def model_type_supported(model_type: str) -> bool:
+    """True if mlx-lm has `models/<model_type>.py` (after its own remapping table)."""
+    models_dir = _mlx_lm_dir() / "models"
+    mapped = _remapping().get(model_type, model_type)
+    return (models_dir / f"{mapped.replace('-', '_')}.py").exists()
+
+
+@lru_cache(maxsize=1)
+def _mlx_lm_dir() -> Path:
+    # find_spec locates the package without importing it (importing mlx_lm takes seconds).
+    spec = importlib.util.find_spec("mlx_lm")
+    if spec is None or not spec.submodule_search_locations:
+        return Path("/nonexistent")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+@lru_cache(maxsize=1)
+def _remapping() -> dict[str, str]:
+    """mlx_lm.utils.MODEL_REMAPPING read from source (again, to avoid importing mlx_lm)."""
+    try:
+        tree = ast.parse((_mlx_lm_dir() / "utils.py").read_text())
+    except (OSError, SyntaxError):
+        return {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "MODEL_REMAPPING" for t in node.targets
+        ):
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                return {}
+            return {str(k): str(v) for k, v in value.items()}
+    return {}
