@@ -29,7 +29,7 @@ CHATML_TEMPLATE = (
     "{% if messages[0].role == 'system' %}{{ messages[0].content }}\n\n{% endif %}"
     "# Tools\n\nYou may call one or more functions. Signatures:\n<tools>"
     "{% for tool in tools %}\n{{ tool | tojson }}{% endfor %}\n</tools>\n"
-    "Return each call as <tool_call>{\"name\": ..., \"arguments\": ...}</tool_call>"
+    'Return each call as <tool_call>{"name": ..., "arguments": ...}</tool_call>'
     "<|im_end|>\n"
     "{% endif %}"
     "{% for message in messages %}"
@@ -40,7 +40,7 @@ CHATML_TEMPLATE = (
     "<|im_start|>{{ message.role }}\n"
     "{% if message.content is string %}{{ message.content }}{% endif %}"
     "{% if message.tool_calls %}{% for tc in message.tool_calls %}"
-    "<tool_call>\n{\"name\": \"{{ tc.function.name }}\", \"arguments\": "
+    '<tool_call>\n{"name": "{{ tc.function.name }}", "arguments": '
     "{{ tc.function.arguments if tc.function.arguments is string "
     "else tc.function.arguments | tojson }}}\n</tool_call>"
     "{% endfor %}{% endif %}<|im_end|>\n"
@@ -61,12 +61,27 @@ Unicode: café naïve résumé 日本語 😀 — “quotes” and ‘apostrophe
 """
 
 SIZES = {
-    "tiny": dict(hidden_size=64, num_hidden_layers=2, intermediate_size=128,
-                 num_attention_heads=4, num_key_value_heads=2),
-    "small": dict(hidden_size=96, num_hidden_layers=2, intermediate_size=256,
-                  num_attention_heads=4, num_key_value_heads=2),
-    "big": dict(hidden_size=512, num_hidden_layers=8, intermediate_size=1536,
-                num_attention_heads=8, num_key_value_heads=4),
+    "tiny": dict(
+        hidden_size=64,
+        num_hidden_layers=2,
+        intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    ),
+    "small": dict(
+        hidden_size=96,
+        num_hidden_layers=2,
+        intermediate_size=256,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    ),
+    "big": dict(
+        hidden_size=512,
+        num_hidden_layers=8,
+        intermediate_size=1536,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+    ),
 }
 
 
@@ -132,12 +147,20 @@ def make_checkpoint(path: Path, kind: str = "chat", seed: int = 0) -> Path:
         "eos_token_id": _eos_id(path, template),
     }
     mx.random.seed(seed)
-    model = llama.Model(llama.ModelArgs(**{k: v for k, v in config.items()
-                                           if k not in ("architectures", "torch_dtype", "eos_token_id")}))
+    model = llama.Model(
+        llama.ModelArgs(
+            **{
+                k: v
+                for k, v in config.items()
+                if k not in ("architectures", "torch_dtype", "eos_token_id")
+            }
+        )
+    )
     # Larger-than-default init so that greedy output varies with the prompt.
     params = tree_flatten(model.parameters())
-    model.load_weights([(k, mx.random.normal(v.shape) * 0.5) if "norm" not in k else (k, v)
-                        for k, v in params])
+    model.load_weights(
+        [(k, mx.random.normal(v.shape) * 0.5) if "norm" not in k else (k, v) for k, v in params]
+    )
     if kind == "quant":
         nn.quantize(model, group_size=32, bits=4)
         config["quantization"] = {"group_size": 32, "bits": 4, "mode": "affine"}

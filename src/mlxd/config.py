@@ -21,7 +21,9 @@ class Setting:
 
 
 SETTINGS: dict[str, Setting] = {
-    "home": Setting("MLXD_HOME", "~/.mlxd", "mlxd's own store: imported models live in HOME/models"),
+    "home": Setting(
+        "MLXD_HOME", "~/.mlxd", "mlxd's own store: imported models live in HOME/models"
+    ),
     "host": Setting("MLXD_HOST", "127.0.0.1", "address `mlxd serve` binds"),
     "port": Setting("MLXD_PORT", "8080", "port `mlxd serve` listens on"),
     "api_key": Setting("MLXD_API_KEY", "", "Bearer key `mlxd serve` requires (empty: no auth)"),

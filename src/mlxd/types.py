@@ -8,10 +8,10 @@ cross thread boundaries unchanged.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 
-class FinishReason(str, Enum):
+class FinishReason(StrEnum):
     STOP = "stop"  # eos, stop token or stop string
     LENGTH = "length"  # max_tokens or context window reached
     TOOL_CALLS = "tool_calls"  # chat layer: the answer ended in tool calls

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import signal
 import sys
 
 from mlxd import __version__

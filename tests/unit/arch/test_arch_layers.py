@@ -11,8 +11,17 @@ import pytest
 SRC = Path(__file__).resolve().parents[3] / "src" / "mlxd"
 
 FORBIDDEN: dict[str, set[str]] = {
-    "engine": {"mlxd.server", "mlxd.cli", "fastapi", "uvicorn", "starlette", "click", "typer",
-               "prompt_toolkit", "rich"},
+    "engine": {
+        "mlxd.server",
+        "mlxd.cli",
+        "fastapi",
+        "uvicorn",
+        "starlette",
+        "click",
+        "typer",
+        "prompt_toolkit",
+        "rich",
+    },
     "chat": {"mlxd.server", "mlxd.cli", "fastapi", "uvicorn", "mlx", "prompt_toolkit"},
     "store": {"mlxd.server", "mlxd.cli", "mlxd.engine", "mlxd.chat", "fastapi", "uvicorn"},
     "backend": {"mlxd.server", "mlxd.cli", "mlxd.engine", "mlxd.chat", "fastapi"},

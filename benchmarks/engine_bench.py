@@ -1,0 +1,263 @@
+"""Engine benchmarks, measured side by side in one run; prints JSON.
+
+  python benchmarks/engine_bench.py [--tokens 32] [--repeats 3] [--sections single,batch,ttft,turn]
+
+Sections (issue 4):
+  single  single-stream decode: engine vs mlx-lm stream_generate (goal: ratio >= 0.97)
+  batch   aggregate decode tok/s at 1/4/8/16 concurrent: engine vs raw BatchGenerator
+          on a ~25M and a ~0.25M checkpoint (goal: ratio >= 0.95)
+  ttft    mean time to first token, 4 concurrent 256-token prompts: engine vs whole-wave prefill
+  turn    time to first token of a second chat turn with a 1,000-token history: cache hit vs cold
+Runs alternate A/B and report medians; never read absolute seconds across machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import mlx.core as mx  # noqa: E402
+from mlx_lm.generate import BatchGenerator, stream_generate  # noqa: E402
+from mlx_lm.utils import load  # noqa: E402
+from tests.checkpoints import make_checkpoint  # noqa: E402
+
+from mlxd.engine import Engine, EngineConfig, EngineRequest  # noqa: E402
+from mlxd.types import FinishEvent, SamplingParams, TokenEvent  # noqa: E402
+
+
+def prompts(n: int, length: int, vocab: int, seed: int = 0) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(10, vocab) for _ in range(length)] for _ in range(n)]
+
+
+# ---- raw mlx-lm ----------------------------------------------------------------------
+
+
+def raw_single(model, tokenizer, prompt: list[int], n: int) -> float:
+    """Decode tok/s of stream_generate, first token excluded (it carries the prefill)."""
+    tokenizer.eos_token_ids = set()
+    times = []
+    for _ in stream_generate(model, tokenizer, mx.array(prompt), max_tokens=n):
+        times.append(time.perf_counter())
+    return (len(times) - 1) / (times[-1] - times[0])
+
+
+def raw_batch(model, batch: list[list[int]], n: int) -> float:
+    """Aggregate decode tok/s of BatchGenerator, from the first generated token to the last."""
+    gen = BatchGenerator(
+        model, max_tokens=n, completion_batch_size=len(batch), prefill_batch_size=len(batch)
+    )
+    gen.insert(batch, max_tokens=[n] * len(batch))
+    first = None
+    count = 0
+    while True:
+        responses = gen.next_generated()
+        if not responses:
+            break
+        if first is None:
+            first = time.perf_counter()
+        else:
+            count += len(responses)
+        if all(r.finish_reason for r in responses) and len(gen._generation_batch) == 0:
+            break
+    gen.close()
+    return count / (time.perf_counter() - first)
+
+
+def raw_wave_ttft(model, batch: list[list[int]]) -> float:
+    """mlx-lm's wave behaviour: the whole wave is prefilled before anyone decodes."""
+    gen = BatchGenerator(
+        model, max_tokens=1, completion_batch_size=len(batch), prefill_batch_size=len(batch)
+    )
+    t0 = time.perf_counter()
+    gen.insert(batch, max_tokens=[1] * len(batch))
+    ttfts: list[float] = []
+    while len(ttfts) < len(batch):
+        for _ in gen.next_generated():
+            ttfts.append(time.perf_counter() - t0)
+    gen.close()
+    return statistics.mean(ttfts)
+
+
+# ---- engine --------------------------------------------------------------------------
+
+
+async def _consume(handle, t0: float) -> tuple[float, float, int]:
+    first = last = 0.0
+    count = 0
+    async for ev in handle:
+        if isinstance(ev, TokenEvent):
+            now = time.perf_counter()
+            if count == 0:
+                first = now
+            last = now
+            count += len(ev.token_ids)
+        elif isinstance(ev, FinishEvent) and ev.error:
+            raise RuntimeError(ev.error)
+    return first - t0, last, count
+
+
+def engine_run(engine: Engine, name: str, batch: list[list[int]], n: int) -> dict:
+    params = SamplingParams(max_tokens=n, ignore_eos=True)
+
+    async def go():
+        t0 = time.perf_counter()
+        handles = [
+            engine.submit(EngineRequest(model=name, prompt_ids=p, params=params)) for p in batch
+        ]
+        return t0, await asyncio.gather(*(_consume(h, t0) for h in handles))
+
+    t0, results = asyncio.run(go())
+    first = min(t0 + r[0] for r in results)
+    last = max(r[1] for r in results)
+    tokens = sum(r[2] for r in results) - len(results)  # first tokens carry the prefill
+    return {
+        "ttft_mean": statistics.mean(r[0] for r in results),
+        "decode_tps": tokens / max(last - first, 1e-9),
+    }
+
+
+# ---- sections ------------------------------------------------------------------------
+
+
+def alternate(a, b, repeats: int) -> dict:
+    ra, rb = [], []
+    for _ in range(repeats):
+        ra.append(a())
+        rb.append(b())
+    ma, mb = statistics.median(ra), statistics.median(rb)
+    return {"engine": round(ma, 2), "raw": round(mb, 2), "ratio": round(ma / mb, 3)}
+
+
+def section_single(ckpt: Path, n: int, repeats: int) -> dict:
+    model, tok = load(str(ckpt))
+    engine = Engine(EngineConfig.from_settings(max_batch=1, prefix_cache_bytes=0))
+    info = engine.load_model(ckpt, name="bench")
+    p = prompts(1, 16, len(tok.get_vocab()))[0]
+    try:
+        return alternate(
+            lambda: engine_run(engine, info.name, [p], n)["decode_tps"],
+            lambda: raw_single(model, tok, p, n),
+            repeats,
+        )
+    finally:
+        engine.close()
+
+
+def section_batch(ckpt: Path, n: int, repeats: int, sizes: list[int]) -> dict:
+    model, tok = load(str(ckpt))
+    out = {}
+    engine = Engine(EngineConfig.from_settings(max_batch=max(sizes), prefix_cache_bytes=0))
+    info = engine.load_model(ckpt, name="bench")
+    try:
+        for b in sizes:
+            batch = prompts(b, 16, len(tok.get_vocab()), seed=b)
+            out[str(b)] = alternate(
+                lambda batch=batch: engine_run(engine, info.name, batch, n)["decode_tps"],
+                lambda batch=batch: raw_batch(model, batch, n),
+                repeats,
+            )
+    finally:
+        engine.close()
+    return out
+
+
+def section_ttft(ckpt: Path, repeats: int) -> dict:
+    model, tok = load(str(ckpt))
+    engine = Engine(EngineConfig.from_settings(max_batch=8, prefix_cache_bytes=0))
+    info = engine.load_model(ckpt, name="bench")
+    batch = prompts(4, 256, len(tok.get_vocab()), seed=7)
+    try:
+        r = alternate(
+            lambda: engine_run(engine, info.name, batch, 4)["ttft_mean"],
+            lambda: raw_wave_ttft(model, batch),
+            repeats,
+        )
+    finally:
+        engine.close()
+    return {
+        "mean_ttft_s_engine": r["engine"],
+        "mean_ttft_s_whole_wave": r["raw"],
+        "ratio": r["ratio"],
+    }
+
+
+def section_turn(ckpt: Path, repeats: int) -> dict:
+    vocab = json.loads((ckpt / "config.json").read_text())["vocab_size"]
+    history = prompts(1, 1000, vocab, seed=3)[0]
+    hot_engine = Engine(EngineConfig.from_settings(max_batch=1))
+    cold_engine = Engine(EngineConfig.from_settings(max_batch=1, prefix_cache_bytes=0))
+    hot = hot_engine.load_model(ckpt, name="bench")
+    cold = cold_engine.load_model(ckpt, name="bench")
+    # Turn 1 fills the prefix cache of the hot engine.
+    engine_run(hot_engine, hot.name, [history], 8)
+    hot_t, cold_t, cached = [], [], []
+    for i in range(repeats):
+        turn2 = history + prompts(1, 20, vocab, seed=100 + i)[0]
+        h = hot_engine.submit(
+            EngineRequest(
+                model=hot.name,
+                prompt_ids=turn2,
+                params=SamplingParams(max_tokens=2, ignore_eos=True),
+            )
+        )
+        t0 = time.perf_counter()
+        first = None
+        for ev in h:
+            if isinstance(ev, TokenEvent) and first is None:
+                first = time.perf_counter() - t0
+            if isinstance(ev, FinishEvent):
+                cached.append(ev.usage.cached_tokens)
+        hot_t.append(first)
+        cold_t.append(engine_run(cold_engine, cold.name, [turn2], 2)["ttft_mean"])
+    hot_engine.close()
+    cold_engine.close()
+    return {
+        "ttft_s_cache_hit": round(statistics.median(hot_t), 4),
+        "ttft_s_cold": round(statistics.median(cold_t), 4),
+        "speedup": round(statistics.median(cold_t) / statistics.median(hot_t), 2),
+        "cached_tokens": cached,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--sections", default="single,batch,ttft,turn")
+    ap.add_argument("--sizes", default="1,4,8,16")
+    args = ap.parse_args()
+    sections = set(args.sections.split(","))
+    sizes = [int(s) for s in args.sizes.split(",")]
+    tmp = Path(tempfile.mkdtemp(prefix="mlxd-bench-"))
+    big = make_checkpoint(tmp / "big", "big")
+    small = make_checkpoint(tmp / "small", "small")
+    result: dict = {"checkpoints": {"big": "~25M params float32", "small": "~0.25M params"}}
+    if "single" in sections:
+        result["single_stream_decode_tps"] = {
+            "big": section_single(big, args.tokens, args.repeats),
+            "small": section_single(small, args.tokens * 4, args.repeats),
+        }
+    if "batch" in sections:
+        result["aggregate_decode_tps"] = {
+            "big": section_batch(big, args.tokens, args.repeats, sizes),
+            "small": section_batch(small, args.tokens * 4, args.repeats, sizes),
+        }
+    if "ttft" in sections:
+        result["ttft_4x256"] = section_ttft(big, args.repeats)
+    if "turn" in sections:
+        result["second_turn_1000_history"] = section_turn(big, args.repeats)
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
