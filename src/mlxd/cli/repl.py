@@ -1,0 +1,229 @@
+"""The chat REPL behind `mlxd chat` and `mlxd run MODEL` on a terminal.
+
+One engine and one loaded model for the whole session; each turn goes through the chat
+layer's start_chat with the whole conversation, so the engine's prefix cache serves the
+history and only the new turn is prefilled. Ctrl-C while an answer streams cancels that
+request (ChatStream.cancel) and returns to the prompt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from mlxd.cli.repl_engine import LoadedModel, drain, open_model, resolve_model
+from mlxd.cli.repl_input import MessageReader, PipeReader, TerminalReader
+from mlxd.cli.repl_options import options_from_args
+from mlxd.cli.stream_render import Answer, Renderer, decode_tps, error_from_finish
+from mlxd.config import mlxd_home
+from mlxd.errors import InvalidRequest, MlxdError
+from mlxd.types import FinishReason
+
+HELP = """\
+Type a message and press Enter. Multi-line: start with \"\"\" and end with \"\"\", or press
+Esc+Enter (Alt+Enter) for a new line. Ctrl-C stops an answer; Ctrl-C or Ctrl-D at an empty
+prompt leaves.
+  /clear            start a new conversation (keeps the system prompt)
+  /system TEXT      set the system prompt (and start a new conversation); /system alone clears it
+  /reasoning on|off show or hide reasoning (off also asks the template not to think)
+  /stats            tokens, speed and prefix-cache hits of the last answer and the session
+  /help             this text
+  /bye              leave"""
+
+
+@dataclass(slots=True)
+class Conversation:
+    """The chat state a turn needs: system prompt, turns so far, display switches, counters."""
+
+    system: str | None = None
+    turns: list[dict[str, Any]] = field(default_factory=list)
+    show_reasoning: bool = True
+    think: bool | None = None  # None: the template's default
+    last: Answer | None = None
+    answers: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+
+    def messages(self, user_text: str) -> list[dict[str, Any]]:
+        head = [{"role": "system", "content": self.system}] if self.system else []
+        return head + self.turns + [{"role": "user", "content": user_text}]
+
+    def template_kwargs(self) -> dict[str, object] | None:
+        return None if self.think is None else {"enable_thinking": self.think}
+
+    def record(self, user_text: str, answer: Answer) -> None:
+        reply: dict[str, Any] = {"role": "assistant", "content": answer.content}
+        if answer.tool_calls:
+            from mlxd.cli.stream_render import tool_call_json
+
+            reply["tool_calls"] = [tool_call_json(c) for c in answer.tool_calls]
+        self.turns += [{"role": "user", "content": user_text}, reply]
+        self.last = answer
+        if answer.finish:
+            usage = answer.finish.usage
+            self.answers += 1
+            self.prompt_tokens += usage.prompt_tokens
+            self.cached_tokens += usage.cached_tokens
+            self.completion_tokens += usage.completion_tokens
+
+
+def run_repl(args: argparse.Namespace, model: Any) -> int:
+    """Open the model named by `model` (a ModelRef, a reference string or None) and chat."""
+    if getattr(args, "json", False):
+        raise InvalidRequest("--json needs a prompt (an argument or piped stdin)", param="prompt")
+    ref = model if model is not None and not isinstance(model, str) else resolve_model(model)
+    conv = Conversation(system=args.system, show_reasoning=not args.hide_reasoning)
+    if args.no_think:
+        conv.think = False
+    interactive = sys.stdin.isatty() and sys.stdout.isatty()
+    with open_model(ref, trust_remote_code=args.trust_remote_code) as loaded:
+        reader: MessageReader = (
+            TerminalReader(mlxd_home() / "chat_history") if interactive else PipeReader(sys.stdin)
+        )
+        if interactive:
+            print(f"Chatting with {loaded.name}. /help for commands, /bye to leave.")
+        Repl(loaded, conv, options_from_args(args), interactive).loop(reader)
+    return 0
+
+
+@dataclass(slots=True)
+class Repl:
+    loaded: LoadedModel
+    conv: Conversation
+    options: dict[str, object]
+    interactive: bool
+
+    def loop(self, reader: MessageReader) -> None:
+        """Read, answer, repeat; returns at /bye, end of input, or Ctrl-C/Ctrl-D at the prompt."""
+        while True:
+            text = reader.read()
+            if text is None:
+                if self.interactive:
+                    print("Bye.")
+                return
+            if not text.strip():
+                continue
+            if text.startswith("/"):
+                if not self.command(text.strip()):
+                    return
+                continue
+            self.answer(text)
+
+    def answer(self, text: str) -> None:
+        """One turn. Ctrl-C cancels it; a request error is reported and the chat goes on."""
+        renderer = Renderer(Answer(model=self.loaded.name), show_reasoning=self.conv.show_reasoning)
+        stream = self.loaded.ask(
+            self.conv.messages(text), self.options, self.conv.template_kwargs()
+        )
+        try:
+            renderer.consume(stream)
+        except KeyboardInterrupt:
+            stream.cancel()
+            _drain_uninterrupted(stream)
+            sys.stdout.write("\n")
+            sys.stderr.write("[answer cancelled]\n")
+            sys.stderr.flush()
+            return
+        finish = renderer.answer.finish
+        if finish is not None and finish.reason is FinishReason.ERROR:
+            _print_error(error_from_finish(finish))
+            return
+        self.conv.record(text, renderer.answer)
+
+    def command(self, line: str) -> bool:
+        """Run one slash command; False means leave."""
+        name, _, arg = line.partition(" ")
+        handler = COMMANDS.get(name)
+        if handler is None:
+            print(f"unknown command {name}; /help lists the commands")
+            return True
+        return handler(self, arg.strip())
+
+
+def _drain_uninterrupted(stream: Any) -> None:
+    """A second Ctrl-C while the cancelled request winds down must not kill the chat."""
+    while True:
+        try:
+            drain(stream)
+            return
+        except KeyboardInterrupt:
+            continue
+
+
+def _print_error(error: MlxdError) -> None:
+    sys.stderr.write("mlxd: error: " + " ".join(error.message.split()) + "\n")
+    sys.stderr.flush()
+
+
+# ---- slash commands --------------------------------------------------------------------------
+
+
+def _clear(repl: Repl, arg: str) -> bool:
+    repl.conv.turns.clear()
+    print("New conversation.")
+    return True
+
+
+def _system(repl: Repl, arg: str) -> bool:
+    repl.conv.system = arg or None
+    repl.conv.turns.clear()
+    print("System prompt set; new conversation." if arg else "System prompt cleared.")
+    return True
+
+
+def _reasoning(repl: Repl, arg: str) -> bool:
+    if arg not in ("on", "off"):
+        state = "on" if repl.conv.show_reasoning else "off"
+        print(f"reasoning is {state}; use /reasoning on|off")
+        return True
+    repl.conv.show_reasoning = arg == "on"
+    repl.conv.think = None if arg == "on" else False
+    print(f"Reasoning {arg}.")
+    return True
+
+
+def _stats(repl: Repl, arg: str) -> bool:
+    print(stats_text(repl.conv))
+    return True
+
+
+def stats_text(conv: Conversation) -> str:
+    """The /stats report: the last answer, then session totals."""
+    last = conv.last.finish if conv.last else None
+    if last is None:
+        return "no answer yet"
+    usage, timings = last.usage, last.timings
+    return (
+        f"last answer: prompt {usage.prompt_tokens} tokens ({usage.cached_tokens} cached), "
+        f"completion {usage.completion_tokens} tokens, first token {timings.ttft_s:.3f} s, "
+        f"{decode_tps(last):.1f} tok/s, finish {last.reason.value}\n"
+        f"session: {conv.answers} answers, prompt {conv.prompt_tokens} tokens "
+        f"({conv.cached_tokens} cached), completion {conv.completion_tokens} tokens"
+    )
+
+
+def _help(repl: Repl, arg: str) -> bool:
+    print(HELP)
+    return True
+
+
+def _bye(repl: Repl, arg: str) -> bool:
+    if repl.interactive:
+        print("Bye.")
+    return False
+
+
+COMMANDS: dict[str, Callable[[Repl, str], bool]] = {
+    "/clear": _clear,
+    "/system": _system,
+    "/reasoning": _reasoning,
+    "/stats": _stats,
+    "/help": _help,
+    "/bye": _bye,
+    "/exit": _bye,
+    "/quit": _bye,
+}

@@ -1,0 +1,91 @@
+"""The CLI's in-process engine: resolve a model through the store, check it, load it into an
+Engine with max_batch=1 (no socket), and ask it through the chat layer's start_chat, exactly
+as the server does. Heavy imports (engine, mlx) happen only when a model is opened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from mlxd.errors import MlxdError
+
+
+@dataclass(slots=True)
+class LoadedModel:
+    """One engine with one model loaded; close() stops the engine thread."""
+
+    engine: Any  # mlxd.engine.Engine
+    info: Any  # mlxd.engine.ModelInfo
+    ref: Any  # mlxd.store.resolve.ModelRef
+
+    @property
+    def name(self) -> str:
+        return str(self.info.name)
+
+    def ask(
+        self,
+        messages: list[dict[str, Any]],
+        options: dict[str, object],
+        template_kwargs: dict[str, object] | None = None,
+    ) -> Any:
+        """Submit one chat request; returns the chat layer's ChatStream (iterable, cancel())."""
+        from mlxd.chat.session import start_chat
+
+        return start_chat(
+            self.engine,
+            self.info,
+            messages,
+            options=options,
+            template_kwargs=template_kwargs,
+            server_defaults=False,  # the CLI's budget is the whole remaining window
+        )
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+def resolve_model(ref: str | None) -> Any:
+    """A ModelRef for `ref`, or the embedded default model when ref is None."""
+    if ref is None:
+        from mlxd.store.default_model import default_model
+
+        return default_model()
+    from mlxd.store.resolve import resolve
+
+    return resolve(ref)
+
+
+@contextmanager
+def open_model(ref: Any, *, trust_remote_code: bool = False) -> Iterator[LoadedModel]:
+    """Check and load `ref` (a ModelRef) into a fresh single-request engine; close it after."""
+    from mlxd.store.health import check_runnable
+
+    check_runnable(ref.path, trust_remote_code=trust_remote_code)
+    from mlxd.engine import Engine, EngineConfig
+
+    engine = Engine(EngineConfig.from_settings(max_batch=1, trust_remote_code=trust_remote_code))
+    try:
+        info = engine.load_model(ref.path, ref.name)
+        yield LoadedModel(engine=engine, info=info, ref=ref)
+    finally:
+        _close_quietly(engine)
+
+
+def _close_quietly(engine: Any) -> None:
+    """Closing must not hide the error that got us here (or add a second traceback)."""
+    try:
+        engine.close()
+    except MlxdError:
+        pass
+
+
+def drain(stream: Any) -> None:
+    """After cancel(): consume the stream up to its Finish so the engine frees the request."""
+    try:
+        for _ in stream:
+            pass
+    except MlxdError:
+        pass

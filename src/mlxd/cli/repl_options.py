@@ -1,0 +1,145 @@
+"""Generation flags shared by `mlxd run` and `mlxd chat`, generated from the chat layer's
+option table (mlxd.chat.options.OPTIONS), so each flag maps one to one onto the server's
+request field of the same meaning.
+
+Also: one-line argparse errors (valid JSON with --json) for the two commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Callable, Iterable
+from typing import Any, NoReturn
+
+# Flags this module defines itself; an OPTIONS entry with the same flag is skipped.
+OWN_FLAGS = ("--system", "--json", "--model", "--hide-reasoning", "--no-think")
+
+
+def add_generation_flags(parser: argparse.ArgumentParser) -> None:
+    """--system, --hide-reasoning, --no-think, --trust-remote-code and every sampling flag."""
+    parser.add_argument("--system", metavar="TEXT", help="system prompt")
+    parser.add_argument(
+        "--hide-reasoning",
+        action="store_true",
+        help="do not print the model's reasoning (it is printed dimmed on stderr by default)",
+    )
+    parser.add_argument(
+        "--no-think",
+        action="store_true",
+        help="ask the template to skip reasoning (chat_template_kwargs enable_thinking=false)",
+    )
+    parser.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="allow models that ship their own code (refused by default)",
+    )
+    group = parser.add_argument_group(
+        "sampling", "each flag sets the /v1/chat/completions request field named in its help"
+    )
+    for option in _options():
+        flag = getattr(option, "cli_flag", None)
+        if not flag or flag in OWN_FLAGS:
+            continue
+        group.add_argument(flag, dest=_dest(option), default=None, **_flag_kwargs(option))
+
+
+def options_from_args(args: argparse.Namespace) -> dict[str, object]:
+    """The request options the user set, keyed by server field name (unset ones are absent)."""
+    options: dict[str, object] = {}
+    for option in _options():
+        value = getattr(args, _dest(option), None)
+        if value is not None:
+            options[option.name] = value
+    return options
+
+
+def template_kwargs_from(no_think: bool) -> dict[str, object] | None:
+    return {"enable_thinking": False} if no_think else None
+
+
+def one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Make argparse report a bad flag as one stderr line (JSON with --json), exit code 2."""
+
+    def error(message: str) -> NoReturn:
+        text = f"{parser.prog}: {' '.join(message.split())}"
+        if "--json" in sys.argv[1:]:
+            body = {
+                "error": {
+                    "message": text,
+                    "type": "invalid_request_error",
+                    "param": None,
+                    "code": "invalid_request",
+                }
+            }
+            sys.stderr.write(json.dumps(body) + "\n")
+        else:
+            sys.stderr.write(f"mlxd: error: {text} (see `{parser.prog} --help`)\n")
+        sys.exit(2)
+
+    parser.error = error  # type: ignore[method-assign]
+    return parser
+
+
+# ---- the option table --------------------------------------------------------------------
+
+
+def _options() -> Iterable[Any]:
+    from mlxd.chat.options import OPTIONS
+
+    return OPTIONS.values() if isinstance(OPTIONS, dict) else OPTIONS
+
+
+def _dest(option: Any) -> str:
+    return "opt_" + option.name
+
+
+def _kind(option: Any) -> str:
+    kind = getattr(option, "type", str)
+    return kind if isinstance(kind, str) else getattr(kind, "__name__", "str")
+
+
+def _flag_kwargs(option: Any) -> dict[str, Any]:
+    """argparse settings for one option; values are checked against the table's bounds
+    later, by sampling_params, exactly as the server checks its fields."""
+    kind = _kind(option)
+    help_text = f"{getattr(option, 'help', '') or ''} [request field: {option.name}]".strip()
+    if kind == "bool":
+        return {"action": "store_true", "help": help_text}
+    if kind in ("stop", "list"):
+        return {"action": "append", "metavar": "TEXT", "help": help_text}
+    if kind in ("logit_bias", "dict"):
+        return {"type": _json_object, "metavar": "JSON", "help": help_text}
+    if kind in ("int", "seed"):
+        return {"type": _strict(int), "metavar": "N", "help": help_text}
+    if kind == "float":
+        return {"type": _strict(float), "metavar": "X", "help": help_text}
+    return {"metavar": "TEXT", "help": help_text}
+
+
+def _strict(kind: type) -> Callable[[str], object]:
+    """An argparse type: the number itself, never NaN/inf (bounds are the table's job)."""
+
+    def convert(text: str) -> object:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {kind.__name__}, got {text!r}") from None
+        if isinstance(value, float) and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+        return value
+
+    convert.__name__ = kind.__name__
+    return convert
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
+    return value

@@ -1,0 +1,171 @@
+"""`mlxd run [MODEL] [PROMPT|-] [WORDS...]`: one answer from the in-process engine.
+
+Which positional is the model: with `-m MODEL` every positional is prompt text. Otherwise
+the first positional names the model when the store resolves it; a first positional that
+contains whitespace, or is `-`, or is the only positional and names no known model, starts
+the prompt and the embedded default model answers. `-` (or no prompt with piped stdin)
+reads the prompt from stdin; further words are appended after a blank line. No prompt on a
+terminal opens the chat REPL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from mlxd.cli.repl_options import (
+    add_generation_flags,
+    one_line_errors,
+    options_from_args,
+    template_kwargs_from,
+)
+from mlxd.errors import AmbiguousModel, InvalidRequest, ModelNotFound
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        usage="mlxd run [MODEL] [PROMPT|-] [WORDS ...] [options]",
+        help="answer one prompt (streamed), or open a chat when no prompt is given",
+        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    one_line_errors(parser)
+    parser.add_argument(
+        "words", nargs="*", metavar="MODEL PROMPT", help="model (optional) and prompt words"
+    )
+    parser.add_argument("-m", "--model", help="the model (then every positional is the prompt)")
+    parser.add_argument(
+        "--no-stream", action="store_true", help="print the answer once, at the end"
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object: model, content, reasoning, tool_calls, finish_reason, "
+        "usage, timings (errors: one JSON object on stderr)",
+    )
+    add_generation_flags(parser)
+    parser.set_defaults(func=run)
+
+
+@dataclass(frozen=True, slots=True)
+class Invocation:
+    """What the positionals mean: model reference (None: default), prompt (None: read stdin
+    or open the REPL), and whether stdin was asked for explicitly with `-`."""
+
+    model: str | None
+    prompt_words: tuple[str, ...]
+    model_ref: Any = None  # the ModelRef when resolving the model was part of parsing
+
+    @property
+    def wants_stdin(self) -> bool:
+        return bool(self.prompt_words) and self.prompt_words[0] == "-"
+
+
+def parse_positionals(words: list[str], model: str | None) -> Invocation:
+    """Apply the rule in the module docstring; resolves through the store when it must."""
+    if model is not None or not words:
+        return Invocation(model, tuple(words))
+    first = words[0]
+    if first == "-" or _has_space(first):
+        return Invocation(None, tuple(words))
+    from mlxd.cli.repl_engine import resolve_model
+
+    try:
+        ref = resolve_model(first)
+    except AmbiguousModel:
+        raise
+    except ModelNotFound as e:
+        if len(words) == 1 and not _looks_like_reference(first):
+            return Invocation(None, tuple(words))
+        raise ModelNotFound(
+            f"{e.message} (to ask the default model, quote the whole prompt as one argument)",
+            param="model",
+        ) from None
+    return Invocation(first, tuple(words[1:]), model_ref=ref)
+
+
+def _has_space(text: str) -> bool:
+    return any(c.isspace() for c in text)
+
+
+def _looks_like_reference(text: str) -> bool:
+    """A path or an `org/name[@rev]`: a typo there is an error, not a prompt."""
+    return text.startswith((".", "/", "~")) or "/" in text or "@" in text
+
+
+def read_prompt(inv: Invocation, stdin: Any) -> str | None:
+    """The prompt text, or None when the REPL should open (no prompt, stdin is a terminal)."""
+    words = list(inv.prompt_words)
+    piped = not stdin.isatty()
+    if inv.wants_stdin or (not words and piped):
+        head = stdin.read()
+        rest = " ".join(words[1:] if inv.wants_stdin else words)
+        text = head.rstrip("\n") + ("\n\n" + rest if rest else "")
+    elif words:
+        text = " ".join(words)
+    else:
+        return None
+    if not text.strip():
+        raise InvalidRequest("the prompt is empty", param="prompt")
+    return text
+
+
+def messages_for(prompt: str, system: str | None) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    return messages + [{"role": "user", "content": prompt}]
+
+
+def run(args: argparse.Namespace) -> int:
+    inv = parse_positionals(list(args.words), args.model)
+    prompt = read_prompt(inv, sys.stdin)
+    if prompt is None:
+        from mlxd.cli.repl import run_repl
+
+        return run_repl(args, inv.model_ref or inv.model)
+    from mlxd.cli.repl_engine import open_model, resolve_model
+
+    ref = inv.model_ref or resolve_model(inv.model)
+    options = options_from_args(args)
+    with open_model(ref, trust_remote_code=args.trust_remote_code) as loaded:
+        answer = ask_once(loaded, messages_for(prompt, args.system), options, args)
+    if args.json:
+        _print_json_line(answer.to_json())
+    return 0
+
+
+def ask_once(
+    loaded: Any,
+    messages: list[dict[str, Any]],
+    options: dict[str, object],
+    args: argparse.Namespace,
+) -> Any:
+    """Stream one answer to the terminal (or collect it for --json); raise its error if any."""
+    from mlxd.cli.repl_engine import drain
+    from mlxd.cli.stream_render import Answer, Renderer, check_finish
+
+    renderer = Renderer(
+        Answer(model=loaded.name),
+        stream=not args.no_stream and not args.json,
+        quiet=args.json,
+        show_reasoning=not args.hide_reasoning,
+    )
+    stream = loaded.ask(messages, options, template_kwargs_from(args.no_think))
+    try:
+        renderer.consume(stream)
+    except BaseException:
+        # Ctrl-C, a closed pipe or an error: stop generating before the engine closes.
+        stream.cancel()
+        drain(stream)
+        raise
+    check_finish(renderer.answer)
+    return renderer.answer
+
+
+def _print_json_line(obj: dict[str, Any]) -> None:
+    import json
+
+    sys.stdout.write(json.dumps(obj, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
