@@ -1,0 +1,140 @@
+"""`list_models()`: every model in the HF cache and mlxd's store, broken ones included.
+
+The server's GET /v1/models uses this too, so an entry never raises: problems land in
+`status`/`problems`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mlxd.config import store_dir
+from mlxd.store import facts
+from mlxd.store.files import file_size, model_files
+from mlxd.store.health import Problem, Severity, check
+from mlxd.store.hfcache import CachedRepo, scan_repos
+from mlxd.store.model_ref import ModelRef, Source
+from mlxd.store.resolve import store_names
+
+
+@dataclass(frozen=True, slots=True)
+class ModelEntry:
+    """One listed model. `id` is what `resolve()` accepts and what /v1/models reports."""
+
+    id: str
+    source: Source
+    path: Path
+    revision: str | None
+    size: int  # bytes of the files in the model directory
+    modified: float  # unix time of the newest file
+    kind: str  # chat / base / embedding / vision / unknown
+    quantization: str  # "4-bit g32", or the dtype when not quantized
+    context_window: int | None
+    status: str  # ok / incomplete / broken / refused
+    problems: tuple[Problem, ...] = field(default=())
+
+    @property
+    def name(self) -> str:
+        return self.id
+
+    @property
+    def created(self) -> int:
+        return int(self.modified)
+
+    def ref(self) -> ModelRef:
+        return ModelRef(name=self.id, path=self.path, source=self.source, revision=self.revision)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "source": self.source,
+            "path": str(self.path),
+            "revision": self.revision,
+            "size": self.size,
+            "modified": self.modified,
+            "kind": self.kind,
+            "quantization": self.quantization,
+            "context_window": self.context_window,
+            "status": self.status,
+            "problems": [p.to_dict() for p in self.problems],
+        }
+
+
+def list_models(pattern: str | None = None) -> list[ModelEntry]:
+    """Models whose id matches `pattern` (case-insensitive substring, or a glob with * ? [)."""
+    entries = [_hf_entry(repo) for repo in scan_repos()]
+    entries += [entry(store_dir() / name, name, "store", None) for name in store_names()]
+    return [e for e in entries if _matches(e.id, pattern)]
+
+
+def _matches(name: str, pattern: str | None) -> bool:
+    if not pattern:
+        return True
+    if any(c in pattern for c in "*?["):
+        return fnmatch.fnmatch(name.lower(), pattern.lower())
+    return pattern.lower() in name.lower()
+
+
+def _hf_entry(repo: CachedRepo) -> ModelEntry:
+    snapshot = repo.snapshot()
+    if snapshot is None:
+        status = Severity.INCOMPLETE if repo.incomplete_blobs() else Severity.BROKEN
+        problem = Problem(status, "no_snapshot", f"no snapshot downloaded for {repo.repo_id}")
+        return _bare(repo.repo_id, repo.folder, (problem,))
+    return entry(snapshot, repo.repo_id, "hf", snapshot.name)
+
+
+def entry(path: Path, name: str, source: Source, revision: str | None) -> ModelEntry:
+    """Describe one model directory for listing (headers only, never tensors)."""
+    report = check(path)
+    config = facts.read_json(path / "config.json")
+    tok_config = facts.read_json(path / "tokenizer_config.json")
+    if not config:
+        return _bare(name, path, report.problems, source, revision)
+    template = facts.chat_template(path, tok_config)
+    dtypes = [t.dtype for h in report.headers for t in h.tensors]
+    size, modified = _size_and_mtime(path)
+    return ModelEntry(
+        id=name,
+        source=source,
+        path=path,
+        revision=revision,
+        size=size,
+        modified=modified,
+        kind=facts.kind(path, config, template is not None),
+        quantization=facts.quant_label(config, facts.dtype(config, dtypes)),
+        context_window=facts.context_window(config, tok_config),
+        status=report.status,
+        problems=report.problems,
+    )
+
+
+def _bare(
+    name: str,
+    path: Path,
+    problems: tuple[Problem, ...],
+    source: Source = "hf",
+    revision: str | None = None,
+) -> ModelEntry:
+    size, modified = _size_and_mtime(path)
+    status = next((s.value for s in Severity if any(p.severity is s for p in problems)), "ok")
+    return ModelEntry(name, source, path, revision, size, modified, "unknown", "-", None,
+                      status, problems)  # fmt: skip
+
+
+def _size_and_mtime(path: Path) -> tuple[int, float]:
+    try:
+        files = model_files(path)
+    except OSError:
+        files = []
+    mtimes = [_mtime(p) for p in files] or [_mtime(path)]
+    return sum(file_size(p) for p in files), max(mtimes)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0

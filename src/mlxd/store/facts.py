@@ -1,0 +1,156 @@
+"""Facts read from a model's config and tokenizer files: kind, quantization, context
+window, chat-template capabilities. Pure functions over parsed JSON/text; never raise."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+_VISION_TYPES = {"llava", "qwen2_vl", "qwen2_5_vl", "mllama", "idefics3", "paligemma", "pixtral"}
+_EMBEDDING_TYPES = {"bert", "xlm-roberta", "roberta", "nomic_bert", "modernbert", "e5"}
+_CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "n_ctx")
+
+# Reasoning start/end markers, looked up in the vocabulary and the template.
+REASONING_MARKERS = [
+    ("<think>", "</think>"),
+    ("[THINK]", "[/THINK]"),
+    ("<seed:think>", "</seed:think>"),
+    ("<|channel|>analysis", "<|end|>"),
+]
+# Tool-call formats, most specific first: (name, any-of markers).
+TOOL_FORMATS = [
+    ("harmony", ("<|call|>", "to=functions.")),
+    ("mistral", ("[TOOL_CALLS]",)),
+    ("hermes", ("<tool_call>",)),
+    ("llama3_json", ("<|python_tag|>", "ipython")),
+]
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    """The JSON object in `path`, or {} when missing or malformed (health reports those)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def text_config(config: dict[str, Any]) -> dict[str, Any]:
+    """Multimodal configs nest the language model's settings under text_config."""
+    nested = config.get("text_config")
+    return {**nested, **config} if isinstance(nested, dict) else config
+
+
+def chat_template(root: Path, tok_config: dict[str, Any]) -> str | None:
+    """The template text from tokenizer_config.json, chat_template.jinja or .json."""
+    tpl = tok_config.get("chat_template")
+    if isinstance(tpl, list):  # named templates: [{"name": "default", "template": ...}]
+        named = {t.get("name"): t.get("template") for t in tpl if isinstance(t, dict)}
+        tpl = named.get("default") or next(iter(named.values()), None)
+    if isinstance(tpl, str) and tpl:
+        return tpl
+    try:
+        return (root / "chat_template.jinja").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        pass
+    tpl = read_json(root / "chat_template.json").get("chat_template")
+    return tpl if isinstance(tpl, str) and tpl else None
+
+
+def kind(root: Path, config: dict[str, Any], has_template: bool) -> str:
+    """chat / base / embedding / vision, as far as config and template tell."""
+    model_type = str(config.get("model_type", ""))
+    archs = " ".join(str(a) for a in config.get("architectures") or [])
+    if "vision_config" in config or model_type in _VISION_TYPES or "VL" in archs:
+        return "vision"
+    is_lm = "CausalLM" in archs or "ConditionalGeneration" in archs
+    if (
+        model_type in _EMBEDDING_TYPES
+        or (root / "modules.json").exists()
+        or (archs.endswith("Model") and not is_lm)
+    ):
+        return "embedding"
+    return "chat" if has_template else "base"
+
+
+def quantization(config: dict[str, Any]) -> dict[str, Any] | None:
+    """{"bits", "group_size", "mode"} of MLX quantization, or None."""
+    q = config.get("quantization") or config.get("quantization_config")
+    if not isinstance(q, dict):
+        return None
+    out = {k: q[k] for k in ("bits", "group_size", "mode", "quant_method") if k in q}
+    return out or None
+
+
+def dtype(config: dict[str, Any], tensor_dtypes: list[str]) -> str | None:
+    """The config's declared dtype, else the most common floating tensor dtype."""
+    declared = text_config(config).get("torch_dtype") or config.get("dtype")
+    if isinstance(declared, str):
+        return declared
+    floats = [d for d in tensor_dtypes if d in ("F32", "F16", "BF16")]
+    if not floats:
+        return None
+    common = max(set(floats), key=floats.count)
+    return {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}[common]
+
+
+def quant_label(config: dict[str, Any], dtype_name: str | None) -> str:
+    q = quantization(config)
+    if q and "bits" in q:
+        return f"{q['bits']}-bit" + (f" g{q['group_size']}" if "group_size" in q else "")
+    if q:
+        return str(q.get("quant_method", "quantized"))
+    return dtype_name or "-"
+
+
+def context_window(config: dict[str, Any], tok_config: dict[str, Any]) -> int | None:
+    cfg = text_config(config)
+    for key in _CONTEXT_KEYS:
+        value = cfg.get(key)
+        if isinstance(value, int) and value > 0:
+            return value
+    limit = tok_config.get("model_max_length")
+    return limit if isinstance(limit, int) and 0 < limit < 10**8 else None
+
+
+def special_vocab(tokenizer: dict[str, Any]) -> set[str]:
+    """Added/special token strings from a parsed tokenizer.json."""
+    added = tokenizer.get("added_tokens") or []
+    return {str(t.get("content")) for t in added if isinstance(t, dict)}
+
+
+def reasoning_markers(template: str | None, vocab: set[str]) -> list[str]:
+    found: list[str] = []
+    for start, end in REASONING_MARKERS:
+        if start in vocab or (template and start in template):
+            found += [start, end]
+    return found
+
+
+def tool_format(template: str | None, vocab: set[str]) -> str | None:
+    for name, markers in TOOL_FORMATS:
+        if any(m in vocab or (template and m in template) for m in markers):
+            return name
+    return None
+
+
+def eos_tokens(
+    config: dict[str, Any],
+    tok_config: dict[str, Any],
+    gen_config: dict[str, Any],
+    id_to_token: dict[int, str],
+) -> list[str]:
+    """EOS token strings from tokenizer_config, generation_config and config (ids mapped)."""
+    out: list[str] = []
+    eos = tok_config.get("eos_token")
+    if isinstance(eos, dict):
+        eos = eos.get("content")
+    if isinstance(eos, str):
+        out.append(eos)
+    for source in (gen_config, text_config(config)):
+        ids = source.get("eos_token_id")
+        for i in ids if isinstance(ids, list) else [ids]:
+            if isinstance(i, int):
+                out.append(id_to_token.get(i, f"<id {i}>"))
+    return list(dict.fromkeys(out))

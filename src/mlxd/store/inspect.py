@@ -1,0 +1,153 @@
+"""`describe(ref)`: everything `mlxd show` prints about one model, as a dataclass."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlxd.errors import ModelBroken
+from mlxd.store import facts
+from mlxd.store.files import file_size, model_files
+from mlxd.store.health import HealthReport, Severity, check, check_runnable
+from mlxd.store.model_ref import ModelRef
+from mlxd.store.resolve import resolve
+from mlxd.store.safetensors_meta import count_parameters
+
+
+@dataclass(frozen=True, slots=True)
+class ModelDescription:
+    ref: ModelRef
+    architecture: str | None
+    model_type: str | None
+    parameters: int | None
+    dtype: str | None
+    quantization: dict[str, Any] | None
+    context_window: int | None
+    kind: str
+    chat_template: bool
+    reasoning_markers: list[str]
+    tool_format: str | None
+    eos_tokens: list[str]
+    files: list[tuple[str, int]]
+    health: HealthReport
+    runnable: bool
+    not_runnable_reason: str | None
+    config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        return sum(size for _, size in self.files)
+
+    def to_dict(self, *, with_files: bool = True, with_config: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "name": self.ref.name,
+            "source": self.ref.source,
+            "path": str(self.ref.path),
+            "revision": self.ref.revision,
+            "architecture": self.architecture,
+            "model_type": self.model_type,
+            "parameters": self.parameters,
+            "dtype": self.dtype,
+            "quantization": self.quantization,
+            "context_window": self.context_window,
+            "kind": self.kind,
+            "chat_template": self.chat_template,
+            "reasoning_markers": self.reasoning_markers,
+            "tool_format": self.tool_format,
+            "eos_tokens": self.eos_tokens,
+            "size": self.size,
+            "health": self.health.to_dict(),
+            "runnable": self.runnable,
+            "not_runnable_reason": self.not_runnable_reason,
+        }
+        if with_files:
+            out["files"] = [{"name": n, "size": s} for n, s in self.files]
+        if with_config:
+            out["config"] = self.config
+        return out
+
+
+def describe(ref: str | ModelRef) -> ModelDescription:
+    """Resolve (if needed) and describe a model; a broken model is described, not raised."""
+    model = resolve(ref) if isinstance(ref, str) else ref
+    root = model.path
+    report = check(root)
+    config = facts.read_json(root / "config.json")
+    tok_config = facts.read_json(root / "tokenizer_config.json")
+    gen_config = facts.read_json(root / "generation_config.json")
+    tokenizer = facts.read_json(root / "tokenizer.json")
+    template = facts.chat_template(root, tok_config)
+    vocab = facts.special_vocab(tokenizer) | _vocab_markers(tokenizer)
+    id_to_token = _id_to_token(tokenizer)
+    quant = facts.quantization(config)
+    headers = list(report.headers)
+    dtypes = [t.dtype for h in headers for t in h.tensors]
+    runnable, reason = _runnable(root, report)
+    archs = config.get("architectures") or []
+    return ModelDescription(
+        ref=model,
+        architecture=str(archs[0]) if archs else config.get("model_type"),
+        model_type=config.get("model_type"),
+        parameters=count_parameters(headers, _bits(quant)) if headers else None,
+        dtype=facts.dtype(config, dtypes),
+        quantization=quant,
+        context_window=facts.context_window(config, tok_config),
+        kind=facts.kind(root, config, template is not None) if config else "unknown",
+        chat_template=template is not None,
+        reasoning_markers=facts.reasoning_markers(template, vocab),
+        tool_format=facts.tool_format(template, vocab),
+        eos_tokens=facts.eos_tokens(config, tok_config, gen_config, id_to_token),
+        files=_files(root),
+        health=report,
+        runnable=runnable,
+        not_runnable_reason=reason,
+        config=config,
+    )
+
+
+def _bits(quant: dict[str, Any] | None) -> int | None:
+    bits = (quant or {}).get("bits")
+    return bits if isinstance(bits, int) and 0 < bits <= 32 else None
+
+
+def _runnable(root: Path, report: HealthReport) -> tuple[bool, str | None]:
+    if report.ok:
+        return True, None
+    try:
+        check_runnable(root)
+    except ModelBroken as e:  # includes ModelRefused
+        return False, e.message
+    refused = [p for p in report.problems if p.severity is Severity.REFUSED]
+    return True, refused[0].message if refused else None
+
+
+def _vocab_markers(tokenizer: dict[str, Any]) -> set[str]:
+    """Marker strings present as plain vocabulary entries (some models don't mark them added)."""
+    vocab = (tokenizer.get("model") or {}).get("vocab")
+    if not isinstance(vocab, dict):
+        return set()
+    candidates = {m for pair in facts.REASONING_MARKERS for m in pair}
+    candidates |= {m for _, markers in facts.TOOL_FORMATS for m in markers}
+    return {m for m in candidates if m in vocab}
+
+
+def _id_to_token(tokenizer: dict[str, Any]) -> dict[int, str]:
+    out = {
+        int(t["id"]): str(t["content"])
+        for t in tokenizer.get("added_tokens") or []
+        if isinstance(t, dict) and isinstance(t.get("id"), int)
+    }
+    vocab = (tokenizer.get("model") or {}).get("vocab")
+    if isinstance(vocab, dict):
+        for token, i in vocab.items():
+            if isinstance(i, int):
+                out.setdefault(i, token)
+    return out
+
+
+def _files(root: Path) -> list[tuple[str, int]]:
+    try:
+        return [(p.relative_to(root).as_posix(), file_size(p)) for p in model_files(root)]
+    except OSError:
+        return []
