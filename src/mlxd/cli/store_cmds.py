@@ -1,0 +1,201 @@
+"""`mlxd list`, `show`, `health` and `rm`: thin renderers over mlxd.store."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from mlxd.cli.render import human_size, print_error, print_json
+from mlxd.errors import InvalidRequest, ModelBroken
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("list", help="list models in the HF cache and mlxd's store")
+    p.add_argument("pattern", nargs="?", help="substring or glob of model names")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("show", help="describe one model")
+    p.add_argument("model", help="org/name[@rev], short name, store name or directory")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--files", action="store_true", help="list files and sizes")
+    p.add_argument("--config", action="store_true", help="print config.json")
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("health", help="check one model, or all; non-zero exit if any is bad")
+    p.add_argument("model", nargs="?", help="model to check (default: every model)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_health)
+
+    p = sub.add_parser("rm", help="remove a model from the HF cache or mlxd's store")
+    p.add_argument("model", help="model to remove")
+    p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_rm)
+
+
+# ---- list ---------------------------------------------------------------------------
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from mlxd.store.catalog import list_models
+
+    entries = list_models(args.pattern)
+    if args.json:
+        print_json([e.to_dict() for e in entries])
+        return 0
+    header = ["NAME", "SIZE", "MODIFIED", "KIND", "QUANT", "CONTEXT", "HEALTH"]
+    rows = [
+        [
+            e.id if e.source != "store" else f"{e.id} (store)",
+            human_size(e.size),
+            _ago(e.modified),
+            e.kind,
+            e.quantization,
+            str(e.context_window or "-"),
+            e.status,
+        ]
+        for e in entries
+    ]
+    if not rows:
+        print("no models; try `mlxd pull ORG/NAME` or `mlxd import FILE.gguf`", file=sys.stderr)
+        return 0
+    _table(header, rows)
+    return 0
+
+
+def _ago(ts: float) -> str:
+    seconds = max(0.0, time.time() - ts)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit} ago"
+    return "just now"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> None:
+    """A rich table on a terminal; aligned plain text for pipes (stable for scripts)."""
+    if sys.stdout.isatty():
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(box=None, header_style="bold")
+        for name in header:
+            table.add_column(name, overflow="fold")
+        for row in rows:
+            style = None if row[-1] == "ok" else "red"
+            table.add_row(*row, style=style)
+        Console().print(table)
+        return
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+# ---- show ---------------------------------------------------------------------------
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from mlxd.store.inspect import describe
+
+    info = describe(args.model)
+    if args.json:
+        print_json(info.to_dict(with_files=True, with_config=args.config))
+    else:
+        _print_description(info, args.files, args.config)
+    if not info.runnable:
+        error = ModelBroken(f"{info.ref.name}: {info.not_runnable_reason}")
+        print_error(error, json_mode=args.json)
+        return ModelBroken.exit_code
+    return 0
+
+
+def _print_description(info: Any, files: bool, config: bool) -> None:
+    q = info.quantization
+    quant = (
+        f"{q.get('bits')}-bit, group {q.get('group_size')}" if q and "bits" in q else (q or "none")
+    )
+    params = f"{info.parameters:,}" if info.parameters is not None else "-"
+    lines = [
+        ("name", info.ref.name),
+        ("source", info.ref.source + (f" @ {info.ref.revision}" if info.ref.revision else "")),
+        ("path", str(info.ref.path)),
+        ("architecture", info.architecture or "-"),
+        ("kind", info.kind),
+        ("parameters", params),
+        ("dtype", info.dtype or "-"),
+        ("quantization", str(quant)),
+        ("context window", str(info.context_window or "-")),
+        ("chat template", "yes" if info.chat_template else "no"),
+        ("reasoning", " ".join(info.reasoning_markers) or "none"),
+        ("tool calls", info.tool_format or "none"),
+        ("eos tokens", " ".join(info.eos_tokens) or "-"),
+        ("size", human_size(info.size)),
+        ("health", info.health.status),
+        ("runnable", "yes" if info.runnable else f"no: {info.not_runnable_reason}"),
+    ]
+    for key, value in lines:
+        print(f"{key:<15} {value}")
+    for problem in info.health.problems:
+        print(f"  - [{problem.severity.value}] {problem.message}")
+    if files:
+        print("files:")
+        for name, size in info.files:
+            print(f"  {human_size(size):>9}  {name}")
+    if config:
+        import json
+
+        print("config:")
+        print(json.dumps(info.config, indent=2))
+
+
+# ---- health -------------------------------------------------------------------------
+
+
+def cmd_health(args: argparse.Namespace) -> int:
+    from mlxd.store.catalog import list_models
+    from mlxd.store.health import check
+    from mlxd.store.resolve import resolve
+
+    if args.model:
+        ref = resolve(args.model)
+        results = [(ref.name, check(ref.path))]
+    else:
+        results = [(e.id, check(e.path)) for e in list_models()]
+    bad = [name for name, report in results if not report.ok]
+    if args.json:
+        print_json([{"name": n, "path": str(r.path)} | r.to_dict() for n, r in results])
+    else:
+        for name, report in results:
+            print(f"{report.status:<10} {name}")
+            for problem in report.problems:
+                print(f"  - [{problem.severity.value}] {problem.message}")
+    if bad:
+        msg = f"{len(bad)} of {len(results)} model(s) unhealthy: {', '.join(bad)}"
+        print_error(ModelBroken(msg), json_mode=args.json)
+        return ModelBroken.exit_code
+    return 0
+
+
+# ---- rm -----------------------------------------------------------------------------
+
+
+def cmd_rm(args: argparse.Namespace) -> int:
+    from mlxd.store.remove import execute, plan_removal
+
+    plan = plan_removal(args.model)
+    what = plan.name + (f"@{plan.revision}" if plan.revision else "")
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise InvalidRequest(f"refusing to remove {what} without --yes (not a terminal)")
+        answer = input(f"Remove {what} ({human_size(plan.size)}, {plan.folder})? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("aborted", file=sys.stderr)
+            return 1
+    execute(plan)
+    if args.json:
+        print_json({"removed": plan.to_dict()})
+    else:
+        print(f"removed {what} ({human_size(plan.size)})")
+    return 0
