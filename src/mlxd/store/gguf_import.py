@@ -1,0 +1,178 @@
+"""`import_gguf`: turn a llama GGUF file into an MLX checkpoint in mlxd's store, atomically.
+
+Everything is read and validated before the first byte is written; files are written into a
+hidden temp dir inside the store and renamed into place, so an interrupted or failed import
+never leaves a half model under a real name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from mlxd import config
+from mlxd.errors import InvalidRequest, MlxdError
+from mlxd.store.gguf_config import hf_config, read_hparams
+from mlxd.store.gguf_reader import open_gguf
+from mlxd.store.gguf_tokenizer import build_tokenizer
+from mlxd.store.gguf_weights import DTYPES, ProgressFn, plan_weights, write_safetensors
+
+# Bumped when the produced checkpoint changes, so the default model is re-imported.
+IMPORT_FORMAT = 1
+TMP_PREFIX = ".import-"
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+@dataclass(frozen=True, slots=True)
+class ImportResult:
+    name: str
+    path: Path
+    source: Path
+    dtype: str
+    parameters: int
+    bytes: int
+    seconds: float
+    context_window: int
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"path": str(self.path), "source": str(self.source)}
+
+
+def slugify(text: str) -> str:
+    """'Smollm2 135M Instruct' -> 'smollm2-135m-instruct' (store-safe, lowercase)."""
+    slug = re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-.")
+    return re.sub(r"\.{2,}", ".", slug)[:100].strip("-.") or "model"
+
+
+def check_name(name: str) -> str:
+    """A store entry name: one path segment of letters, digits, '.', '_' or '-'."""
+    if not _NAME_RE.fullmatch(name) or ".." in name:
+        raise InvalidRequest(
+            f"invalid model name {name!r}: use letters, digits, '.', '_' and '-' (max 100)",
+            param="name",
+        )
+    return name
+
+
+def import_gguf(
+    source: Path,
+    name: str | None = None,
+    *,
+    dtype: str = "float32",
+    store: Path | None = None,
+    replace: bool = False,
+    progress: ProgressFn | None = None,
+) -> ImportResult:
+    """Import `source` as store entry `name` (default: slug of GGUF general.name).
+
+    Raises ModelNotFound (no file), ModelBroken (corrupt/unsupported GGUF), InvalidRequest
+    (bad name/dtype, or the entry exists and `replace` is false).
+    """
+    started = time.monotonic()
+    if dtype not in DTYPES:
+        raise InvalidRequest(f"unsupported dtype {dtype!r}: choose {', '.join(DTYPES)}")
+    if name is not None:
+        check_name(name)
+    source = Path(source).expanduser()
+    gguf = open_gguf(source)
+    hp = read_hparams(gguf)
+    plans = plan_weights(gguf, hp)
+    tokenizer = build_tokenizer(gguf, hp)
+    name = name or slugify(str(gguf.metadata.get("general.name") or source.stem))
+    store = Path(store) if store is not None else config.store_dir()
+    target = store / name
+    if target.exists() and not replace:
+        raise InvalidRequest(
+            f"model {name!r} already exists in the store: pass --force to replace it "
+            "or --name to choose another name",
+            param="name",
+        )
+    n_params = sum(p.source.n_elements for p in plans)
+    store.mkdir(parents=True, exist_ok=True)
+    _check_space(store, n_params * DTYPES[dtype][1])
+    _remove_stale_temps(store)
+
+    model_config = hf_config(hp, dtype, tokenizer.special_ids)
+    model_config["mlxd_import"] = {
+        "format": IMPORT_FORMAT,
+        "source": source.name,
+        "gguf_name": gguf.metadata.get("general.name"),
+        "gguf_file_type": gguf.metadata.get("general.file_type"),
+    }
+    tmp = store / f"{TMP_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        tmp.mkdir()
+        size = write_safetensors(tmp / "model.safetensors", plans, dtype, progress)
+        _write_json(tmp / "config.json", model_config)
+        _write_json(tmp / "tokenizer_config.json", tokenizer.tokenizer_config)
+        _write_json(tmp / "generation_config.json", tokenizer.special_ids)
+        (tmp / "tokenizer.json").write_text(tokenizer.tokenizer_json, encoding="utf-8")
+        _install(tmp, target, replace)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return ImportResult(
+        name=name,
+        path=target,
+        source=source,
+        dtype=dtype,
+        parameters=n_params,
+        bytes=size,
+        seconds=round(time.monotonic() - started, 3),
+        context_window=hp.context_length,
+        warnings=tuple(tokenizer.warnings),
+    )
+
+
+def _install(tmp: Path, target: Path, replace: bool) -> None:
+    """rename(2) into place; a directory rename never overwrites a non-empty target."""
+    old = None
+    if replace and target.exists():
+        old = target.with_name(f"{TMP_PREFIX}old-{os.getpid()}-{secrets.token_hex(4)}")
+        target.rename(old)
+    try:
+        tmp.rename(target)
+    except OSError as e:
+        if old is not None:
+            old.rename(target)
+        raise InvalidRequest(f"model {target.name!r} appeared in the store meanwhile") from e
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _check_space(store: Path, needed: int) -> None:
+    free = shutil.disk_usage(store).free
+    if free < needed * 1.05:
+        raise MlxdError(
+            f"not enough disk space in {store}: the import needs {needed / 1e9:.2f} GB, "
+            f"{free / 1e9:.2f} GB free"
+        )
+
+
+def _remove_stale_temps(store: Path) -> None:
+    """Temp dirs left by imports that were killed (their process is gone)."""
+    for entry in store.glob(f"{TMP_PREFIX}*"):
+        pid = entry.name.removeprefix(TMP_PREFIX).removeprefix("old-").split("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    path.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
