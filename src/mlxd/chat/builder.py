@@ -1,0 +1,158 @@
+"""Turn OpenAI-shaped messages (or a raw prompt) into token ids through the model's template.
+
+The chat template renders in mlxd.chat.template's sandbox with time and size budgets. A model
+without a chat template uses the fallback format below (documented in docs/usage/chat-layer.md):
+
+    System: <system text>
+
+    User: <user text>
+
+    Assistant: <assistant text>
+
+    Tool (<tool_call_id>): <tool result>
+
+    Assistant:
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from mlxd.chat.formats import detect_reasoning
+from mlxd.chat.messages import check_template_kwargs, normalize_messages, normalize_tools
+from mlxd.chat.template import render_template
+from mlxd.errors import InvalidRequest, TemplateError
+
+_SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "pad_token")
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltPrompt:
+    """A rendered prompt: the ids the engine prefills and the text they came from.
+
+    reasoning_open: the prompt ends inside an open reasoning block (e.g. a template that
+    appends "<think>\\n"), so the output starts in reasoning.
+    """
+
+    token_ids: list[int]
+    text: str
+    reasoning_open: bool = False
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.token_ids)
+
+
+def build_chat_prompt(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None = None,
+    template_kwargs: dict[str, Any] | None = None,
+) -> BuiltPrompt:
+    """Validate, render and tokenize a chat request.
+
+    Raises InvalidRequest(param="messages[...]") for malformed input, TemplateError when the
+    template raises, escapes the sandbox or exceeds its budget.
+    """
+    msgs = normalize_messages(messages)
+    tool_list = normalize_tools(tools)
+    kwargs = check_template_kwargs(template_kwargs)
+    text = render_chat_text(tokenizer, msgs, tool_list, kwargs)
+    ids = _encode(tokenizer, text, add_special_tokens=False)
+    return BuiltPrompt(token_ids=ids, text=text, reasoning_open=_ends_in_reasoning(tokenizer, text))
+
+
+def build_text_prompt(tokenizer: Any, prompt: str) -> BuiltPrompt:
+    """Tokenize a raw completion prompt, adding BOS only if the tokenizer wants it (once)."""
+    if not isinstance(prompt, str):
+        raise InvalidRequest("prompt must be a string", param="prompt")
+    bos = getattr(tokenizer, "bos_token", None)
+    has_bos = isinstance(bos, str) and bool(bos) and prompt.startswith(bos)
+    ids = _encode(tokenizer, prompt, add_special_tokens=not has_bos)
+    if not ids:
+        raise InvalidRequest("prompt is empty", param="prompt")
+    return BuiltPrompt(token_ids=ids, text=prompt, reasoning_open=False)
+
+
+def render_chat_text(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    template_kwargs: dict[str, Any],
+) -> str:
+    """The prompt text for already-normalized messages (template, mlx-lm renderer or fallback)."""
+    renderer = getattr(tokenizer, "_chat_template", None)
+    if callable(renderer):
+        # mlx-lm's own Python renderers (mlx_lm.chat_templates): library code, not model code.
+        return str(
+            tokenizer.apply_chat_template(
+                messages,
+                tools=tools,
+                add_generation_prompt=True,
+                tokenize=False,
+                **template_kwargs,
+            )
+        )
+    source = _template_source(tokenizer)
+    if source is None:
+        return fallback_prompt(messages, tools)
+    context: dict[str, Any] = {
+        **_special_tokens(tokenizer),
+        **template_kwargs,
+        "messages": messages,
+        "tools": tools,
+        "add_generation_prompt": True,
+    }
+    text = render_template(source, context)
+    if not text:
+        raise TemplateError("chat template rendered an empty prompt")
+    return text
+
+
+def fallback_prompt(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
+    """The documented plain format for models without a chat template."""
+    blocks = []
+    if tools:
+        specs = "\n".join(json.dumps(t["function"], ensure_ascii=False) for t in tools)
+        blocks.append(f'Tools (reply with JSON {{"name": ..., "arguments": ...}}):\n{specs}')
+    for m in messages:
+        role = m["role"]
+        text = m["content"]
+        if m.get("tool_calls"):
+            calls = [tc["function"] for tc in m["tool_calls"]]
+            text = (text + "\n" if text else "") + json.dumps(calls, ensure_ascii=False)
+        label = f"Tool ({m['tool_call_id']})" if role == "tool" else role.capitalize()
+        blocks.append(f"{label}: {text}")
+    blocks.append("Assistant:")
+    return "\n\n".join(blocks)
+
+
+def _template_source(tokenizer: Any) -> str | None:
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, dict):  # named templates: HF picks "default" (or "tool_use")
+        template = template.get("default") or next(iter(template.values()), None)
+    return template if isinstance(template, str) and template.strip() else None
+
+
+def _special_tokens(tokenizer: Any) -> dict[str, str]:
+    out = {}
+    for name in _SPECIAL_TOKEN_NAMES:
+        value = getattr(tokenizer, name, None)
+        if isinstance(value, str):
+            out[name] = value
+    return out
+
+
+def _encode(tokenizer: Any, text: str, *, add_special_tokens: bool) -> list[int]:
+    return [int(t) for t in tokenizer.encode(text, add_special_tokens=add_special_tokens)]
+
+
+def _ends_in_reasoning(tokenizer: Any, text: str) -> bool:
+    markers = detect_reasoning(tokenizer)
+    if markers is None:
+        return False
+    start, end = markers
+    opened = text.rfind(start)
+    return opened >= 0 and text.find(end, opened) < 0 and not text[opened + len(start) :].strip()

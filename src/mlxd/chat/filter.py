@@ -1,0 +1,106 @@
+"""StreamFilter: engine token ids in, chat events out, for one request.
+
+Detokenizes with mlx-lm's streaming detokenizer (tokenizer.detokenizer: UTF-8 safe across token
+boundaries) and hands the text to the pure OutputParser (stop strings, reasoning, tool calls).
+No I/O and no mlx: the caller drives it and cancels the engine request when `stopped`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from mlxd.chat.formats import detect_formats
+from mlxd.chat.parser import OutputParser
+from mlxd.types import (
+    ChatEvent,
+    Finish,
+    FinishEvent,
+    FinishReason,
+    TextDelta,
+    TokenLogprob,
+)
+
+
+class StreamFilter:
+    """Per-request cursor over shared, immutable format detection.
+
+    tools: truthy enables tool-call parsing (a list of tool schemas is passed to mlx-lm
+    parsers that need it). reasoning: "auto" (detect from vocab/template), None (no split)
+    or a (start, end) marker pair.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        stop: Sequence[str] = (),
+        reasoning_open: bool = False,
+        tools: bool | list[dict[str, Any]] = False,
+        reasoning: object = "auto",
+    ) -> None:
+        schemas = tools if isinstance(tools, list) else None
+        formats = detect_formats(tokenizer, reasoning=reasoning, tools=schemas)
+        self.parser = OutputParser(
+            formats, stop=stop, reasoning_open=reasoning_open, tools=bool(tools)
+        )
+        self._detok = tokenizer.detokenizer
+        # EOS ids end the answer; their text ("<|im_end|>") is not part of it.
+        self._skip = frozenset(getattr(tokenizer, "eos_token_ids", ()) or ())
+        self._logprobs: list[TokenLogprob] = []
+        self._finished = False
+
+    @property
+    def stopped(self) -> bool:
+        """A stop string matched: later tokens are ignored; cancel the engine request."""
+        return self.parser.stopped
+
+    def feed(
+        self, token_ids: Sequence[int], logprobs: Sequence[TokenLogprob] = ()
+    ) -> list[ChatEvent]:
+        if self.stopped or self._finished:
+            return []
+        for token in token_ids:
+            if token not in self._skip:
+                self._detok.add_token(int(token))
+        self._logprobs.extend(logprobs)
+        return self._attach(self.parser.feed(self._detok.last_segment))
+
+    def finish(self, event: FinishEvent) -> list[ChatEvent]:
+        """Flush held-back text, close open blocks, and end with exactly one Finish."""
+        if self._finished:
+            return []
+        self._finished = True
+        events: list[ChatEvent] = []
+        if not self.stopped:
+            self._detok.finalize()
+            events += self.parser.feed(self._detok.last_segment)
+        events += self.parser.flush()
+        events = self._attach(events)
+        events.append(
+            Finish(
+                reason=self._reason(event.reason),
+                usage=event.usage,
+                timings=event.timings,
+                error=event.error,
+                error_code=event.error_code,
+            )
+        )
+        return events
+
+    def _reason(self, engine_reason: FinishReason) -> FinishReason:
+        if self.stopped:
+            return FinishReason.STOP  # the caller cancelled the engine because a stop matched
+        if engine_reason == FinishReason.STOP and self.parser.tool_calls:
+            return FinishReason.TOOL_CALLS
+        return engine_reason
+
+    def _attach(self, events: list[ChatEvent]) -> list[ChatEvent]:
+        """Give pending token logprobs to the first text delta (the text they produced)."""
+        if not self._logprobs:
+            return events
+        for i, ev in enumerate(events):
+            if isinstance(ev, TextDelta):
+                events[i] = TextDelta(ev.text, ev.logprobs + tuple(self._logprobs))
+                self._logprobs = []
+                break
+        return events

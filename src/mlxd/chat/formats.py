@@ -1,0 +1,204 @@
+"""Which reasoning markers and tool-call format a model speaks, read from its tokenizer.
+
+Detection looks only at the vocabulary and the chat template text (never the model's
+directory name). Tool formats reuse mlx_lm.tool_parsers where one fits: when mlx-lm inferred
+a parser for the tokenizer (qwen3_coder, gemma, glm, ...), we use its start/end markers and
+its parse function; Hermes, Llama 3 JSON and Mistral are parsed here because mlx-lm's
+json_tools parser requires a template spelling ("tool_call.name") many templates lack.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from mlxd.errors import InvalidRequest
+
+THINK = ("<think>", "</think>")
+HARMONY_MARKERS = ("<|channel|>", "<|message|>")
+
+Parser = Callable[[str], list[dict[str, Any]]]  # raises ValueError when the text is no call
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFormat:
+    """How tool calls look in the output. A None `end` means the call runs to the output's end."""
+
+    name: str
+    start: str
+    end: str | None
+    parse: Parser
+    json_at_start: bool = False  # Llama 3: a bare JSON object as the whole answer is a call
+
+
+@dataclass(frozen=True, slots=True)
+class Formats:
+    reasoning: tuple[str, str] | None  # (start, end) markers, None: no reasoning split
+    harmony: bool  # GPT-OSS harmony channels (its own reasoning and tool syntax)
+    tool: ToolFormat | None
+
+
+def detect_formats(
+    tokenizer: Any,
+    reasoning: object = "auto",
+    tools: list[dict[str, Any]] | None = None,
+) -> Formats:
+    """Detect formats; `reasoning` is "auto", None (no split) or explicit (start, end)."""
+    vocab = _vocab(tokenizer)
+    template = _template_text(tokenizer)
+    harmony = all(m in vocab for m in HARMONY_MARKERS)
+    markers: tuple[str, str] | None
+    if reasoning == "auto":
+        markers = None if harmony else detect_reasoning(tokenizer, vocab, template)
+    elif reasoning is None:
+        markers = None
+    else:
+        markers = _explicit_markers(reasoning)
+    tool = None if harmony else detect_tool_format(tokenizer, vocab, template, tools)
+    return Formats(reasoning=markers, harmony=harmony and reasoning == "auto", tool=tool)
+
+
+def detect_reasoning(
+    tokenizer: Any, vocab: dict[str, int] | None = None, template: str | None = None
+) -> tuple[str, str] | None:
+    """Think markers: mlx-lm's inference from the vocabulary, else <think> in vocab/template."""
+    start = getattr(tokenizer, "think_start", None) if _is_wrapper(tokenizer) else None
+    end = getattr(tokenizer, "think_end", None) if _is_wrapper(tokenizer) else None
+    if isinstance(start, str) and isinstance(end, str):
+        return (start, end)
+    vocab = _vocab(tokenizer) if vocab is None else vocab
+    template = _template_text(tokenizer) if template is None else template
+    if all(m in vocab for m in THINK) or all(m in template for m in THINK):
+        return THINK
+    return None
+
+
+def detect_tool_format(
+    tokenizer: Any,
+    vocab: dict[str, int],
+    template: str,
+    tools: list[dict[str, Any]] | None = None,
+) -> ToolFormat | None:
+    start = getattr(tokenizer, "tool_call_start", None) if _is_wrapper(tokenizer) else None
+    mlx_parser = getattr(tokenizer, "tool_parser", None) if _is_wrapper(tokenizer) else None
+    if isinstance(start, str) and start and mlx_parser is not None and start != "<tool_call>":
+        end = getattr(tokenizer, "tool_call_end", None) or None
+        return ToolFormat("mlx_lm", start, end, _wrap_mlx_parser(mlx_parser, tools))
+    if _mentions(vocab, template, "<tool_call>"):
+        if "<function=" in template and start == "<tool_call>" and mlx_parser is not None:
+            return ToolFormat(
+                "qwen3_coder", "<tool_call>", "</tool_call>", _wrap_mlx_parser(mlx_parser, tools)
+            )
+        return HERMES
+    if _mentions(vocab, template, "[TOOL_CALLS]"):
+        return MISTRAL
+    if "<|python_tag|>" in vocab or ('"parameters"' in template and "<|eot_id|>" in vocab):
+        return LLAMA3
+    return None
+
+
+# ---- parsers ---------------------------------------------------------------------------
+
+
+def parse_json_call(text: str) -> list[dict[str, Any]]:
+    """One {"name": ..., "arguments"|"parameters": {...}} object, or a list of them."""
+    try:
+        payload = json.loads(text.strip())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"tool call is not valid JSON: {e.msg}") from None
+    items = payload if isinstance(payload, list) else [payload]
+    if not items:
+        raise ValueError("empty tool call list")
+    return [_call_from_object(item) for item in items]
+
+
+def parse_mistral(text: str) -> list[dict[str, Any]]:
+    from mlx_lm.tool_parsers import mistral  # mlx-lm's parser handles both Mistral spellings
+
+    result = mistral.parse_tool_call(text.strip())
+    return [_call_from_object(c) for c in (result if isinstance(result, list) else [result])]
+
+
+def parse_llama3(text: str) -> list[dict[str, Any]]:
+    # Llama 3.1 may separate several calls with ';'.
+    body = text.strip()
+    try:
+        return parse_json_call(body)
+    except ValueError:
+        parts = [p for p in body.split(";") if p.strip()]
+        if len(parts) < 2:
+            raise
+        return [c for p in parts for c in parse_json_call(p)]
+
+
+def _call_from_object(item: object) -> dict[str, Any]:
+    if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+        raise ValueError("tool call needs a string 'name'")
+    args = item.get("arguments", item.get("parameters", {}))
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except json.JSONDecodeError:
+            raise ValueError("tool call arguments are not JSON") from None
+    if not isinstance(args, dict):
+        raise ValueError("tool call arguments must be an object")
+    call: dict[str, Any] = {"name": item["name"], "arguments": args}
+    if isinstance(item.get("id"), str):
+        call["id"] = item["id"]
+    return call
+
+
+def _wrap_mlx_parser(parser: Any, tools: list[dict[str, Any]] | None) -> Parser:
+    def parse(text: str) -> list[dict[str, Any]]:
+        try:
+            result = parser(text, tools)
+        except Exception as e:  # mlx-lm parsers raise assorted errors on bad text
+            raise ValueError(f"tool call did not parse: {e}") from None
+        return [_call_from_object(c) for c in (result if isinstance(result, list) else [result])]
+
+    return parse
+
+
+HERMES = ToolFormat("hermes", "<tool_call>", "</tool_call>", parse_json_call)
+MISTRAL = ToolFormat("mistral", "[TOOL_CALLS]", None, parse_mistral)
+LLAMA3 = ToolFormat("llama3", "<|python_tag|>", None, parse_llama3, json_at_start=True)
+
+
+# ---- tokenizer access ------------------------------------------------------------------
+
+
+def _is_wrapper(tokenizer: Any) -> bool:
+    return hasattr(type(tokenizer), "detokenizer")
+
+
+def _vocab(tokenizer: Any) -> dict[str, int]:
+    try:
+        vocab = tokenizer.get_vocab()
+    except Exception:  # a tokenizer without get_vocab: detection falls back to the template
+        return {}
+    return vocab if isinstance(vocab, dict) else {}
+
+
+def _template_text(tokenizer: Any) -> str:
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, dict):
+        template = template.get("default") or next(iter(template.values()), None)
+    return template if isinstance(template, str) else ""
+
+
+def _mentions(vocab: dict[str, int], template: str, marker: str) -> bool:
+    return marker in vocab or marker in template
+
+
+def _explicit_markers(reasoning: object) -> tuple[str, str]:
+    if (
+        isinstance(reasoning, tuple | list)
+        and len(reasoning) == 2
+        and all(isinstance(m, str) and m for m in reasoning)
+    ):
+        return (reasoning[0], reasoning[1])
+    raise InvalidRequest(
+        "reasoning markers must be a (start, end) pair of non-empty strings", param="reasoning"
+    )

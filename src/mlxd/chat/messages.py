@@ -1,0 +1,154 @@
+"""Validate OpenAI-shaped messages and tools, and normalize them for chat templates.
+
+Content parts are joined into one string (templates differ in what they accept; every
+template accepts a string), tool-call arguments become objects (HF templates apply `tojson`
+to them), and `developer` becomes `system` (few templates know the developer role).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from mlxd.errors import InvalidRequest
+
+ROLES = ("system", "developer", "user", "assistant", "tool")
+
+# chat_template_kwargs a request may set: switches templates read, never ones that rename
+# the template or change tokenization (chat_template, tokenize, add_special_tokens, ...).
+TEMPLATE_KWARGS_ALLOWED = frozenset(
+    {"enable_thinking", "thinking", "reasoning_effort", "thinking_budget", "reasoning"}
+)
+
+
+def normalize_messages(messages: object) -> list[dict[str, Any]]:
+    """Return template-ready copies of `messages`; raise InvalidRequest(param=...) if malformed."""
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequest("messages must be a non-empty list", param="messages")
+    return [_message(m, f"messages[{i}]") for i, m in enumerate(messages)]
+
+
+def normalize_tools(tools: object) -> list[dict[str, Any]] | None:
+    """Validate OpenAI function tools; None or [] means no tools."""
+    if tools is None:
+        return None
+    if not isinstance(tools, list):
+        raise InvalidRequest("tools must be a list", param="tools")
+    out = []
+    for i, tool in enumerate(tools):
+        where = f"tools[{i}]"
+        if not isinstance(tool, Mapping) or tool.get("type", "function") != "function":
+            raise InvalidRequest("each tool must be {'type': 'function', ...}", param=where)
+        fn = tool.get("function")
+        if not isinstance(fn, Mapping) or not _is_name(fn.get("name")):
+            raise InvalidRequest("tool function needs a non-empty string name", param=where)
+        params = fn.get("parameters", {})
+        if not isinstance(params, Mapping):
+            raise InvalidRequest("tool parameters must be a JSON schema object", param=where)
+        desc = fn.get("description")
+        if desc is not None and not isinstance(desc, str):
+            raise InvalidRequest("tool description must be a string", param=where)
+        out.append({"type": "function", "function": dict(fn)})
+    return out or None
+
+
+def check_template_kwargs(kwargs: object) -> dict[str, Any]:
+    """Allow-listed chat_template_kwargs with JSON scalar values; others are InvalidRequest."""
+    if kwargs is None:
+        return {}
+    if not isinstance(kwargs, Mapping):
+        raise InvalidRequest("chat_template_kwargs must be an object", param="chat_template_kwargs")
+    for key, value in kwargs.items():
+        if key not in TEMPLATE_KWARGS_ALLOWED:
+            allowed = ", ".join(sorted(TEMPLATE_KWARGS_ALLOWED))
+            raise InvalidRequest(
+                f"chat_template_kwargs {key!r} is not allowed (allowed: {allowed})",
+                param=f"chat_template_kwargs.{key}",
+            )
+        if value is not None and not isinstance(value, bool | int | float | str):
+            raise InvalidRequest(
+                f"chat_template_kwargs {key!r} must be a string, number or boolean",
+                param=f"chat_template_kwargs.{key}",
+            )
+    return dict(kwargs)
+
+
+def _message(m: object, where: str) -> dict[str, Any]:
+    if not isinstance(m, Mapping):
+        raise InvalidRequest("each message must be an object", param=where)
+    role = m.get("role")
+    if role not in ROLES:
+        raise InvalidRequest(f"role must be one of {', '.join(ROLES)}", param=f"{where}.role")
+    out: dict[str, Any] = {"role": "system" if role == "developer" else role}
+    content = _content(m.get("content"), f"{where}.content")
+    tool_calls = m.get("tool_calls")
+    if tool_calls is not None and role != "assistant":
+        raise InvalidRequest("only assistant messages carry tool_calls", param=f"{where}")
+    if tool_calls:
+        out["tool_calls"] = _tool_calls(tool_calls, f"{where}.tool_calls")
+    if content is None and not (role == "assistant" and tool_calls):
+        raise InvalidRequest("message content is required", param=f"{where}.content")
+    out["content"] = content if content is not None else ""
+    if role == "tool":
+        tcid = m.get("tool_call_id")
+        if not isinstance(tcid, str) or not tcid:
+            raise InvalidRequest("tool messages need a tool_call_id", param=f"{where}.tool_call_id")
+        out["tool_call_id"] = tcid
+    name = m.get("name")
+    if name is not None:
+        if not isinstance(name, str):
+            raise InvalidRequest("name must be a string", param=f"{where}.name")
+        out["name"] = name
+    return out
+
+
+def _content(content: object, where: str) -> str | None:
+    if content is None or isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise InvalidRequest("content must be a string or a list of parts", param=where)
+    texts = []
+    for j, part in enumerate(content):
+        if not isinstance(part, Mapping) or part.get("type") != "text":
+            raise InvalidRequest("only text content parts are supported", param=f"{where}[{j}]")
+        text = part.get("text")
+        if not isinstance(text, str):
+            raise InvalidRequest("text part needs a string 'text'", param=f"{where}[{j}].text")
+        texts.append(text)
+    return "\n".join(texts)
+
+
+def _tool_calls(calls: object, where: str) -> list[dict[str, Any]]:
+    if not isinstance(calls, list):
+        raise InvalidRequest("tool_calls must be a list", param=where)
+    out = []
+    for j, call in enumerate(calls):
+        here = f"{where}[{j}]"
+        fn = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(fn, Mapping) or not _is_name(fn.get("name")):
+            raise InvalidRequest("tool call needs function.name", param=here)
+        args = fn.get("arguments", {})
+        if isinstance(args, str):
+            try:
+                args = json.loads(args) if args.strip() else {}
+            except json.JSONDecodeError:
+                raise InvalidRequest(
+                    "tool call arguments must be a JSON object", param=f"{here}.function.arguments"
+                ) from None
+        if not isinstance(args, Mapping):
+            raise InvalidRequest(
+                "tool call arguments must be a JSON object", param=f"{here}.function.arguments"
+            )
+        entry: dict[str, Any] = {
+            "type": "function",
+            "function": {"name": fn["name"], "arguments": dict(args)},
+        }
+        if isinstance(call.get("id"), str):
+            entry["id"] = call["id"]
+        out.append(entry)
+    return out
+
+
+def _is_name(value: object) -> bool:
+    return isinstance(value, str) and bool(value.strip())

@@ -1,0 +1,319 @@
+"""The one mapping table from option names to SamplingParams, for CLI flags and HTTP fields.
+
+`OPTIONS` lists every decoding option once: its HTTP field name, CLI flag, type, bounds, help
+and target `SamplingParams` field. The CLI generates its flags from it; the server validates its
+fields against it; `sampling_params` resolves request options, then the model's
+generation_config.json defaults, then `mlxd.config.SAMPLING_DEFAULTS`.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from mlxd.config import LIMITS, SAMPLING_DEFAULTS, setting_int
+from mlxd.errors import InvalidRequest
+from mlxd.types import SamplingParams
+
+# Option kinds: how a value is parsed and checked.
+FLOAT, INT, BOOL, SEED, LOGIT_BIAS, STOP = "float", "int", "bool", "seed", "logit_bias", "stop"
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One decoding option: `name` is the HTTP field and the key of the options dict."""
+
+    name: str
+    cli_flag: str
+    type: str  # FLOAT, INT, BOOL, SEED, LOGIT_BIAS or STOP
+    help: str
+    minimum: float | None = None
+    maximum: float | None = None
+    target: str | None = None  # SamplingParams field; None: not a SamplingParams field (stop)
+
+    @property
+    def python_type(self) -> builtins.type:
+        """The argparse `type=` for the CLI flag (stop and logit_bias take strings)."""
+        return {FLOAT: float, INT: int, SEED: int, BOOL: bool}.get(self.type, str)
+
+
+_OPTION_LIST = [
+    Option(
+        "temperature",
+        "--temperature",
+        FLOAT,
+        "sampling temperature; 0 is greedy",
+        0.0,
+        2.0,
+        "temperature",
+    ),
+    Option(
+        "top_p",
+        "--top-p",
+        FLOAT,
+        "nucleus sampling: keep the smallest set with this mass",
+        0.0,
+        1.0,
+        "top_p",
+    ),
+    Option(
+        "top_k",
+        "--top-k",
+        INT,
+        "keep the k most likely tokens (0: all)",
+        0,
+        LIMITS["top_k"],
+        "top_k",
+    ),
+    Option(
+        "min_p",
+        "--min-p",
+        FLOAT,
+        "drop tokens below min_p x the top probability",
+        0.0,
+        1.0,
+        "min_p",
+    ),
+    Option(
+        "repetition_penalty",
+        "--repetition-penalty",
+        FLOAT,
+        "penalize recently seen tokens (1: off)",
+        0.01,
+        10.0,
+        "repetition_penalty",
+    ),
+    Option(
+        "repetition_context_size",
+        "--repetition-context-size",
+        INT,
+        "how many recent tokens the repetition penalty looks at",
+        1,
+        LIMITS["repetition_context_size"],
+        "repetition_context_size",
+    ),
+    Option(
+        "presence_penalty",
+        "--presence-penalty",
+        FLOAT,
+        "penalize tokens that already appeared",
+        -2.0,
+        2.0,
+        "presence_penalty",
+    ),
+    Option(
+        "frequency_penalty",
+        "--frequency-penalty",
+        FLOAT,
+        "penalize tokens by how often they appeared",
+        -2.0,
+        2.0,
+        "frequency_penalty",
+    ),
+    Option("seed", "--seed", SEED, "random seed for reproducible sampling", 0, 2**63 - 1, "seed"),
+    Option(
+        "max_tokens",
+        "--max-tokens",
+        INT,
+        "most tokens to generate",
+        1,
+        LIMITS["max_tokens"],
+        "max_tokens",
+    ),
+    Option(
+        "logit_bias",
+        "--logit-bias",
+        LOGIT_BIAS,
+        'bias per token id, JSON {"id": bias}, bias in [-100, 100]',
+        -100.0,
+        100.0,
+        "logit_bias",
+    ),
+    Option(
+        "logprobs",
+        "--logprobs",
+        BOOL,
+        "return the log probability of each token",
+        target="logprobs",
+    ),
+    Option(
+        "top_logprobs",
+        "--top-logprobs",
+        INT,
+        "also return this many alternatives per token",
+        0,
+        LIMITS["top_logprobs"],
+        "top_logprobs",
+    ),
+    Option(
+        "ignore_eos",
+        "--ignore-eos",
+        BOOL,
+        "keep generating past end-of-sequence tokens",
+        target="ignore_eos",
+    ),
+    Option(
+        "stop",
+        "--stop",
+        STOP,
+        "stop when this string appears (repeatable); not emitted",
+        target=None,
+    ),
+]
+
+OPTIONS: dict[str, Option] = {o.name: o for o in _OPTION_LIST}
+
+# generation_config.json keys that may supply defaults (HF names equal ours for these).
+_MODEL_DEFAULT_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+
+
+def sampling_params(
+    options: Mapping[str, object],
+    model_defaults: Mapping[str, object] | None = None,
+    *,
+    vocab_size: int | None = None,
+) -> SamplingParams:
+    """Validate `options` (keys are Option names; None means unset) into SamplingParams.
+
+    Missing options fall back to `model_defaults` (generation_config.json), then
+    SAMPLING_DEFAULTS. Raises InvalidRequest(param=name) on unknown names, wrong types
+    (bools are not numbers), NaN/inf, or out-of-bounds values. `stop` is validated here
+    but returned by `stop_strings`, not in SamplingParams.
+    """
+    unknown = [k for k in options if k not in OPTIONS]
+    if unknown:
+        raise InvalidRequest(f"unknown option {unknown[0]!r}", param=unknown[0])
+    values: dict[str, object] = {}
+    for name, raw in _defaults(model_defaults).items():
+        values[name] = validate_option(OPTIONS[name], raw)
+    for name, raw in options.items():
+        if raw is None:
+            continue
+        opt = OPTIONS[name]
+        value = validate_option(opt, raw, vocab_size=vocab_size)
+        if opt.target is not None:
+            values[opt.target] = value
+    if values.get("top_logprobs") and not values.get("logprobs"):
+        values["logprobs"] = True  # asking for alternatives implies asking for logprobs
+    return SamplingParams(**values)  # type: ignore[arg-type]
+
+
+def stop_strings(options: Mapping[str, object]) -> list[str]:
+    """The validated stop strings of `options` (a string or a list of strings), maybe empty."""
+    raw = options.get("stop")
+    if raw is None:
+        return []
+    value = validate_option(OPTIONS["stop"], raw)
+    assert isinstance(value, list)
+    return value
+
+
+def validate_option(opt: Option, raw: object, *, vocab_size: int | None = None) -> object:
+    """Check one raw value against its Option; return the value in SamplingParams form."""
+    if opt.type == FLOAT:
+        return _check_bounds(opt, _as_float(opt.name, raw))
+    if opt.type in (INT, SEED):
+        return int(_check_bounds(opt, _as_int(opt.name, raw)))
+    if opt.type == BOOL:
+        if not isinstance(raw, bool):
+            raise InvalidRequest(f"{opt.name} must be true or false", param=opt.name)
+        return raw
+    if opt.type == LOGIT_BIAS:
+        return _logit_bias(opt, raw, vocab_size)
+    return _stop(opt, raw)
+
+
+def _defaults(model_defaults: Mapping[str, object] | None) -> dict[str, object]:
+    merged = dict(SAMPLING_DEFAULTS)
+    md = model_defaults or {}
+    for key in _MODEL_DEFAULT_KEYS:
+        value = md.get(key)
+        if value is not None and not isinstance(value, bool):
+            merged[key] = value
+    if md.get("do_sample") is False:
+        merged["temperature"] = 0.0  # HF semantics: do_sample false means greedy decoding
+    # A model default outside our bounds (e.g. temperature 3) must not break every request.
+    return {k: v for k, v in merged.items() if k in OPTIONS and _fits(OPTIONS[k], v)}
+
+
+def _fits(opt: Option, value: object) -> bool:
+    try:
+        validate_option(opt, value)
+    except InvalidRequest:
+        return False
+    return True
+
+
+def _as_float(name: str, raw: object) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        raise InvalidRequest(f"{name} must be a number", param=name)
+    value = float(raw)
+    if not math.isfinite(value):
+        raise InvalidRequest(f"{name} must be a finite number", param=name)
+    return value
+
+
+def _as_int(name: str, raw: object) -> int:
+    if isinstance(raw, float) and raw.is_integer():
+        raw = int(raw)  # JSON clients may send 16.0
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        raise InvalidRequest(f"{name} must be an integer", param=name)
+    return raw
+
+
+def _check_bounds(opt: Option, value: float) -> float:
+    if opt.minimum is not None and value < opt.minimum:
+        raise InvalidRequest(f"{opt.name} must be >= {_num(opt.minimum)}", param=opt.name)
+    if opt.maximum is not None and value > opt.maximum:
+        raise InvalidRequest(f"{opt.name} must be <= {_num(opt.maximum)}", param=opt.name)
+    return value
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+def _logit_bias(opt: Option, raw: object, vocab_size: int | None) -> tuple[tuple[int, float], ...]:
+    if not isinstance(raw, Mapping):
+        raise InvalidRequest("logit_bias must be an object of token id -> bias", param=opt.name)
+    if len(raw) > LIMITS["logit_bias_entries"]:
+        raise InvalidRequest(
+            f"logit_bias has more than {LIMITS['logit_bias_entries']} entries", param=opt.name
+        )
+    out: dict[int, float] = {}
+    for key, bias in raw.items():
+        token = _token_id(key)
+        if token is None or (vocab_size is not None and token >= vocab_size):
+            raise InvalidRequest(f"logit_bias key {key!r} is not a token id", param=opt.name)
+        out[token] = _check_bounds(opt, _as_float(opt.name, bias))
+    return tuple(sorted(out.items()))
+
+
+def _token_id(key: object) -> int | None:
+    if isinstance(key, bool):
+        return None
+    if isinstance(key, int):
+        return key if key >= 0 else None
+    if isinstance(key, str) and key.isdigit() and key.isascii():
+        return int(key)
+    return None
+
+
+def _stop(opt: Option, raw: object) -> list[str]:
+    items = [raw] if isinstance(raw, str) else raw
+    if not isinstance(items, list | tuple) or not all(isinstance(s, str) for s in items):
+        raise InvalidRequest("stop must be a string or a list of strings", param=opt.name)
+    limit = setting_int("max_stop_strings")
+    if len(items) > limit:
+        raise InvalidRequest(f"at most {limit} stop strings are allowed", param=opt.name)
+    for s in items:
+        if not s:
+            raise InvalidRequest("stop strings must not be empty", param=opt.name)
+        if len(s) > LIMITS["stop_string_chars"]:
+            raise InvalidRequest(
+                f"stop strings must be at most {LIMITS['stop_string_chars']} characters",
+                param=opt.name,
+            )
+    return list(dict.fromkeys(items))

@@ -1,0 +1,300 @@
+"""The pure core of the stream filter: output text in, chat events out (no tokenizer, no I/O).
+
+Two layers, each holding back only what could still become a match:
+  StopMatcher   cuts the raw text at the first stop string (never emitted).
+  OutputParser  splits the rest into text, reasoning and tool calls at markers: <think>-style
+                reasoning, a ToolFormat's start/end markers, or GPT-OSS harmony channels.
+Feeding the same text in any split gives the same events up to merging of adjacent deltas.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from mlxd.chat.formats import Formats, ToolFormat
+from mlxd.types import ChatEvent, ReasoningDelta, TextDelta, ToolCall, Warning
+
+CONTENT, REASONING, TOOL = "content", "reasoning", "tool"
+H_HEADER, H_BODY = "harmony-header", "harmony-body"
+_H_CLOSERS = ("<|end|>", "<|call|>", "<|return|>")
+_H_OPENERS = ("<|start|>", "<|channel|>")
+_H_CHANNEL = re.compile(r"<\|channel\|>\s*([A-Za-z_]+)")
+_H_RECIPIENT = re.compile(r"to=([^\s<]+)")
+
+
+def new_call_id() -> str:
+    return "call_" + uuid.uuid4().hex[:24]
+
+
+def holdback(buf: str, markers: Sequence[str]) -> int:
+    """Length of the longest suffix of `buf` that is a proper prefix of some marker."""
+    longest = max((len(m) for m in markers), default=0)
+    for k in range(min(len(buf), longest - 1), 0, -1):
+        tail = buf[-k:]
+        if any(m.startswith(tail) for m in markers):
+            return k
+    return 0
+
+
+def split_at_marker(buf: str, markers: Sequence[str]) -> tuple[str, str | None, str]:
+    """(text before the earliest marker, marker, rest), or (safe text, None, held-back tail)."""
+    best: tuple[int, str] | None = None
+    for m in markers:
+        i = buf.find(m)
+        if i >= 0 and (best is None or i < best[0] or (i == best[0] and len(m) > len(best[1]))):
+            best = (i, m)
+    if best is not None:
+        i, m = best
+        return buf[:i], m, buf[i + len(m) :]
+    keep = holdback(buf, markers)
+    return buf[: len(buf) - keep], None, buf[len(buf) - keep :]
+
+
+class StopMatcher:
+    """Cuts text at the first stop string; holds back only a possible stop-string prefix."""
+
+    def __init__(self, stop: Sequence[str] = ()) -> None:
+        self.stop = tuple(s for s in stop if s)
+        self.stopped = False
+        self._buf = ""
+
+    def feed(self, text: str) -> str:
+        """Text safe to release now ("" once stopped)."""
+        if self.stopped:
+            return ""
+        if not self.stop:
+            return text
+        self._buf += text
+        before, marker, rest = split_at_marker(self._buf, self.stop)
+        if marker is not None:
+            self.stopped = True
+            self._buf = ""
+        else:
+            self._buf = rest
+        return before
+
+    def flush(self) -> str:
+        out, self._buf = ("" if self.stopped else self._buf), ""
+        return out
+
+
+class OutputParser:
+    """Splits model output into TextDelta, ReasoningDelta, ToolCall and Warning events."""
+
+    def __init__(
+        self,
+        formats: Formats,
+        *,
+        stop: Sequence[str] = (),
+        reasoning_open: bool = False,
+        tools: bool = False,
+        new_id: Callable[[], str] = new_call_id,
+    ) -> None:
+        self.formats = formats
+        self.tool: ToolFormat | None = formats.tool if tools else None
+        self.tools_enabled = tools
+        self.stops = StopMatcher(stop)
+        self.new_id = new_id
+        self.tool_calls = 0
+        self._buf = ""
+        self._events: list[ChatEvent] = []
+        self._tool_buf = ""
+        self._tool_marker = ""
+        self._lead_ws = ""  # Llama 3 JSON: whitespace held until the first real character
+        self._at_start = True
+        if formats.harmony:
+            self.mode, self._header, self._channel, self._recipient = H_BODY, "", "final", ""
+        else:
+            open_ = reasoning_open and formats.reasoning is not None
+            self.mode = REASONING if open_ else CONTENT
+        self._strip = self.mode == REASONING  # drop whitespace right after a marker
+
+    @property
+    def stopped(self) -> bool:
+        return self.stops.stopped
+
+    def feed(self, text: str) -> list[ChatEvent]:
+        self._scan(self.stops.feed(text))
+        return self._take()
+
+    def flush(self) -> list[ChatEvent]:
+        """End of output: release held-back text and close any open tool call."""
+        self._scan(self.stops.flush())
+        rest, self._buf = self._buf, ""
+        if rest:
+            self._emit(rest)
+        self._close_open_block()
+        return self._take()
+
+    # ---- scanning ------------------------------------------------------------------------
+
+    def _scan(self, text: str) -> None:
+        self._buf += text
+        while self._buf:
+            before, marker, rest = split_at_marker(self._buf, self._markers())
+            if before:
+                self._emit(before)
+            self._buf = rest
+            if marker is None:
+                return
+            self._on_marker(marker)
+
+    def _markers(self) -> tuple[str, ...]:
+        if self.mode == H_BODY:
+            return _H_CLOSERS + _H_OPENERS
+        if self.mode == H_HEADER:
+            return ("<|message|>",)
+        if self.mode == REASONING:
+            assert self.formats.reasoning is not None
+            return (self.formats.reasoning[1],)
+        if self.mode == TOOL:
+            assert self.tool is not None
+            return (self.tool.end,) if self.tool.end else ()
+        markers = []
+        if self.formats.reasoning is not None:
+            markers.append(self.formats.reasoning[0])
+        if self.tool is not None:
+            markers.append(self.tool.start)
+        return tuple(markers)
+
+    def _on_marker(self, marker: str) -> None:
+        if self.mode in (H_BODY, H_HEADER):
+            self._on_harmony_marker(marker)
+        elif self.mode == CONTENT and self.tool is not None and marker == self.tool.start:
+            self.mode, self._tool_buf, self._at_start = TOOL, "", False
+            self._tool_marker = marker
+        elif self.mode == CONTENT:
+            self.mode, self._strip = REASONING, True
+        elif self.mode == REASONING:
+            self.mode, self._strip = CONTENT, True
+        else:  # TOOL end marker
+            self._finish_tool(terminated=True)
+
+    def _emit(self, text: str) -> None:
+        if self.mode == H_HEADER:
+            self._header += text
+            return
+        if self.mode == TOOL or (self.mode == H_BODY and self._is_harmony_tool()):
+            self._tool_buf += text
+            return
+        if self._strip:
+            text = text.lstrip()
+            if not text:
+                return
+            self._strip = False
+        if self.mode == REASONING or (self.mode == H_BODY and self._channel == "analysis"):
+            self._events.append(ReasoningDelta(text))
+        elif self.tool is not None and self.tool.json_at_start and self._at_start:
+            self._content_at_start(text)
+        else:
+            self._text(text)
+
+    def _content_at_start(self, text: str) -> None:
+        stripped = text.lstrip()
+        if not stripped:
+            self._lead_ws += text
+            return
+        self._at_start = False
+        if stripped.startswith("{"):
+            self.mode, self._tool_buf, self._lead_ws = TOOL, stripped, ""
+            self._tool_marker = ""  # a bare JSON call has no start marker to give back
+            return
+        self._text(self._lead_ws + text)
+        self._lead_ws = ""
+
+    def _text(self, text: str) -> None:
+        self._events.append(TextDelta(text))
+
+    def _take(self) -> list[ChatEvent]:
+        events, self._events = _merge(self._events), []
+        return events
+
+    # ---- tool calls ---------------------------------------------------------------------
+
+    def _close_open_block(self) -> None:
+        if self.mode == TOOL:
+            self._finish_tool(terminated=self.tool is not None and self.tool.end is None)
+        elif self.mode == H_BODY and self._is_harmony_tool():
+            self._finish_harmony_tool(closer="")
+        if self._lead_ws and not self._strip:
+            self._text(self._lead_ws)
+        self._lead_ws = ""
+
+    def _finish_tool(self, *, terminated: bool) -> None:
+        assert self.tool is not None
+        body, self._tool_buf = self._tool_buf, ""
+        self.mode, self._strip = CONTENT, True
+        try:
+            calls = self.tool.parse(body)
+        except ValueError as e:
+            raw = self._tool_marker + body
+            if terminated and self.tool.end:
+                raw += self.tool.end
+            self._events.append(Warning(f"could not parse a {self.tool.name} tool call: {e}"))
+            self._events.append(TextDelta(raw))
+            return
+        for call in calls:
+            self._add_call(call["name"], call["arguments"], call.get("id"))
+
+    def _add_call(self, name: str, arguments: Any, call_id: str | None = None) -> None:
+        args = (
+            arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+        )
+        self._events.append(ToolCall(call_id or self.new_id(), name, args, self.tool_calls))
+        self.tool_calls += 1
+
+    # ---- harmony ------------------------------------------------------------------------
+
+    def _is_harmony_tool(self) -> bool:
+        return self.tools_enabled and self._recipient.startswith("functions.")
+
+    def _on_harmony_marker(self, marker: str) -> None:
+        if self.mode == H_HEADER:  # "<|message|>": the header is complete
+            channel = _H_CHANNEL.search(self._header)
+            recipient = _H_RECIPIENT.search(self._header)
+            self._channel = channel.group(1) if channel else "final"
+            self._recipient = recipient.group(1) if recipient else ""
+            self.mode, self._header, self._tool_buf = H_BODY, "", ""
+            self._strip = False
+            return
+        if self._is_harmony_tool():
+            self._finish_harmony_tool(closer=marker)
+        self.mode, self._header = H_HEADER, (marker if marker in _H_OPENERS else "")
+        self._channel, self._recipient = "final", ""
+
+    def _finish_harmony_tool(self, closer: str) -> None:
+        name = self._recipient.removeprefix("functions.")
+        body, self._tool_buf = self._tool_buf, ""
+        try:
+            args = json.loads(body) if body.strip() else {}
+            if not isinstance(args, dict):
+                raise ValueError("arguments must be a JSON object")
+        except ValueError as e:
+            self._events.append(Warning(f"could not parse a harmony tool call to {name}: {e}"))
+            self._events.append(TextDelta(body))
+            return
+        self._add_call(name, args)
+
+
+def _merge(events: list[ChatEvent]) -> list[ChatEvent]:
+    """Join adjacent deltas of the same kind (fewer, larger events; same content)."""
+    out: list[ChatEvent] = []
+    for ev in events:
+        last = out[-1] if out else None
+        if isinstance(ev, TextDelta) and isinstance(last, TextDelta):
+            out[-1] = TextDelta(last.text + ev.text, last.logprobs + ev.logprobs)
+        elif isinstance(ev, ReasoningDelta) and isinstance(last, ReasoningDelta):
+            out[-1] = ReasoningDelta(last.text + ev.text)
+        else:
+            out.append(ev)
+    return out
+
+
+def parse_output(text: str, formats: Formats, **kwargs: Any) -> list[ChatEvent]:
+    """One-shot parse of a whole output (the reference the streaming tests compare against)."""
+    parser = OutputParser(formats, **kwargs)
+    return _merge(parser.feed(text) + parser.flush())

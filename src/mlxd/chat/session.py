@@ -1,0 +1,155 @@
+"""The one driver the server and the CLI share: build, submit, filter, cancel.
+
+start_chat / start_completion build the prompt, map options through OPTIONS to
+SamplingParams, submit one EngineRequest and return a ChatStream that pipes engine events
+through a StreamFilter. A stop-string match cancels the engine request; the stream still
+ends with exactly one Finish (reason STOP) carrying the engine's usage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any
+
+from mlxd.chat.builder import BuiltPrompt, build_chat_prompt, build_text_prompt
+from mlxd.chat.filter import StreamFilter
+from mlxd.chat.messages import normalize_tools
+from mlxd.chat.options import sampling_params, stop_strings
+from mlxd.config import SERVER_DEFAULT_MAX_TOKENS_FRACTION
+from mlxd.types import (
+    ChatEvent,
+    Finish,
+    FinishEvent,
+    FinishReason,
+    TokenEvent,
+    Usage,
+)
+
+
+class ChatStream:
+    """Chat events of one request; iterate once, sync (`for`) or async (`async for`).
+
+    Always ends with exactly one Finish. Breaking out of the iteration, or cancel(), cancels
+    the engine request.
+    """
+
+    def __init__(self, handle: Any, stream_filter: StreamFilter, prompt: BuiltPrompt) -> None:
+        self.handle = handle
+        self.filter = stream_filter
+        self.prompt = prompt
+        self._done = False
+
+    @property
+    def request_id(self) -> str:
+        return str(self.handle.request_id)
+
+    def cancel(self) -> None:
+        """Idempotent: the stream then ends with Finish(CANCELLED) (or already ended)."""
+        self.handle.cancel()
+
+    def __iter__(self) -> Iterator[ChatEvent]:
+        try:
+            for event in self.handle:
+                events = self._on_engine_event(event)
+                yield from events
+                if self._done:
+                    return
+            if not self._done:
+                yield from self._missing_finish()
+        finally:
+            if not self._done:
+                self.handle.cancel()
+
+    async def __aiter__(self) -> AsyncIterator[ChatEvent]:
+        try:
+            async for event in self.handle:
+                for chat_event in self._on_engine_event(event):
+                    yield chat_event
+                if self._done:
+                    return
+            if not self._done:
+                for chat_event in self._missing_finish():
+                    yield chat_event
+        finally:
+            if not self._done:
+                self.handle.cancel()
+
+    def _on_engine_event(self, event: object) -> list[ChatEvent]:
+        if isinstance(event, TokenEvent):
+            events = self.filter.feed(event.token_ids, event.logprobs)
+            if self.filter.stopped:
+                # Tokens after the stop are ignored; the engine's FinishEvent brings usage.
+                self.handle.cancel()
+            return events
+        assert isinstance(event, FinishEvent), f"unexpected engine event {event!r}"
+        self._done = True
+        return self.filter.finish(event)
+
+    def _missing_finish(self) -> list[ChatEvent]:
+        # The handle contract promises a FinishEvent; report a broken stream, never hang.
+        self._done = True
+        events = self.filter.finish(
+            FinishEvent(FinishReason.ERROR, Usage(), error="engine stream ended without finish")
+        )
+        assert isinstance(events[-1], Finish)
+        return events
+
+
+def start_chat(
+    engine: Any,
+    info: Any,
+    messages: list[dict[str, Any]],
+    *,
+    options: Mapping[str, object],
+    tools: list[dict[str, Any]] | None = None,
+    template_kwargs: dict[str, Any] | None = None,
+    server_defaults: bool = False,
+    reasoning: object = "auto",
+) -> ChatStream:
+    """Build the chat prompt and start generating; raises InvalidRequest/TemplateError early."""
+    tool_list = normalize_tools(tools)
+    prompt = build_chat_prompt(info.tokenizer, messages, tool_list, template_kwargs)
+    stream_filter = StreamFilter(
+        info.tokenizer,
+        stop=stop_strings(options),
+        reasoning_open=prompt.reasoning_open,
+        tools=tool_list or False,
+        reasoning=reasoning,
+    )
+    return _submit(engine, info, prompt, options, stream_filter, server_defaults)
+
+
+def start_completion(
+    engine: Any,
+    info: Any,
+    prompt: str,
+    *,
+    options: Mapping[str, object],
+    server_defaults: bool = False,
+) -> ChatStream:
+    """Raw text completion: no template, no reasoning split, no tool parsing (stops apply)."""
+    built = build_text_prompt(info.tokenizer, prompt)
+    stream_filter = StreamFilter(info.tokenizer, stop=stop_strings(options), reasoning=None)
+    return _submit(engine, info, built, options, stream_filter, server_defaults)
+
+
+def _submit(
+    engine: Any,
+    info: Any,
+    prompt: BuiltPrompt,
+    options: Mapping[str, object],
+    stream_filter: StreamFilter,
+    server_defaults: bool,
+) -> ChatStream:
+    from mlxd.engine.request import EngineRequest  # the engine package is heavy: import on use
+
+    vocab = getattr(info, "vocab_size", 0) or None
+    params = sampling_params(options, getattr(info, "generation_defaults", None), vocab_size=vocab)
+    cap = None
+    if server_defaults and params.max_tokens is None:
+        cap = max(1, int(info.context_window * SERVER_DEFAULT_MAX_TOKENS_FRACTION))
+    request = EngineRequest(
+        model=info.name, prompt_ids=prompt.token_ids, params=params, max_tokens_cap=cap
+    )
+    handle = engine.submit(request)
+    return ChatStream(handle, stream_filter, prompt)

@@ -1,0 +1,231 @@
+"""Render chat templates in a sandbox with a time and an output-size budget.
+
+Templates ship with models, so they are untrusted code. We render them ourselves (not through
+transformers' apply_chat_template) in jinja2's ImmutableSandboxedEnvironment with the globals and
+filters HF provides (raise_exception, tojson, strftime_now, namespace), and add budgets the
+sandbox lacks: every loop over `range`, attribute lookup, call, filter and string-building
+operator checks a per-render deadline and refuses results larger than the byte budget.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from datetime import datetime
+from typing import Any
+
+import jinja2
+import jinja2.ext
+from jinja2.exceptions import SecurityError, TemplateSyntaxError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.utils import Namespace
+
+from mlxd.config import setting
+from mlxd.errors import TemplateError
+
+_MAX_RANGE = 100_000  # jinja2.sandbox.MAX_RANGE: one range() may not be longer
+_MAX_POW_BITS = 4096  # `x ** y` results larger than this are refused before computing
+
+
+class _Budget(threading.local):
+    """Per-thread render budget: renders may run concurrently on server threads."""
+
+    deadline: float = float("inf")
+    max_bytes: int = 1 << 62
+    seconds: float = 0.0
+
+    def check_time(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise TemplateError(
+                f"chat template rendering exceeded its time budget ({self.seconds:g}s)"
+            )
+
+    def check_size(self, n: int) -> None:
+        if n > self.max_bytes:
+            raise TemplateError(
+                f"chat template output exceeded its size budget ({self.max_bytes} bytes)"
+            )
+
+
+_budget = _Budget()
+
+
+class _BudgetedEnvironment(ImmutableSandboxedEnvironment):
+    """The HF-compatible sandbox plus budget checks at every operation we can intercept."""
+
+    intercepted_binops = frozenset({"*", "+", "**", "%"})
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        _budget.check_time()
+        _precheck_binop(operator, left, right)
+        result = super().call_binop(context, operator, left, right)
+        _check_result(result)
+        return result
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        _budget.check_time()
+        return super().getattr(obj, attribute)
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        _budget.check_time()
+        return super().getitem(obj, argument)
+
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+        _budget.check_time()
+        if __obj is not _range:  # range() reports its own, clearer error
+            _precheck_args(args, kwargs)
+        result = super().call(__context, __obj, *args, **kwargs)
+        _check_result(result)
+        return result
+
+
+def _precheck_binop(operator: str, left: Any, right: Any) -> None:
+    if operator == "*":
+        for seq, n in ((left, right), (right, left)):
+            if isinstance(seq, str | list | tuple) and isinstance(n, int):
+                _budget.check_size(len(seq) * max(n, 0))
+    elif operator == "+" and isinstance(left, str | list) and isinstance(right, str | list):
+        _budget.check_size(len(left) + len(right))
+    elif operator == "**" and isinstance(left, int) and isinstance(right, int):
+        if right > 0 and max(left.bit_length(), 1) * right > _MAX_POW_BITS:
+            raise TemplateError("chat template arithmetic result is too large")
+
+
+def _precheck_args(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+    # A huge integer argument (center(10**9), "{:>1000000000}") would build a huge string.
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, int) and not isinstance(value, bool):
+            _budget.check_size(abs(value))
+
+
+def _check_result(result: Any) -> None:
+    if isinstance(result, str | list | tuple):
+        _budget.check_size(len(result))
+
+
+def _budgeted_filter(func: Any) -> Any:
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        _budget.check_time()
+        _precheck_args(args, kwargs)
+        result = func(*args, **kwargs)
+        _check_result(result)
+        return result
+
+    return wrapper
+
+
+def _range(*args: int) -> Iterator[int]:
+    """range() that honors the sandbox length cap and checks the deadline while looping."""
+    rng = range(*args)
+    if len(rng) > _MAX_RANGE:
+        raise TemplateError(f"chat template range() is too long (more than {_MAX_RANGE} items)")
+    for i, value in enumerate(rng):
+        if i % 256 == 0:
+            _budget.check_time()
+        yield value
+
+
+def _raise_exception(message: object) -> None:
+    raise jinja2.exceptions.TemplateError(str(message))
+
+
+def _tojson(
+    x: Any,
+    ensure_ascii: bool = False,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    # HF's tojson: no HTML escaping, optional indent (jinja's own escapes '<' and '>').
+    return json.dumps(
+        x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+class _SafeNamespace(Namespace):
+    """namespace() that refuses underscore names, as HF's TemplateNamespace does."""
+
+    def __init__(*args: Any, **kwargs: Any) -> None:  # noqa: N805
+        self, rest = args[0], args[1:]
+        attrs = dict(*rest, **kwargs)
+        if any(isinstance(k, str) and k.startswith("_") for k in attrs):
+            raise SecurityError("chat templates cannot use underscore names in namespace()")
+        Namespace.__init__(self, attrs)
+
+
+def _make_env() -> _BudgetedEnvironment:
+    env = _BudgetedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols]
+    )
+    env.filters["tojson"] = _tojson
+    env.filters = {name: _budgeted_filter(f) for name, f in env.filters.items()}
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    env.globals["namespace"] = _SafeNamespace
+    env.globals["range"] = _range
+    return env
+
+
+_ENV = _make_env()
+
+
+@functools.lru_cache(maxsize=32)
+def _compile(source: str) -> jinja2.Template:
+    try:
+        return _ENV.from_string(source)
+    except TemplateSyntaxError as e:
+        raise TemplateError(f"chat template has a syntax error: {e.message}") from None
+
+
+def render_template(
+    source: str,
+    context: Mapping[str, Any],
+    *,
+    seconds: float | None = None,
+    max_bytes: int | None = None,
+) -> str:
+    """Render `source` with `context` in the sandbox; every failure is a TemplateError.
+
+    Budgets default to the `template_seconds` and `template_bytes` settings. A template's
+    raise_exception("...") message comes back as the TemplateError message.
+    """
+    seconds = float(setting("template_seconds")) if seconds is None else seconds
+    max_bytes = int(setting("template_bytes")) if max_bytes is None else max_bytes
+    template = _compile(source)
+    _budget.seconds, _budget.max_bytes = seconds, max_bytes
+    _budget.deadline = time.monotonic() + seconds
+    try:
+        return _collect(template.generate(**context))
+    except TemplateError:
+        raise
+    except SecurityError as e:
+        raise TemplateError(f"chat template tried an unsafe operation: {e}") from None
+    except jinja2.exceptions.TemplateError as e:
+        raise TemplateError(f"chat template error: {e.message or e}") from None
+    except RecursionError:
+        raise TemplateError("chat template recursed too deeply") from None
+    except (MemoryError, OverflowError):
+        raise TemplateError("chat template output exceeded its size budget") from None
+    except Exception as e:  # the template is untrusted code: any failure is its error
+        raise TemplateError(f"chat template failed: {type(e).__name__}: {e}") from None
+    finally:
+        _budget.deadline = float("inf")
+
+
+def _collect(chunks: Iterator[str]) -> str:
+    parts: list[str] = []
+    size = 0
+    for chunk in chunks:
+        size += len(chunk)
+        _budget.check_size(size)
+        _budget.check_time()
+        parts.append(chunk)
+    return "".join(parts)
