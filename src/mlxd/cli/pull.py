@@ -1,0 +1,96 @@
+"""`mlxd pull REPO[@REV]`: preflight, download with a progress bar, verify."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+from typing import Any
+
+from mlxd.cli.render import human_size, print_error, print_json
+from mlxd.errors import MlxdError, ModelBroken
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("pull", help="download a model from the Hugging Face hub")
+    p.add_argument("repo", help="ORG/NAME or ORG/NAME@REVISION")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_pull)
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    from mlxd.store import download as D
+    from mlxd.store.health import check
+
+    repo_id, revision = D.parse_repo_ref(args.repo)  # before any network call
+    plan = D.preflight(repo_id, revision)
+    D.check_disk_space(plan)
+    path = _download_interruptibly(plan, show_bar=sys.stderr.isatty() and not args.json)
+    report = check(path)
+    result = {
+        "name": plan.repo_id,
+        "revision": plan.commit,
+        "path": str(path),
+        "files": len(plan.files),
+        "size": plan.total_bytes,
+        "health": report.to_dict(),
+    }
+    if args.json:
+        print_json(result)
+    else:
+        print(f"pulled {plan.repo_id} @ {plan.commit[:12]}: {len(plan.files)} files, "
+              f"{human_size(plan.total_bytes)} -> {path}")  # fmt: skip
+    if not report.ok:
+        raise ModelBroken(f"{plan.repo_id} downloaded but unhealthy: {report.problems[0].message}")
+    return 0
+
+
+def _download_interruptibly(plan: Any, show_bar: bool) -> Any:
+    """Run the download in a worker thread so the main thread keeps Ctrl-C: on interrupt we
+    exit 130 at once (huggingface_hub's thread pool would otherwise finish every file in
+    flight); completed files stay in the cache and the next pull skips them."""
+    from mlxd.store import download as D
+
+    outcome: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            outcome["path"] = D.download(plan)
+        except BaseException as e:  # noqa: BLE001 - handed to the main thread
+            outcome["error"] = e
+
+    worker = threading.Thread(target=work, name="mlxd-pull", daemon=True)
+    try:
+        worker.start()
+        _wait(worker, plan, show_bar)
+    except KeyboardInterrupt:
+        print_error(MlxdError(f"interrupted; run `mlxd pull {plan.repo_id}` again to resume"))
+        sys.stdout.flush()
+        os._exit(130)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["path"]
+
+
+def _wait(worker: threading.Thread, plan: Any, show_bar: bool) -> None:
+    from mlxd.store.download import downloaded_bytes
+
+    if not show_bar:
+        while worker.is_alive():
+            worker.join(0.2)
+        return
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    columns = (BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
+    with Progress(*columns, transient=True) as progress:
+        task = progress.add_task(plan.repo_id, total=plan.total_bytes or None)
+        while worker.is_alive():
+            progress.update(task, completed=min(downloaded_bytes(plan), plan.total_bytes))
+            worker.join(0.2)
