@@ -71,11 +71,20 @@ def test_json_shape() -> None:
     answer, _, _ = render(False, quiet=True)
     body = answer.to_json()
     assert set(body) >= {
-        "model", "content", "reasoning", "tool_calls", "finish_reason", "usage", "timings"
+        "model",
+        "content",
+        "reasoning",
+        "tool_calls",
+        "finish_reason",
+        "usage",
+        "timings",
     }
     assert body["finish_reason"] == "stop"
     assert body["usage"] == {
-        "prompt_tokens": 7, "completion_tokens": 5, "total_tokens": 12, "cached_tokens": 3
+        "prompt_tokens": 7,
+        "completion_tokens": 5,
+        "total_tokens": 12,
+        "cached_tokens": 3,
     }
     assert body["timings"]["decode_tokens_per_s"] == pytest.approx(4 / 0.4)
     assert body["tool_calls"][0]["function"]["name"] == "get_weather"
@@ -83,9 +92,7 @@ def test_json_shape() -> None:
 
 
 def test_error_finish_maps_to_error_class() -> None:
-    finish = Finish(
-        FinishReason.ERROR, Usage(), error="too long", error_code=ContextOverflow.code
-    )
+    finish = Finish(FinishReason.ERROR, Usage(), error="too long", error_code=ContextOverflow.code)
     err = error_from_finish(finish)
     assert isinstance(err, ContextOverflow) and err.exit_code == 2
     assert isinstance(error_from_finish(Finish(FinishReason.ERROR, Usage())), EngineFault)
