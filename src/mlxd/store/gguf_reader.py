@@ -110,7 +110,7 @@ class GgufFile:
 
 
 def open_gguf(path: Path) -> GgufFile:
-    """Parse `path` (memory-mapped, read-only). Raises ModelNotFound / InvalidRequest / ModelBroken."""
+    """Parse `path` read-only (memory-mapped). Raises ModelNotFound/InvalidRequest/ModelBroken."""
     path = Path(path)
     _check_file(path)
     try:

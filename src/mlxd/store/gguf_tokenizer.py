@@ -84,9 +84,7 @@ def _bpe_tokenizer(gguf: GgufFile, tokens: list[str], warnings: list[str]) -> To
 def _pre_tokenizer(pre: str, warnings: list[str]) -> Any:
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     if pre in _DIGITS_PRE:
-        return pre_tokenizers.Sequence(
-            [pre_tokenizers.Digits(individual_digits=True), byte_level]
-        )
+        return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
     if pre in _LLAMA3_PRE:
         split = pre_tokenizers.Split(Regex(_LLAMA3_SPLIT), behavior="isolated")
         no_regex = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
