@@ -1,0 +1,23 @@
+"""The one in-process engine behind `mlxd run`, `mlxd chat` and `mlxd serve`.
+
+Speaks token ids only; see docs/ARCHITECTURE.md and docs/engine-design.md. Importing this
+package does not import mlx: the backend loads when the first Engine is built.
+"""
+
+from mlxd.engine.config import EngineConfig
+from mlxd.engine.engine import Engine
+from mlxd.engine.handle import RequestHandle
+from mlxd.engine.registry import ModelInfo
+from mlxd.engine.request import EngineRequest, RequestStatus
+from mlxd.engine.stats import EngineHealth, EngineStats
+
+__all__ = [
+    "Engine",
+    "EngineConfig",
+    "EngineHealth",
+    "EngineRequest",
+    "EngineStats",
+    "ModelInfo",
+    "RequestHandle",
+    "RequestStatus",
+]

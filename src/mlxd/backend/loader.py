@@ -1,0 +1,120 @@
+"""Load an MLX checkpoint from a local directory into a `LoadedModel`.
+
+Never downloads and never runs code shipped with a model unless `trust_remote_code` is set:
+`auto_map` (tokenizer or model code) and `model_file` are refused with `ModelRefused`.
+Every other failure becomes a one-line `ModelBroken`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlxd.errors import ModelBroken, ModelNotFound, ModelRefused
+
+# Keys of generation_config.json that become per-model sampling defaults.
+GENERATION_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+_SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p")
+_CONTEXT_KEYS = (
+    "max_position_embeddings",
+    "max_sequence_length",
+    "max_seq_len",
+    "seq_length",
+    "n_positions",
+    "n_ctx",
+)
+DEFAULT_CONTEXT_WINDOW = 4096
+
+
+@dataclass(slots=True)
+class LoadedModel:
+    """A model ready to run: the mlx module, its TokenizerWrapper and what we read about it."""
+
+    path: Path
+    model: Any
+    tokenizer: Any
+    config: dict[str, Any]
+    context_window: int
+    generation_defaults: dict[str, Any] = field(default_factory=dict)
+    eos_token_ids: set[int] = field(default_factory=set)
+
+
+def load_checkpoint(path: Path | str, *, trust_remote_code: bool = False) -> LoadedModel:
+    """Load model + tokenizer from `path` (a local directory) or raise an MlxdError."""
+    path = Path(path).expanduser()
+    if not path.is_dir():
+        raise ModelNotFound(f"no model directory at {path}")
+    config = _read_json(path / "config.json", required=True)
+    if not trust_remote_code:
+        _refuse_remote_code(path, config)
+    try:
+        from mlx_lm.utils import load
+
+        model, tokenizer = load(
+            str(path),
+            tokenizer_config={"trust_remote_code": trust_remote_code},
+            trust_remote_code=trust_remote_code,
+        )[:2]
+    except Exception as exc:  # any loader failure is a broken model, said in one line
+        raise ModelBroken(f"cannot load {path.name}: {_one_line(exc)}") from exc
+    return LoadedModel(
+        path=path,
+        model=model,
+        tokenizer=tokenizer,
+        config=config,
+        context_window=context_window(config, tokenizer),
+        generation_defaults=generation_defaults(path),
+        eos_token_ids=set(tokenizer.eos_token_ids or ()),
+    )
+
+
+def context_window(config: dict[str, Any], tokenizer: Any = None) -> int:
+    """The model's context length from its config (or text_config), else the tokenizer's."""
+    for source in (config, config.get("text_config") or {}):
+        for key in _CONTEXT_KEYS:
+            value = source.get(key)
+            if isinstance(value, int) and value > 0:
+                return value
+    limit = getattr(tokenizer, "model_max_length", None)
+    if isinstance(limit, int) and 0 < limit < 1 << 24:
+        return limit
+    return DEFAULT_CONTEXT_WINDOW
+
+
+def generation_defaults(path: Path) -> dict[str, Any]:
+    """Sampling defaults from generation_config.json; sampling keys are dropped when
+    `do_sample` is false, as transformers ignores them then."""
+    gen = _read_json(path / "generation_config.json", required=False)
+    keys: tuple[str, ...] = GENERATION_KEYS
+    if gen.get("do_sample") is False:
+        keys = tuple(k for k in GENERATION_KEYS if k not in _SAMPLING_KEYS)
+    return {k: gen[k] for k in keys if isinstance(gen.get(k), int | float)}
+
+
+def _refuse_remote_code(path: Path, config: dict[str, Any]) -> None:
+    tok_config = _read_json(path / "tokenizer_config.json", required=False)
+    if "model_file" in config:
+        raise ModelRefused(f"{path.name} ships model code (model_file); trust_remote_code is off")
+    if "auto_map" in config or "auto_map" in tok_config:
+        raise ModelRefused(f"{path.name} ships custom code (auto_map); trust_remote_code is off")
+
+
+def _read_json(path: Path, *, required: bool) -> dict[str, Any]:
+    if not path.exists():
+        if required:
+            raise ModelBroken(f"{path.parent.name}: missing {path.name}")
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelBroken(f"{path.parent.name}: unreadable {path.name}: {_one_line(exc)}") from exc
+    if not isinstance(data, dict):
+        raise ModelBroken(f"{path.parent.name}: {path.name} is not a JSON object")
+    return data
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")

@@ -1,0 +1,127 @@
+"""One model's continuous batch: mlx-lm's `BatchGenerator` plus the prefix cache.
+
+BatchGenerator already interleaves chunked prefill with decode (each `next()` decodes one token
+for the running batch, then prefills one chunk), keeps per-sequence samplers, logits processors,
+stop tokens and max_tokens, and frees a sequence with `remove(uids)`. This class only adapts it
+to the engine: token ids in, `StepOutput`s out, caches to and from the prefix cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from mlx_lm.generate import BatchGenerator, StopSequences
+
+from mlxd.backend.loader import LoadedModel
+from mlxd.backend.outputs import PrefillProgress, StepOutput, StepResult
+from mlxd.backend.prefix import PrefixCache
+from mlxd.backend.sampling import (
+    GREEDY,
+    FaultHook,
+    guard_processor,
+    guard_sampler,
+    make_processors,
+    make_sampler,
+    token_logprob,
+)
+from mlxd.types import SamplingParams
+
+
+class BatchRunner:
+    """Runs sequences of one loaded model; every method must be called on the engine thread."""
+
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        model_key: str,
+        prefix_cache: PrefixCache,
+        *,
+        max_batch: int,
+        prefill_chunk: int,
+        prefill_batch: int = 1,
+        fault_hook: FaultHook | None = None,
+    ) -> None:
+        self.loaded = loaded
+        self.model_key = model_key
+        self.prefix_cache = prefix_cache
+        self.fault_hook = fault_hook
+        self.vocab_size = vocab_size(loaded)
+        # prefill_batch=1 prefills first-come-first-served, so early requests stream early.
+        self._gen = BatchGenerator(
+            loaded.model,
+            completion_batch_size=max_batch,
+            prefill_batch_size=max(1, min(prefill_batch, max_batch)),
+            prefill_step_size=prefill_chunk,
+        )
+        self._top_n: dict[int, int] = {}  # uid -> top_logprobs, only for logprobs requests
+
+    def insert(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        max_new: int,
+        request_id: str,
+        on_error: Callable[[BaseException], None],
+    ) -> tuple[int, int]:
+        """Queue one sequence; returns (uid, cached prompt tokens reused from the prefix cache)."""
+        cache, rest = self.prefix_cache.fetch(self.model_key, prompt_ids)
+        cached = len(prompt_ids) - len(rest)
+        sampler = make_sampler(params, self.vocab_size)
+        if sampler is not GREEDY or self.fault_hook is not None:
+            sampler = guard_sampler(sampler, on_error, self.fault_hook, request_id)
+        procs = [guard_processor(p, on_error) for p in make_processors(params)]
+        stops = set(params.stop_token_ids)
+        if not params.ignore_eos:
+            stops |= self.loaded.eos_token_ids
+        (uid,) = self._gen.insert(
+            [rest],
+            max_tokens=[max_new],
+            caches=[cache] if cache is not None else None,
+            all_tokens=[prompt_ids[:cached]],
+            samplers=[sampler],
+            logits_processors=[procs],
+            stop_sequences=[StopSequences([[t] for t in sorted(stops)] or None)],
+        )
+        if params.logprobs:
+            self._top_n[uid] = params.top_logprobs
+        return uid, cached
+
+    def remove(self, uids: list[int], *, keep_cache: bool = True) -> None:
+        """Drop sequences in any stage; their KV so far goes to the prefix cache."""
+        if not uids:
+            return
+        caches = self._gen.remove(
+            uids, return_prompt_caches=keep_cache and self.prefix_cache.enabled
+        )
+        for cache, tokens in caches.values():
+            self._store(tokens, cache)
+        for uid in uids:
+            self._top_n.pop(uid, None)
+
+    def step(self) -> StepResult:
+        """One decode step for the running batch, then one prefill chunk."""
+        prompt_resps, gen_resps = self._gen.next()
+        top_n = self._top_n
+        outputs = []
+        for r in gen_resps:
+            n = top_n.get(r.uid)
+            lp = token_logprob(r.logprobs, r.token, n) if n is not None else None
+            if r.finish_reason is not None:
+                self._store(r.all_tokens, r.prompt_cache)
+                top_n.pop(r.uid, None)
+            outputs.append(StepOutput(r.uid, r.token, r.finish_reason, lp))
+        progress = [PrefillProgress(p.uid, p.progress[0], p.progress[1]) for p in prompt_resps]
+        return StepResult(outputs, progress)
+
+    def close(self) -> None:
+        self._gen.close()
+
+    def _store(self, tokens: list[int] | None, cache: list | None) -> None:
+        if tokens and cache:
+            self.prefix_cache.store(self.model_key, tokens, cache)
+
+
+def vocab_size(loaded: LoadedModel) -> int:
+    config = loaded.config
+    size = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
+    return int(size) if size else len(loaded.tokenizer.vocab)

@@ -1,0 +1,65 @@
+"""EngineConfig: the engine's limits, read once from `mlxd.config` settings."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any
+
+from mlxd import config as settings
+from mlxd.errors import InvalidRequest
+
+# Test hook: called as hook(site, request_id). Site "sample" runs inside one request's sampler
+# (an exception fails that request only); site "step" runs once per engine step on the engine
+# thread (an exception there is a fatal engine fault). Production code leaves it None.
+FaultHook = Callable[[str, str | None], None]
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    """Limits of one engine. Validated on construction; see `mlxd.config.SETTINGS`."""
+
+    max_batch: int = 16
+    max_queue: int = 64
+    prefill_chunk: int = 512
+    kv_budget_tokens: int = 262144
+    prefix_cache_bytes: int = 2 << 30
+    max_tokens_ceiling: int | None = None
+    watchdog_seconds: float = 120.0
+    trust_remote_code: bool = False
+    # Prompts prefilled side by side; 1 = first come first served (best mean time to first
+    # token on a compute-bound CPU, and nobody waits for the slowest prompt of a wave).
+    prefill_batch: int = 1
+    fault_hook: FaultHook | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("max_batch", "prefill_chunk", "kv_budget_tokens", "prefill_batch"):
+            if getattr(self, name) < 1:
+                raise InvalidRequest(f"engine setting {name} must be >= 1", param=name)
+        if self.max_queue < 0 or self.prefix_cache_bytes < 0:
+            raise InvalidRequest("engine settings max_queue and prefix_cache_bytes must be >= 0")
+        if self.max_tokens_ceiling is not None and self.max_tokens_ceiling < 1:
+            self.max_tokens_ceiling = None  # 0 in the settings table means "no ceiling"
+        if self.watchdog_seconds <= 0:
+            raise InvalidRequest("engine setting watchdog_seconds must be > 0")
+
+    @classmethod
+    def from_settings(cls, **overrides: Any) -> EngineConfig:
+        """Values from `mlxd.config` (env vars included); keyword arguments override them."""
+        unknown = set(overrides) - {f.name for f in fields(cls)}
+        if unknown:
+            raise TypeError(f"unknown EngineConfig fields: {sorted(unknown)}")
+        try:
+            values: dict[str, Any] = {
+                "max_batch": settings.setting_int("max_batch"),
+                "max_queue": settings.setting_int("max_queue"),
+                "prefill_chunk": settings.setting_int("prefill_chunk"),
+                "kv_budget_tokens": settings.setting_int("kv_budget_tokens"),
+                "prefix_cache_bytes": settings.setting_int("prefix_cache_bytes"),
+                "max_tokens_ceiling": settings.setting_int("max_tokens_ceiling") or None,
+                "watchdog_seconds": float(settings.setting("watchdog_seconds")),
+            }
+        except ValueError as exc:
+            raise InvalidRequest(f"bad engine setting in the environment: {exc}") from exc
+        values.update(overrides)
+        return cls(**values)

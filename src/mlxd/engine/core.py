@@ -1,0 +1,297 @@
+"""EngineCore: everything the engine thread does. One step = schedule, run, postprocess.
+
+Only the engine thread calls into a core. It owns the scheduler, the active runner (one
+model's batch) and, through the Backend protocol, every MLX call.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from mlxd.backend.outputs import StepResult
+from mlxd.engine.config import EngineConfig
+from mlxd.engine.messages import Cancel, LoadModel, Message, Submit
+from mlxd.engine.registry import Entry, ModelRegistry
+from mlxd.engine.request import FINISH_BY_BACKEND, Request, RequestStatus
+from mlxd.engine.scheduler import Scheduler
+from mlxd.engine.stats import Counters
+from mlxd.errors import EngineFault, MlxdError
+from mlxd.types import FinishEvent, FinishReason, SamplingParams
+
+
+class Runner(Protocol):
+    """One model's continuous batch (backend.runner.BatchRunner, or a fake in unit tests)."""
+
+    def insert(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        max_new: int,
+        request_id: str,
+        on_error: Callable[[BaseException], None],
+    ) -> tuple[int, int]: ...
+
+    def remove(self, uids: list[int], *, keep_cache: bool = True) -> None: ...
+
+    def step(self) -> StepResult: ...
+
+    def close(self) -> None: ...
+
+
+class Backend(Protocol):
+    """Loads models and makes runners; the only door to MLX."""
+
+    def load(self, name: str, path: Path) -> Entry: ...
+
+    def make_runner(self, entry: Entry) -> Runner: ...
+
+    def cache_stats(self) -> tuple[int, int]: ...  # (prefix cache bytes, entries)
+
+    def shutdown(self) -> None: ...  # called last, on the engine thread
+
+
+class LiveRequests:
+    """request_id -> Request for every unfinished request; any thread may snapshot it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_id: dict[str, Request] = {}
+
+    def add(self, request: Request) -> None:
+        with self._lock:
+            self._by_id[request.request_id] = request
+
+    def get(self, request_id: str) -> Request | None:
+        with self._lock:
+            return self._by_id.get(request_id)
+
+    def discard(self, request: Request) -> None:
+        with self._lock:
+            self._by_id.pop(request.request_id, None)
+
+    def snapshot(self) -> list[Request]:
+        with self._lock:
+            return list(self._by_id.values())
+
+
+class EngineCore:
+    def __init__(
+        self,
+        cfg: EngineConfig,
+        backend: Backend,
+        registry: ModelRegistry,
+        live: LiveRequests,
+        on_dequeue: Callable[[], None],
+    ) -> None:
+        self.cfg = cfg
+        self.backend = backend
+        self.registry = registry
+        self.live = live
+        self.on_dequeue = on_dequeue  # a waiting request left the queue (admitted or ended)
+        self.scheduler = Scheduler(cfg.max_batch, cfg.kv_budget_tokens)
+        self.counters = Counters()
+        self.model: str | None = None
+        self.runner: Runner | None = None
+        self.last_progress = time.monotonic()
+        self.loading = False
+        self._faulted: list[Request] = []
+
+    @property
+    def has_work(self) -> bool:
+        return self.scheduler.has_work
+
+    # ---- messages -------------------------------------------------------------------
+
+    def handle(self, msg: Message) -> None:
+        if isinstance(msg, Submit):
+            self.scheduler.add(msg.request)
+            self.counters.requests_total += 1
+        elif isinstance(msg, Cancel):
+            self._cancel(msg.request_id)
+        elif isinstance(msg, LoadModel):
+            self._load(msg)
+
+    def _cancel(self, request_id: str) -> None:
+        request = self.live.get(request_id)
+        if request is None or request.finished:
+            return
+        self.finish(request, FinishReason.CANCELLED)
+
+    def _load(self, msg: LoadModel) -> None:
+        if msg.reply.done():
+            return
+        self.loading = True
+        try:
+            entry = self.registry.get(msg.name) or self.backend.load(msg.name, msg.path)
+            self.registry.put(entry)
+            msg.reply.set_result(entry.info)
+        except MlxdError as exc:
+            msg.reply.set_exception(exc)
+        except Exception as exc:  # a loader bug must not kill the engine
+            msg.reply.set_exception(EngineFault(f"loading {msg.name} failed: {exc}"))
+        finally:
+            self.loading = False
+            self.last_progress = time.monotonic()
+
+    # ---- one step -------------------------------------------------------------------
+
+    def step(self) -> None:
+        """Schedule (swap model, admit), run one batched step, postprocess its tokens."""
+        if self.cfg.fault_hook is not None:
+            self.cfg.fault_hook("step", None)
+        self._swap_model_if_needed()
+        self._admit()
+        if self.runner is not None and self.scheduler.running:
+            self._run()
+        self.counters.steps_total += 1
+        self.last_progress = time.monotonic()
+
+    def _swap_model_if_needed(self) -> None:
+        wanted = self.scheduler.model_to_swap_in(self.model)
+        if wanted is None:
+            return
+        entry = self.registry.get(wanted)
+        if self.runner is not None:
+            self.runner.close()
+            self.runner, self.model = None, None
+        if entry is None:  # unloaded meanwhile: fail what waits for it
+            for request in [r for r in self.scheduler.waiting if r.model == wanted]:
+                self.fail(request, f"model {wanted} is not loaded", "model_not_found")
+            return
+        self.runner = self.backend.make_runner(entry)
+        self.model = wanted
+
+    def _admit(self) -> None:
+        if self.runner is None:
+            return
+        for request in self.scheduler.admissible(self.model):
+            self.on_dequeue()
+            request.admitted_at = time.monotonic()
+            uid, cached = self.runner.insert(
+                request.prompt_ids,
+                request.params,
+                request.max_new,
+                request.request_id,
+                self._error_sink(request),
+            )
+            request.cached_tokens = cached
+            self.scheduler.start(request, uid)
+            c = self.counters
+            c.prompt_tokens_total += request.prompt_len
+            if cached:
+                c.prefix_cache_hits += 1
+                c.cached_tokens_total += cached
+
+    def _error_sink(self, request: Request) -> Callable[[BaseException], None]:
+        def sink(exc: BaseException) -> None:
+            if request.error is None:
+                request.error = exc
+                self._faulted.append(request)
+
+        return sink
+
+    def _run(self) -> None:
+        assert self.runner is not None
+        try:
+            result = self.runner.step()
+        except Exception as exc:
+            # The batch's state is unknown after a failed step: fail its requests, start over.
+            self._fail_batch(exc)
+            return
+        self._postprocess(result)
+
+    def _postprocess(self, result: StepResult) -> None:
+        running = self.scheduler.running
+        for p in result.prefill:
+            request = running.get(p.uid)
+            if request is not None and request.status is RequestStatus.WAITING:
+                request.status = RequestStatus.PREFILLING
+        now = time.monotonic()
+        generated = 0
+        for out in result.tokens:
+            request = running.get(out.uid)
+            if request is None or request.error is not None:
+                continue
+            generated += 1
+            request.completion_tokens += 1
+            if request.first_token_at is None:
+                request.first_token_at = now
+                request.status = RequestStatus.DECODING
+            if out.finish is None:
+                request.collector.push(out.token, out.logprob)
+                continue
+            if out.finish == "length":  # the stop token itself is never emitted
+                request.collector.push(out.token, out.logprob)
+            self.finish(request, FINISH_BY_BACKEND[out.finish], in_backend=False)
+        self.counters.generation_tokens_total += generated
+        if self._faulted:
+            faulted, self._faulted = self._faulted, []
+            for request in faulted:
+                if not request.finished:
+                    self.fail(
+                        request, f"request failed: {_one_line(request.error)}", "engine_error"
+                    )
+
+    def _fail_batch(self, exc: Exception) -> None:
+        message = f"batch step failed: {_one_line(exc)}"
+        for request in list(self.scheduler.running.values()):
+            self.fail(request, message, "engine_error", in_backend=False)
+        if self.runner is not None:
+            self.runner.close()
+        self.runner, self.model = None, None
+
+    # ---- endings --------------------------------------------------------------------
+
+    def finish(
+        self,
+        request: Request,
+        reason: FinishReason,
+        error: str | None = None,
+        error_code: str | None = None,
+        *,
+        in_backend: bool = True,
+    ) -> None:
+        """End a request in any state: free its slot (and its sequence in the backend when
+        `in_backend`), then deliver its FinishEvent."""
+        if request.finished:
+            return
+        if request.status is RequestStatus.WAITING:
+            self.on_dequeue()
+        elif in_backend and request.uid is not None and self.runner is not None:
+            self.runner.remove([request.uid], keep_cache=reason is FinishReason.CANCELLED)
+        self.scheduler.remove(request)
+        self.live.discard(request)
+        self.counters.by_reason[reason.value] += 1
+        now = time.monotonic()
+        request.collector.finish(
+            FinishEvent(
+                reason=reason,
+                usage=request.usage(),
+                timings=request.timings(now),
+                error=error,
+                error_code=error_code,
+            )
+        )
+
+    def fail(self, request: Request, message: str, code: str, *, in_backend: bool = True) -> None:
+        self.finish(request, FinishReason.ERROR, message, code, in_backend=in_backend)
+
+    def close(self) -> None:
+        """Engine thread, on exit: release the runner, then the backend's thread state."""
+        try:
+            if self.runner is not None:
+                self.runner.close()
+        finally:
+            self.runner = None
+            self.backend.shutdown()
+
+
+def _one_line(exc: BaseException | None) -> str:
+    if exc is None:
+        return "unknown error"
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__

@@ -1,0 +1,300 @@
+"""Engine: the facade the CLI and the server share. One thread owns every MLX call.
+
+Callers talk to the engine thread only through typed messages on one inbox; results come back
+through per-request collectors (tokens) and futures (model loads). A watchdog thread fails
+every handle if active requests make no progress for `watchdog_seconds`, so nothing waits
+forever on a stuck step.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import queue
+import threading
+import time
+import weakref
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+from mlxd.engine.collector import Collector
+from mlxd.engine.config import EngineConfig
+from mlxd.engine.core import Backend, EngineCore, LiveRequests
+from mlxd.engine.handle import RequestHandle
+from mlxd.engine.messages import Cancel, LoadModel, Message, Shutdown, Submit
+from mlxd.engine.registry import ModelInfo, ModelRegistry
+from mlxd.engine.request import EngineRequest, Request, budget, validate
+from mlxd.engine.stats import EngineHealth, EngineStats
+from mlxd.errors import (
+    EngineBusy,
+    EngineFault,
+    EngineUnavailable,
+    InvalidRequest,
+    ModelNotFound,
+)
+from mlxd.types import FinishEvent, FinishReason
+
+_ids = itertools.count(1)
+_open_engines: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_engines() -> None:
+    # The engine thread must release its MLX streams before the interpreter exits.
+    for engine in list(_open_engines):
+        engine.close()
+
+
+class Engine:
+    """Thread-safe facade; see docs/ARCHITECTURE.md for the contract."""
+
+    def __init__(self, cfg: EngineConfig | None = None, backend: Backend | None = None) -> None:
+        self.cfg = cfg or EngineConfig.from_settings()
+        if backend is None:
+            from mlxd.engine.mlx_backend import MlxBackend
+
+            backend = MlxBackend(self.cfg)
+        self._backend = backend
+        self._registry = ModelRegistry()
+        self._live = LiveRequests()
+        self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._queued = 0  # submitted and not yet admitted: what max_queue bounds
+        self._state = "ready"  # ready | draining | stalled | failed | closed
+        self._detail: str | None = None
+        self._core = EngineCore(self.cfg, backend, self._registry, self._live, self._dequeued)
+        self._thread = threading.Thread(target=self._loop, name="mlxd-engine", daemon=True)
+        self._stop = threading.Event()
+        self._watchdog = threading.Thread(target=self._watch, name="mlxd-watchdog", daemon=True)
+        self._thread.start()
+        self._watchdog.start()
+        _open_engines.add(self)
+
+    # ---- models ---------------------------------------------------------------------
+
+    def load_model(self, path: Any, name: str | None = None) -> ModelInfo:
+        """Load (once) and register a model; blocks. `path` is a directory or a ModelRef.
+        Raises ModelBroken / ModelRefused / ModelNotFound with a one-line reason."""
+        if hasattr(path, "path") and hasattr(path, "name"):  # a store ModelRef
+            name = name or path.name
+            path = path.path
+        path = Path(path).expanduser()
+        name = name or path.name
+        entry = self._registry.get(name)
+        if entry is not None:
+            if entry.info.path.resolve() != path.resolve():
+                raise InvalidRequest(f"another model is already loaded as {name!r}")
+            return entry.info
+        reply: Future[ModelInfo] = Future()
+        self._post(LoadModel(name, path, reply))
+        return reply.result()
+
+    def model(self, name: str) -> ModelInfo:
+        entry = self._registry.get(name)
+        if entry is None:
+            raise ModelNotFound(f"model {name!r} is not loaded")
+        return entry.info
+
+    # ---- requests -------------------------------------------------------------------
+
+    def submit(self, req: EngineRequest) -> RequestHandle:
+        """Queue a request. Raises at once: EngineBusy, ContextOverflow, InvalidRequest,
+        ModelNotFound, EngineUnavailable."""
+        info = self.model(req.model)
+        validate(req, info.vocab_size)
+        max_new = budget(
+            len(req.prompt_ids),
+            info.context_window,
+            req.params,
+            req.max_tokens_cap,
+            self.cfg.max_tokens_ceiling,
+        )
+        request = Request(
+            request_id=f"req-{next(_ids)}",
+            model=req.model,
+            prompt_ids=list(req.prompt_ids),
+            params=req.params,
+            max_new=max_new,
+            collector=Collector(),
+        )
+        with self._lock:
+            self._check_open()
+            if self._queued >= self.cfg.max_queue:
+                raise EngineBusy(f"engine queue is full ({self.cfg.max_queue} waiting)")
+            self._queued += 1
+            self._live.add(request)
+            self._inbox.put(Submit(request))
+        return RequestHandle(request.request_id, request.collector, self._cancel)
+
+    def _cancel(self, request_id: str) -> None:
+        self._inbox.put(Cancel(request_id))
+
+    def _dequeued(self) -> None:
+        with self._lock:
+            self._queued -= 1
+
+    # ---- lifecycle ------------------------------------------------------------------
+
+    def health(self) -> EngineHealth:
+        """Cheap and non-blocking."""
+        state, detail = self._state, self._detail
+        if state in ("ready", "draining") and self._stalled():
+            return EngineHealth(False, "stalled", self._stall_message())
+        return EngineHealth(state in ("ready", "draining"), state, detail)
+
+    def stats(self) -> EngineStats:
+        core, c = self._core, self._core.counters
+        cache_bytes, cache_entries = self._backend.cache_stats()
+        return EngineStats(
+            running=len(core.scheduler.running),
+            waiting=self._queued,
+            prefix_cache_hits=c.prefix_cache_hits,
+            cached_tokens_total=c.cached_tokens_total,
+            prompt_tokens_total=c.prompt_tokens_total,
+            generation_tokens_total=c.generation_tokens_total,
+            requests_by_finish_reason=dict(c.by_reason),
+            requests_total=c.requests_total,
+            steps_total=c.steps_total,
+            prefix_cache_bytes=cache_bytes,
+            prefix_cache_entries=cache_entries,
+            kv_tokens_in_use=core.scheduler.kv_in_use,
+            model=core.model,
+            models_loaded=tuple(self._registry.names()),
+        )
+
+    def drain(self, timeout_s: float) -> bool:
+        """Refuse new submits; wait up to `timeout_s` for accepted requests to finish."""
+        with self._lock:
+            if self._state == "ready":
+                self._state = "draining"
+        deadline = time.monotonic() + timeout_s
+        while self._live.snapshot():
+            if time.monotonic() >= deadline or self._state in ("failed", "stalled", "closed"):
+                return not self._live.snapshot()
+            time.sleep(0.01)
+        return True
+
+    def close(self) -> None:
+        """Fail pending handles (EngineUnavailable-style FinishEvent), stop and join threads."""
+        with self._lock:
+            if self._state == "closed":
+                return
+            if self._state in ("ready", "draining"):
+                self._state, self._detail = "closed", "engine closed"
+            else:
+                self._state = "closed"
+        self._fail_all("engine closed", EngineUnavailable.code)
+        self._inbox.put(Shutdown())
+        self._stop.set()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout=30)
+        self._watchdog.join(timeout=5)
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- engine thread --------------------------------------------------------------
+
+    def _post(self, msg: Message) -> None:
+        with self._lock:
+            self._check_open(allow_draining=True)
+            self._inbox.put(msg)
+
+    def _check_open(self, allow_draining: bool = False) -> None:
+        if self._state == "ready" or (allow_draining and self._state == "draining"):
+            return
+        detail = f": {self._detail}" if self._detail else ""
+        raise EngineUnavailable(f"engine is {self._state}{detail}")
+
+    def _loop(self) -> None:
+        core = self._core
+        try:
+            while self._state in ("ready", "draining"):
+                if not self._handle_messages(block=not core.has_work):
+                    break
+                if core.has_work:
+                    core.step()
+        except BaseException as exc:  # a fault outside any one request: fatal
+            self._die(f"engine fault: {type(exc).__name__}: {exc}".splitlines()[0])
+        finally:
+            code = EngineFault.code if self._state == "failed" else EngineUnavailable.code
+            self._fail_all(self._detail or "engine stopped", code)
+            self._reject_inbox()
+            core.close()
+
+    def _handle_messages(self, block: bool) -> bool:
+        """Apply pending messages (waiting for one when idle); False on Shutdown."""
+        inbox, core = self._inbox, self._core
+        if not block and inbox.empty():
+            return True
+        msg = inbox.get() if block else inbox.get_nowait()
+        while True:
+            if isinstance(msg, Shutdown):
+                return False
+            core.handle(msg)
+            if inbox.empty():
+                return True
+            msg = inbox.get_nowait()
+
+    def _die(self, detail: str) -> None:
+        with self._lock:
+            if self._state in ("ready", "draining"):
+                self._state, self._detail = "failed", detail
+
+    def _fail_all(self, message: str, code: str | None) -> None:
+        """Finish every live handle with an error; safe from any thread."""
+        for request in self._live.snapshot():
+            self._live.discard(request)
+            event = FinishEvent(
+                reason=FinishReason.ERROR,
+                usage=request.usage(),
+                timings=request.timings(time.monotonic()),
+                error=message,
+                error_code=code,
+            )
+            request.collector.finish(event)
+
+    def _reject_inbox(self) -> None:
+        while True:
+            try:
+                msg = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(msg, LoadModel) and not msg.reply.done():
+                msg.reply.set_exception(EngineUnavailable(f"engine is {self._state}"))
+            elif isinstance(msg, Submit):
+                msg.request.collector.finish(
+                    FinishEvent(
+                        FinishReason.ERROR,
+                        msg.request.usage(),
+                        error=f"engine is {self._state}",
+                        error_code=EngineUnavailable.code,
+                    )
+                )
+
+    # ---- watchdog -------------------------------------------------------------------
+
+    def _stalled(self) -> bool:
+        core = self._core
+        if not core.has_work or core.loading:
+            return False
+        return time.monotonic() - core.last_progress > self.cfg.watchdog_seconds
+
+    def _stall_message(self) -> str:
+        return f"no engine progress for more than {self.cfg.watchdog_seconds:g}s"
+
+    def _watch(self) -> None:
+        period = min(1.0, self.cfg.watchdog_seconds / 4)
+        while not self._stop.wait(period):
+            if self._state not in ("ready", "draining") or not self._stalled():
+                continue
+            with self._lock:
+                if self._state not in ("ready", "draining"):
+                    continue
+                self._state, self._detail = "stalled", self._stall_message()
+            self._fail_all(self._stall_message(), EngineFault.code)
+            self._inbox.put(Shutdown())  # if the stuck step ever returns, the loop exits

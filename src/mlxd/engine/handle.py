@@ -1,0 +1,63 @@
+"""RequestHandle: what `Engine.submit` returns; iterate it (sync or async) and cancel it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator
+
+from mlxd.engine.collector import Collector
+from mlxd.types import EngineEvent, FinishEvent, TokenEvent
+
+
+class RequestHandle:
+    """Yields TokenEvents then exactly one FinishEvent. Closing the iterator early (break,
+    GeneratorExit, task cancellation) cancels the request."""
+
+    __slots__ = ("request_id", "_collector", "_canceller", "_cancel_sent")
+
+    def __init__(
+        self, request_id: str, collector: Collector, canceller: Callable[[str], None]
+    ) -> None:
+        self.request_id = request_id
+        self._collector = collector
+        self._canceller = canceller
+        self._cancel_sent = False
+
+    def cancel(self) -> None:
+        """Idempotent; the stream ends with FinishEvent(CANCELLED) unless it already ended."""
+        if self._cancel_sent or self._collector.finished:
+            return
+        self._cancel_sent = True
+        self._canceller(self.request_id)
+
+    @property
+    def finished(self) -> bool:
+        return self._collector.finished
+
+    def __iter__(self) -> Iterator[EngineEvent]:
+        collector = self._collector
+        try:
+            while not collector.done:
+                yield from collector.take()
+        finally:
+            if not collector.done:
+                self.cancel()
+
+    async def __aiter__(self) -> AsyncIterator[EngineEvent]:
+        collector = self._collector
+        try:
+            while not collector.done:
+                for event in await collector.take_async():
+                    yield event
+        finally:
+            if not collector.done:
+                self.cancel()
+
+    def collect(self) -> tuple[list[int], FinishEvent]:
+        """Run to the end: (all token ids, the FinishEvent)."""
+        tokens: list[int] = []
+        for event in self:
+            if isinstance(event, TokenEvent):
+                tokens.extend(event.token_ids)
+            else:
+                return tokens, event
+        raise AssertionError("stream ended without a FinishEvent")

@@ -1,0 +1,40 @@
+"""Typed commands that cross into the engine thread (one inbox, one dataclass per kind)."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mlxd.engine.request import Request
+
+
+@dataclass(frozen=True, slots=True)
+class Submit:
+    request: Request
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    request_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class LoadModel:
+    name: str
+    path: Path
+    reply: Future[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Shutdown:
+    """Fail whatever is pending and stop the thread."""
+
+
+@dataclass(frozen=True, slots=True)
+class Drain:
+    """Admit nothing new; the engine stops taking submits (queued requests still run)."""
+
+
+Message = Submit | Cancel | LoadModel | Shutdown | Drain

@@ -1,0 +1,68 @@
+"""Scheduler: which waiting requests join the running batch, and when to swap models.
+
+Policy: first come first served. The head of the queue is admitted when a batch slot is free
+and its worst-case KV (prompt + max new tokens) fits the token budget next to the running
+requests; a request bigger than the whole budget runs only alone, so it can never starve.
+A request for another model blocks the queue until the running batch drains, then the
+engine swaps models. Pure Python: no mlx, engine thread only.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from mlxd.engine.request import Request, RequestStatus
+
+
+class Scheduler:
+    def __init__(self, max_batch: int, kv_budget_tokens: int) -> None:
+        self.max_batch = max_batch
+        self.kv_budget_tokens = kv_budget_tokens
+        self.waiting: deque[Request] = deque()
+        self.running: dict[int, Request] = {}  # backend uid -> request
+        self.kv_in_use = 0
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def add(self, request: Request) -> None:
+        self.waiting.append(request)
+
+    def admissible(self, model: str | None) -> list[Request]:
+        """Pop and return the waiting requests that may start now on `model`."""
+        admitted: list[Request] = []
+        while self.waiting and len(self.running) + len(admitted) < self.max_batch:
+            head = self.waiting[0]
+            if head.model != model:
+                break
+            in_flight = self.kv_in_use + sum(r.kv_tokens for r in admitted)
+            alone = not self.running and not admitted
+            if not alone and in_flight + head.kv_tokens > self.kv_budget_tokens:
+                break
+            admitted.append(self.waiting.popleft())
+        return admitted
+
+    def model_to_swap_in(self, current: str | None) -> str | None:
+        """The model the queue needs next, once nothing runs on the current one."""
+        if self.running or not self.waiting:
+            return None
+        head = self.waiting[0].model
+        return head if head != current else None
+
+    def start(self, request: Request, uid: int) -> None:
+        request.uid = uid
+        request.status = RequestStatus.PREFILLING
+        self.running[uid] = request
+        self.kv_in_use += request.kv_tokens
+
+    def remove(self, request: Request) -> None:
+        """Forget a request in any state (finished, cancelled or failed)."""
+        if request.uid is not None and self.running.pop(request.uid, None) is request:
+            self.kv_in_use -= request.kv_tokens
+        elif request.status is RequestStatus.WAITING:
+            try:
+                self.waiting.remove(request)
+            except ValueError:
+                pass
+        request.status = RequestStatus.FINISHED

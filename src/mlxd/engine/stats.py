@@ -1,0 +1,49 @@
+"""EngineHealth and EngineStats snapshots, and the counters the engine thread keeps."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mlxd.types import FinishReason
+
+
+@dataclass(frozen=True, slots=True)
+class EngineHealth:
+    """ok is False when the engine failed, stalled or closed. state is one of: ready,
+    draining, stalled, failed, closed."""
+
+    ok: bool
+    state: str
+    detail: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    running: int
+    waiting: int
+    prefix_cache_hits: int
+    cached_tokens_total: int
+    prompt_tokens_total: int
+    generation_tokens_total: int
+    requests_by_finish_reason: dict[str, int]
+    requests_total: int = 0
+    steps_total: int = 0
+    prefix_cache_bytes: int = 0
+    prefix_cache_entries: int = 0
+    kv_tokens_in_use: int = 0
+    model: str | None = None
+    models_loaded: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class Counters:
+    """Mutated only by the engine thread; read (racily but safely) by stats()."""
+
+    requests_total: int = 0
+    steps_total: int = 0
+    prefix_cache_hits: int = 0
+    cached_tokens_total: int = 0
+    prompt_tokens_total: int = 0
+    generation_tokens_total: int = 0
+    # Every key present from the start, so readers never see the dict change size.
+    by_reason: dict[str, int] = field(default_factory=lambda: {r.value: 0 for r in FinishReason})
