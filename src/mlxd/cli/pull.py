@@ -80,6 +80,7 @@ def _wait(worker: threading.Thread, plan: Any, show_bar: bool) -> None:
         while worker.is_alive():
             worker.join(0.2)
         return
+    from rich.console import Console
     from rich.progress import (
         BarColumn,
         DownloadColumn,
@@ -89,7 +90,7 @@ def _wait(worker: threading.Thread, plan: Any, show_bar: bool) -> None:
     )
 
     columns = (BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
-    with Progress(*columns, transient=True) as progress:
+    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
         task = progress.add_task(plan.repo_id, total=plan.total_bytes or None)
         while worker.is_alive():
             progress.update(task, completed=min(downloaded_bytes(plan), plan.total_bytes))

@@ -1,0 +1,188 @@
+"""A real HTTP server on 127.0.0.1 that speaks the slice of the Hugging Face hub API that
+huggingface_hub 2.4 uses to download a model (point it there with HF_ENDPOINT):
+
+  GET  /api/models/{repo}[/revision/{rev}]      model info with siblings (?blobs=true)
+  GET  /api/models/{repo}/tree/{rev}            recursive file listing
+  HEAD /{repo}/resolve/{rev}/{file}             X-Repo-Commit, ETag, Content-Length
+  GET  /{repo}/resolve/{rev}/{file}             body, with Range support
+
+Fault injection: gated repos (401/403), drop a connection mid-file once, hold a transfer
+mid-file until released (for Ctrl-C tests).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+
+@dataclass
+class FixtureRepo:
+    files: dict[str, bytes]
+    commit: str = "0123456789abcdef0123456789abcdef01234567"
+    gated: int | None = None  # 401 or 403: every request is refused as a gated repo
+
+    @classmethod
+    def from_dir(cls, path: Path, extra: dict[str, bytes] | None = None) -> FixtureRepo:
+        files = {p.name: p.read_bytes() for p in sorted(Path(path).iterdir()) if p.is_file()}
+        return cls(files={**files, **(extra or {})})
+
+
+def etag(name: str, data: bytes) -> str:
+    if name.endswith(".safetensors"):  # LFS files: sha256; regular git files: sha1
+        return hashlib.sha256(data).hexdigest()
+    return hashlib.sha1(data).hexdigest()
+
+
+@dataclass
+class HubServer:
+    repos: dict[str, FixtureRepo] = field(default_factory=dict)
+    requests: list[tuple[str, str, str | None]] = field(default_factory=list)  # method, path, Range
+    drop_once: set[str] = field(default_factory=set)  # file names: cut the first GET halfway
+    hold: set[str] = field(default_factory=set)  # file names: pause halfway until released
+    half_sent: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def __enter__(self) -> HubServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:  # keep test output clean
+            pass
+
+        def do_HEAD(self) -> None:
+            self._route(head=True)
+
+        def do_GET(self) -> None:
+            self._route(head=False)
+
+        def _route(self, head: bool) -> None:
+            path = unquote(urlsplit(self.path).path)
+            hub.requests.append((self.command, path, self.headers.get("Range")))
+            if path.startswith("/api/models/"):
+                self._api(path[len("/api/models/") :])
+            elif "/resolve/" in path:
+                repo_id, _, rest = path.lstrip("/").partition("/resolve/")
+                rev, _, name = rest.partition("/")
+                self._file(repo_id, rev, name, head)
+            else:
+                self._error(404, "RepoNotFound", "not found")
+
+        def _repo(self, repo_id: str, rev: str | None) -> FixtureRepo | None:
+            repo = hub.repos.get(repo_id)
+            if repo is None:
+                self._error(404, "RepoNotFound", f"Repository {repo_id} not found")
+            elif repo.gated:
+                self._error(repo.gated, "GatedRepo", f"Access to {repo_id} is restricted")
+            elif rev not in (None, "main", repo.commit):
+                self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}")
+            else:
+                return repo
+            return None
+
+        def _api(self, rest: str) -> None:
+            parts = rest.split("/")
+            repo_id, tail = "/".join(parts[:2]), parts[2:]
+            rev = tail[1] if len(tail) >= 2 else None
+            repo = self._repo(repo_id, rev)
+            if repo is None:
+                return
+            entries = [(n, len(d), etag(n, d)) for n, d in repo.files.items()]
+            if tail and tail[0] == "tree":
+                body = [{"type": "file", "path": n, "size": s, "oid": e} for n, s, e in entries]
+                self._json(body)
+                return
+            siblings = [{"rfilename": n, "size": s, "blobId": e} for n, s, e in entries]
+            self._json({"id": repo_id, "modelId": repo_id, "sha": repo.commit,
+                        "private": False, "gated": False, "siblings": siblings})  # fmt: skip
+
+        def _file(self, repo_id: str, rev: str, name: str, head: bool) -> None:
+            repo = self._repo(repo_id, rev)
+            if repo is None:
+                return
+            if name not in repo.files:
+                self._error(404, "EntryNotFound", f"{name} not found")
+                return
+            data = repo.files[name]
+            start = _range_start(self.headers.get("Range"))
+            body = data[start:]
+            self.send_response(206 if start else 200)
+            self.send_header("X-Repo-Commit", repo.commit)
+            self.send_header("ETag", f'"{etag(name, data)}"')
+            self.send_header("Accept-Ranges", "bytes")
+            self.send_header("Content-Length", str(len(body)))
+            if start:
+                self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+            self.end_headers()
+            if not head:
+                self._send_body(name, body, start)
+
+        def _send_body(self, name: str, body: bytes, start: int) -> None:
+            half = len(body) // 2
+            if name in hub.drop_once and start == 0:
+                hub.drop_once.discard(name)
+                self.wfile.write(body[:half])
+                self.wfile.flush()
+                self.close_connection = True  # the client sees a truncated body
+                return
+            if name in hub.hold and start == 0:
+                self.wfile.write(body[:half])
+                self.wfile.flush()
+                hub.half_sent.set()
+                hub.release.wait(60)
+                self.close_connection = True
+                return
+            self.wfile.write(body)
+
+        def _json(self, obj: object) -> None:
+            raw = json.dumps(obj).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(raw)
+
+        def _error(self, status: int, code: str, message: str) -> None:
+            raw = json.dumps({"error": message}).encode()
+            self.send_response(status)
+            self.send_header("X-Error-Code", code)
+            self.send_header("X-Error-Message", message)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(raw)
+
+    return Handler
+
+
+def _range_start(header: str | None) -> int:
+    if not header or not header.startswith("bytes="):
+        return 0
+    return int(header[len("bytes=") :].split("-")[0] or 0)
