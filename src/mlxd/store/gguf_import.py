@@ -20,13 +20,11 @@ from typing import Any
 from mlxd import config
 from mlxd.errors import InvalidRequest, MlxdError
 from mlxd.store.gguf_config import hf_config, read_hparams
+from mlxd.store.gguf_format import IMPORT_FORMAT, INFO_KEY, TMP_PREFIX
 from mlxd.store.gguf_reader import open_gguf
 from mlxd.store.gguf_tokenizer import build_tokenizer
 from mlxd.store.gguf_weights import DTYPES, ProgressFn, plan_weights, write_safetensors
 
-# Bumped when the produced checkpoint changes, so the default model is re-imported.
-IMPORT_FORMAT = 1
-TMP_PREFIX = ".import-"
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
@@ -79,29 +77,23 @@ def import_gguf(
     started = time.monotonic()
     if dtype not in DTYPES:
         raise InvalidRequest(f"unsupported dtype {dtype!r}: choose {', '.join(DTYPES)}")
+    store = Path(store) if store is not None else config.store_dir()
     if name is not None:
-        check_name(name)
+        _check_free(store, check_name(name), replace)  # fail before the slow parse
     source = Path(source).expanduser()
     gguf = open_gguf(source)
     hp = read_hparams(gguf)
     plans = plan_weights(gguf, hp)
     tokenizer = build_tokenizer(gguf, hp)
     name = name or slugify(str(gguf.metadata.get("general.name") or source.stem))
-    store = Path(store) if store is not None else config.store_dir()
-    target = store / name
-    if target.exists() and not replace:
-        raise InvalidRequest(
-            f"model {name!r} already exists in the store: pass --force to replace it "
-            "or --name to choose another name",
-            param="name",
-        )
+    target = _check_free(store, name, replace)
     n_params = sum(p.source.n_elements for p in plans)
     store.mkdir(parents=True, exist_ok=True)
     _check_space(store, n_params * DTYPES[dtype][1])
     _remove_stale_temps(store)
 
     model_config = hf_config(hp, dtype, tokenizer.special_ids)
-    model_config["mlxd_import"] = {
+    model_config[INFO_KEY] = {
         "format": IMPORT_FORMAT,
         "source": source.name,
         "gguf_name": gguf.metadata.get("general.name"),
@@ -129,6 +121,17 @@ def import_gguf(
         context_window=hp.context_length,
         warnings=tuple(tokenizer.warnings),
     )
+
+
+def _check_free(store: Path, name: str, replace: bool) -> Path:
+    target = store / name
+    if target.exists() and not replace:
+        raise InvalidRequest(
+            f"model {name!r} already exists in the store: pass --force to replace it "
+            "or --name to choose another name",
+            param="name",
+        )
+    return target
 
 
 def _install(tmp: Path, target: Path, replace: bool) -> None:

@@ -1,0 +1,92 @@
+"""`mlxd import FILE.gguf`: convert a llama GGUF file into an MLX checkpoint in the store."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from mlxd.cli.render import human_size, print_json
+
+DTYPE_CHOICES = ("float32", "float16", "bfloat16")
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "import",
+        help="import a GGUF file (llama) into mlxd's store",
+        description="Convert a llama GGUF file (F32/F16/BF16, Q4_0/Q4_1/Q5_x/Q8_0, K-quants) "
+        "into an MLX checkpoint: dequantized weights, config.json and a rebuilt tokenizer.",
+    )
+    p.add_argument("file", help="path of the .gguf file")
+    p.add_argument("--name", help="store name (default: the GGUF's general.name, slugified)")
+    p.add_argument(
+        "--dtype",
+        choices=DTYPE_CHOICES,
+        default="float32",
+        help="weight dtype (default float32: fastest on CPU; float16/bfloat16 halve the size)",
+    )
+    p.add_argument("--force", action="store_true", help="replace an existing entry of that name")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_import)
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from mlxd.store.gguf_import import import_gguf
+
+    show_bar = sys.stderr.isatty() and not args.json
+    with _progress(show_bar) as progress:
+        result = import_gguf(
+            Path(args.file),
+            args.name,
+            dtype=args.dtype,
+            replace=args.force,
+            progress=progress,
+        )
+    if args.json:
+        print_json(result.to_dict())
+        return 0
+    for warning in result.warnings:
+        sys.stderr.write(f"mlxd: warning: {warning}\n")
+    print(
+        f"imported {result.source.name} as {result.name}: {result.parameters / 1e6:.1f}M "
+        f"parameters, {result.dtype}, {human_size(result.bytes)} in {result.seconds:.1f}s "
+        f"-> {result.path}"
+    )
+    return 0
+
+
+class _progress:
+    """A rich progress bar over tensors on a TTY; a no-op callback otherwise."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.bar: Any = None
+        self.task: Any = None
+
+    def __enter__(self) -> Any:
+        if not self.enabled:
+            return None
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
+
+        self.bar = Progress(
+            TextColumn("importing"),
+            BarColumn(),
+            TaskProgressColumn(),
+            TextColumn("{task.description}"),
+            console=Console(stderr=True),
+            transient=True,
+        )
+        self.bar.start()
+        self.task = self.bar.add_task("", total=None)
+        return self.update
+
+    def update(self, done: int, total: int, name: str) -> None:
+        self.bar.update(self.task, completed=done, total=total, description=name)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
