@@ -1,0 +1,61 @@
+"""`mlxd serve`: the OpenAI-compatible HTTP server on the one engine.
+
+fastapi/uvicorn and the engine are imported inside `run`, so `mlxd --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "serve",
+        help="OpenAI-compatible server (127.0.0.1:8080 by default)",
+        description="Serve /v1/chat/completions, /v1/completions, /v1/models, /health and "
+        "/metrics on the in-process engine.",
+    )
+    p.add_argument("-m", "--model", help="model to preload and serve as 'default'")
+    p.add_argument("--host", help="address to bind (default 127.0.0.1; env MLXD_HOST)")
+    p.add_argument("--port", type=int, help="port (default 8080, 0 picks one; env MLXD_PORT)")
+    p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' (env MLXD_API_KEY)")
+    p.add_argument(
+        "--allowed-origins",
+        nargs="+",
+        metavar="ORIGIN",
+        help="CORS origins browsers may call from (CORS is off without this)",
+    )
+    p.add_argument("--max-batch", type=int, help="most requests decoding at once")
+    p.add_argument("--max-queue", type=int, help="most requests waiting; more get 429")
+    p.add_argument(
+        "--max-tokens-ceiling", type=int, help="operator ceiling on max_tokens per request"
+    )
+    p.add_argument("--drain-seconds", type=float, help="shutdown: seconds to finish")
+    p.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="allow models that ship code (never executed otherwise)",
+    )
+    p.add_argument("--json", action="store_true", help="errors as one JSON line on stderr")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from mlxd.server.runner import serve
+    from mlxd.server.settings import ServerSettings
+
+    settings = ServerSettings.from_config(
+        host=args.host,
+        port=args.port,
+        api_key=args.api_key,
+        allowed_origins=tuple(args.allowed_origins) if args.allowed_origins else None,
+        drain_seconds=args.drain_seconds,
+        trust_remote_code=args.trust_remote_code or None,
+    )
+    overrides: dict[str, Any] = {"trust_remote_code": args.trust_remote_code}
+    for name in ("max_batch", "max_queue", "max_tokens_ceiling"):
+        value = getattr(args, name)
+        if value is not None:
+            overrides[name] = value
+    return serve(settings, args.model, overrides)

@@ -1,0 +1,46 @@
+"""The FastAPI app factory: routes, OpenAI-shaped errors, guard middleware, optional CORS."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+
+from mlxd import __version__
+from mlxd.server.errors import install_handlers
+from mlxd.server.middleware import Guard
+from mlxd.server.models import ModelRegistry
+from mlxd.server.routes import router
+from mlxd.server.settings import ServerSettings
+from mlxd.server.state import ServerState
+
+
+def create_app(engine: Any, settings: ServerSettings, default_model: Any | None = None) -> FastAPI:
+    """An app serving `engine`; `default_model` (a loaded ModelInfo) answers model "default".
+
+    The engine is owned by the caller (`mlxd serve`), which closes it after the server stops.
+    """
+    app = FastAPI(
+        title="mlxd",
+        version=__version__,
+        docs_url=None,  # no extra surface by default
+        redoc_url=None,
+        openapi_url=None,
+    )
+    registry = ModelRegistry(engine, default_model, settings.trust_remote_code)
+    state = ServerState(engine=engine, settings=settings, registry=registry)
+    app.state.mlxd = state
+    install_handlers(app)
+    app.include_router(router)
+    app.add_middleware(Guard, settings=settings, metrics=state.metrics, lifecycle=state.lifecycle)
+    if settings.allowed_origins:
+        from starlette.middleware.cors import CORSMiddleware
+
+        # Added last, so it runs first: browser preflights are answered before auth.
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(settings.allowed_origins),
+            allow_methods=["GET", "POST", "OPTIONS"],
+            allow_headers=["Authorization", "Content-Type"],
+        )
+    return app

@@ -1,0 +1,129 @@
+"""Drive one ChatStream for HTTP: as SSE chunks or as one body, with cancel on disconnect.
+
+Cancellation is a message plus a `finally`: whatever ends the response early (client gone,
+shutdown, an exception) calls stream.cancel() once, and the engine frees the request at its
+next step boundary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Protocol
+
+from mlxd.errors import EngineUnavailable, MlxdError
+from mlxd.server.errors import error_body, error_from_code
+from mlxd.server.lifecycle import Generation, Lifecycle
+from mlxd.server.metrics import Metrics
+from mlxd.server.sse import DONE, event
+from mlxd.server.wire import Wire
+from mlxd.types import ChatEvent, Finish, FinishReason, Usage, Warning
+
+log = logging.getLogger("mlxd.server")
+
+Receive = Callable[[], Awaitable[Any]]
+
+
+class Stream(Protocol):
+    def cancel(self) -> None: ...
+    def __aiter__(self) -> AsyncIterator[ChatEvent]: ...
+
+
+class Timer:
+    """TTFT and inter-token latency for one request, into the shared histograms."""
+
+    __slots__ = ("metrics", "start", "last")
+
+    def __init__(self, metrics: Metrics, start: float) -> None:
+        self.metrics = metrics
+        self.start = start
+        self.last: float | None = None
+
+    def tick(self, ev: ChatEvent) -> None:
+        if isinstance(ev, Finish):
+            self.metrics.add_usage(ev.usage.prompt_tokens, ev.usage.completion_tokens)
+            return
+        if isinstance(ev, Warning):
+            log.warning("%s", ev.message)
+            return
+        now = time.perf_counter()
+        if self.last is None:
+            self.metrics.ttft.observe(now - self.start)
+        else:
+            self.metrics.itl.observe(now - self.last)
+        self.last = now
+
+
+def failure(finish: Finish, gen: Generation) -> MlxdError | None:
+    """The error a Finish stands for, if any (shutdown aborts count as 503)."""
+    if gen.aborted:
+        return EngineUnavailable("server is shutting down; generation stopped")
+    if finish.reason == FinishReason.ERROR:
+        return error_from_code(finish.error or "generation failed", finish.error_code)
+    return None
+
+
+async def sse_body(
+    stream: Stream, wire: Wire, gen: Generation, lifecycle: Lifecycle, timer: Timer
+) -> AsyncIterator[bytes]:
+    """The SSE byte stream; an error after the first byte becomes a final error event."""
+    try:
+        first = wire.first_chunk()
+        if first is not None:
+            yield event(first)
+        async for ev in stream:
+            timer.tick(ev)
+            if isinstance(ev, Finish):
+                err = failure(ev, gen)
+                if err is not None:
+                    yield event(error_body(err))
+                    break
+            for chunk in wire.chunks(ev):
+                yield event(chunk)
+        yield DONE
+    except MlxdError as err:
+        yield event(error_body(err))
+        yield DONE
+    finally:
+        # Client gone (the generator was cancelled/closed) or done: either way, free the slot.
+        stream.cancel()
+        lifecycle.end(gen)
+
+
+async def collect(
+    stream: Stream,
+    wire: Wire,
+    gen: Generation,
+    lifecycle: Lifecycle,
+    timer: Timer,
+    receive: Receive,
+) -> dict[str, Any]:
+    """Run a stream to its end for a non-streaming response; a disconnect cancels it."""
+    watcher = asyncio.create_task(_cancel_on_disconnect(receive, stream))
+    finish = Finish(FinishReason.CANCELLED, Usage())
+    try:
+        async for ev in stream:
+            timer.tick(ev)
+            if isinstance(ev, Finish):
+                finish = ev
+            else:
+                wire.add(ev)
+    finally:
+        watcher.cancel()
+        stream.cancel()
+        lifecycle.end(gen)
+    err = failure(finish, gen)
+    if err is not None:
+        raise err
+    return wire.response(finish)
+
+
+async def _cancel_on_disconnect(receive: Receive, stream: Stream) -> None:
+    """Wait for http.disconnect (the body is already read) and cancel the generation."""
+    while True:
+        message = await receive()
+        if message.get("type") == "http.disconnect":
+            stream.cancel()
+            return

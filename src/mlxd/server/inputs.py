@@ -1,0 +1,82 @@
+"""Validated wire requests -> chat-layer inputs (messages, tools, template kwargs).
+
+Parsing is pydantic's own JSON parser (strict, no NaN); the checks here are the ones
+that depend on operator settings or on several fields at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from mlxd.errors import InvalidRequest
+from mlxd.server.errors import validation_error
+from mlxd.server.schemas import ChatCompletionRequest, NamedToolChoice, SamplingFields
+from mlxd.server.settings import ServerSettings
+
+M = TypeVar("M", bound=BaseModel)
+
+REQUIRED_HINT = "You must answer by calling one of the provided tools."
+NAMED_HINT = "You must answer by calling the tool `{name}`."
+
+
+def parse(model: type[M], body: bytes, settings: ServerSettings) -> M:
+    """Body bytes -> request model, or InvalidRequest (400) naming the field."""
+    if not body.strip():
+        raise InvalidRequest("request body is empty; send a JSON object")
+    try:
+        req = model.model_validate_json(body)
+    except ValidationError as exc:
+        raise validation_error(exc) from None
+    if isinstance(req, SamplingFields) and len(req.stop_list()) > settings.max_stop_strings:
+        raise InvalidRequest(
+            f"too many stop strings: {len(req.stop_list())} > {settings.max_stop_strings}",
+            param="stop",
+        )
+    return req
+
+
+def chat_inputs(
+    req: ChatCompletionRequest, settings: ServerSettings
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, dict[str, Any] | None]:
+    """(messages, tools, template_kwargs) for start_chat, honouring tool_choice."""
+    messages = [m.to_template() for m in req.messages]
+    tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
+    choice = req.tool_choice
+    if choice == "none":
+        tools = None  # the template never sees them, so the model cannot call them
+    elif choice == "required":
+        _add_system_hint(messages, REQUIRED_HINT)
+    elif isinstance(choice, NamedToolChoice) and tools:
+        name = choice.function.name
+        tools = [t for t in tools if t["function"]["name"] == name]
+        _add_system_hint(messages, NAMED_HINT.format(name=name))
+    return messages, tools, template_kwargs(req, settings)
+
+
+def template_kwargs(req: ChatCompletionRequest, settings: ServerSettings) -> dict[str, Any] | None:
+    kwargs = req.chat_template_kwargs
+    if not kwargs:
+        return None
+    for key, value in kwargs.items():
+        if key not in settings.template_kwargs_allowed:
+            allowed = ", ".join(sorted(settings.template_kwargs_allowed))
+            raise InvalidRequest(
+                f"chat_template_kwargs '{key}' is not allowed (allowed: {allowed})",
+                param=f"chat_template_kwargs.{key}",
+            )
+        if not isinstance(value, bool | str) or (isinstance(value, str) and len(value) > 64):
+            raise InvalidRequest(
+                f"chat_template_kwargs '{key}' must be a boolean or a short string",
+                param=f"chat_template_kwargs.{key}",
+            )
+    return dict(kwargs)
+
+
+def _add_system_hint(messages: list[dict[str, Any]], hint: str) -> None:
+    """Reflect a forced tool choice in the prompt: the first system message, or a new one."""
+    if messages and messages[0]["role"] in ("system", "developer"):
+        messages[0]["content"] = f"{messages[0].get('content', '')}\n\n{hint}".strip()
+    else:
+        messages.insert(0, {"role": "system", "content": hint})

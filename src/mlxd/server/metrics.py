@@ -1,0 +1,92 @@
+"""Prometheus text exposition, written by hand (no client library dependency).
+
+Counters and histograms are updated on the event loop thread only, so no locks.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+# engine.stats() field -> (metric name, type, help)
+ENGINE_GAUGES = (
+    ("running", "mlxd_running_requests", "gauge", "requests decoding or prefilling now"),
+    ("waiting", "mlxd_queue_depth", "gauge", "requests waiting for a batch slot"),
+    ("prefix_cache_hits", "mlxd_prefix_cache_hits_total", "counter", "prompts that reused KV"),
+    ("cached_tokens_total", "mlxd_cached_prompt_tokens_total", "counter", "prompt tokens reused"),
+)
+
+
+@dataclass(slots=True)
+class Histogram:
+    buckets: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)
+    total: float = 0.0
+    n: int = 0
+
+    def __post_init__(self) -> None:
+        self.counts = [0] * (len(self.buckets) + 1)  # last slot: +Inf
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.buckets, value)] += 1
+        self.total += value
+        self.n += 1
+
+    def lines(self, name: str) -> Iterable[str]:
+        running = 0
+        for bound, count in zip(self.buckets, self.counts, strict=False):
+            running += count
+            yield f'{name}_bucket{{le="{bound}"}} {running}'
+        yield f'{name}_bucket{{le="+Inf"}} {self.n}'
+        yield f"{name}_sum {self.total:.6f}"
+        yield f"{name}_count {self.n}"
+
+
+@dataclass(slots=True)
+class Metrics:
+    requests: Counter[tuple[str, int]] = field(default_factory=Counter)
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    ttft: Histogram = field(default_factory=lambda: Histogram(TTFT_BUCKETS))
+    itl: Histogram = field(default_factory=lambda: Histogram(ITL_BUCKETS))
+
+    def count_request(self, route: str, status: int) -> None:
+        self.requests[(route, status)] += 1
+
+    def add_usage(self, prompt_tokens: int, completion_tokens: int) -> None:
+        self.prompt_tokens += prompt_tokens
+        self.generation_tokens += completion_tokens
+
+    def render(self, engine_stats: Any, active_http: int) -> str:
+        """The /metrics body; engine_stats is engine.stats() (fields read by name)."""
+        out: list[str] = []
+        _header(out, "mlxd_http_requests_total", "counter", "HTTP requests by route and status")
+        for (route, status), n in sorted(self.requests.items()):
+            out.append(f'mlxd_http_requests_total{{route="{route}",status="{status}"}} {n}')
+        _header(out, "mlxd_active_http_requests", "gauge", "generation requests in flight")
+        out.append(f"mlxd_active_http_requests {active_http}")
+        _header(out, "mlxd_prompt_tokens_total", "counter", "prompt tokens processed")
+        out.append(f"mlxd_prompt_tokens_total {self.prompt_tokens}")
+        _header(out, "mlxd_generation_tokens_total", "counter", "tokens generated")
+        out.append(f"mlxd_generation_tokens_total {self.generation_tokens}")
+        _header(out, "mlxd_time_to_first_token_seconds", "histogram", "request to first token")
+        out.extend(self.ttft.lines("mlxd_time_to_first_token_seconds"))
+        _header(out, "mlxd_inter_token_latency_seconds", "histogram", "gap between deltas")
+        out.extend(self.itl.lines("mlxd_inter_token_latency_seconds"))
+        for attr, name, kind, help_text in ENGINE_GAUGES:
+            value = getattr(engine_stats, attr, None)
+            if value is not None:
+                _header(out, name, kind, help_text)
+                out.append(f"{name} {value}")
+        return "\n".join(out) + "\n"
+
+
+def _header(out: list[str], name: str, kind: str, help_text: str) -> None:
+    out.append(f"# HELP {name} {help_text}")
+    out.append(f"# TYPE {name} {kind}")

@@ -1,0 +1,152 @@
+"""One pure-ASGI guard in front of every route: Host check, auth, draining, body cap, metrics.
+
+Pure ASGI (not BaseHTTPMiddleware) so streaming responses and disconnect detection pass
+through untouched and the per-request cost stays a few attribute reads.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from mlxd.errors import AuthError, EngineUnavailable, MlxdError
+from mlxd.server.errors import HostNotAllowed, PayloadTooLarge, error_body
+from mlxd.server.lifecycle import Lifecycle
+from mlxd.server.metrics import Metrics
+from mlxd.server.settings import LOOPBACK_NAMES, ServerSettings
+from mlxd.server.sse import dumps
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+OPEN_PATHS = frozenset({"/health"})  # no auth: load balancers and probes
+ROUTES = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"})
+
+
+def route_label(path: str) -> str:
+    """Bounded label set for metrics: unknown paths are all "other"."""
+    if path in ROUTES:
+        return path
+    if path.startswith("/v1/models/"):
+        return "/v1/models/{id}"
+    return "other"
+
+
+def host_is_loopback(host_header: str) -> bool:
+    """'localhost', '127.0.0.1', '[::1]', each with or without ':port'."""
+    host = host_header.strip().lower()
+    if host.startswith("["):
+        name, _, _rest = host[1:].partition("]")
+    else:
+        name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    return name in LOOPBACK_NAMES
+
+
+class Guard:
+    def __init__(
+        self, app: ASGIApp, settings: ServerSettings, metrics: Metrics, lifecycle: Lifecycle
+    ) -> None:
+        self.app = app
+        self.settings = settings
+        self.metrics = metrics
+        self.lifecycle = lifecycle
+        self.key = settings.api_key.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        route = route_label(scope["path"])
+        send = self._counting(send, route)
+        headers = _headers(scope)
+        err = self._refusal(scope, headers)
+        if err is None and scope["method"] in ("POST", "PUT", "PATCH"):
+            err, receive = await self._capped_body(headers, receive)
+        if err is not None:
+            await send_error(send, err)
+            return
+        await self.app(scope, receive, send)
+
+    def _counting(self, send: Send, route: str) -> Send:
+        metrics = self.metrics
+
+        async def counting_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                metrics.count_request(route, int(message["status"]))
+            await send(message)
+
+        return counting_send
+
+    def _refusal(self, scope: Scope, headers: dict[bytes, bytes]) -> MlxdError | None:
+        if self.settings.loopback:
+            host = headers.get(b"host", b"").decode("latin-1")
+            if not host_is_loopback(host):
+                return HostNotAllowed(f"Host '{host}' is not allowed on a loopback server")
+        path = scope["path"]
+        if self.key and path not in OPEN_PATHS and not self._authorized(headers):
+            return AuthError("missing or invalid API key (send 'Authorization: Bearer KEY')")
+        if self.lifecycle.draining and path not in OPEN_PATHS and path != "/metrics":
+            return EngineUnavailable("server is shutting down")
+        return None
+
+    def _authorized(self, headers: dict[bytes, bytes]) -> bool:
+        scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
+        # compare_digest: constant time, so the key cannot be guessed byte by byte.
+        return scheme.lower() == b"bearer" and secrets.compare_digest(token.strip(), self.key)
+
+    async def _capped_body(
+        self, headers: dict[bytes, bytes], receive: Receive
+    ) -> tuple[MlxdError | None, Receive]:
+        """Read the whole body up to the cap (Content-Length checked first, then counted)."""
+        cap = self.settings.max_body_bytes
+        too_big = PayloadTooLarge(f"request body is larger than {cap} bytes")
+        length = headers.get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > cap):
+            return too_big, receive
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return EngineUnavailable("client disconnected"), receive
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > cap:
+                return too_big, receive
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return None, _replay(b"".join(chunks), receive)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A receive() that hands the buffered body once, then passes through (disconnects)."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+def _headers(scope: Scope) -> dict[bytes, bytes]:
+    return {k.lower(): v for k, v in scope["headers"]}
+
+
+async def send_error(send: Send, err: MlxdError) -> None:
+    body = dumps(error_body(err)).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if err.http_status in (429, 503):
+        headers.append((b"retry-after", b"1"))
+    if err.http_status == 401:
+        headers.append((b"www-authenticate", b"Bearer"))
+    await send({"type": "http.response.start", "status": err.http_status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,102 @@
+"""Which model a request names: only models the store knows, loaded through the engine.
+
+Requests never name paths (no `/`-leading, `..`, `~` or backslashes) and never trigger
+downloads: resolution goes through the store, and a store answer that is a bare directory
+path is refused too. `model` omitted or "default" means the preloaded model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from mlxd.errors import InvalidRequest, ModelNotFound
+
+DEFAULT_ALIASES = frozenset({"", "default"})
+
+
+def check_model_name(name: str) -> None:
+    """Refuse names that look like filesystem paths (400)."""
+    if (
+        name.startswith("/")
+        or name.startswith("~")
+        or "\\" in name
+        or ".." in name
+        or "\x00" in name
+        or name.startswith(".")
+    ):
+        raise InvalidRequest(
+            f"model '{name}' looks like a path; name a model the store knows", param="model"
+        )
+
+
+class ModelRegistry:
+    """Request model names -> loaded ModelInfo; loads on first use, one load at a time."""
+
+    def __init__(self, engine: Any, default: Any | None, trust_remote_code: bool = False) -> None:
+        self.engine = engine
+        self.default = default
+        self.trust_remote_code = trust_remote_code
+        self.loaded: dict[str, Any] = {}
+        self.created = int(time.time())
+        if default is not None:
+            self.loaded[default.name] = default
+        self._lock = asyncio.Lock()
+
+    async def get(self, name: str | None) -> Any:
+        name = (name or "").strip()
+        if name in DEFAULT_ALIASES:
+            if self.default is None:
+                raise ModelNotFound("no default model is loaded; name one in 'model'")
+            return self.default
+        info = self.loaded.get(name)
+        if info is not None:
+            return info
+        check_model_name(name)
+        async with self._lock:
+            info = self.loaded.get(name)
+            if info is None:
+                info = await asyncio.to_thread(self._resolve_and_load, name)
+                self.loaded[name] = info
+        return info
+
+    def _resolve_and_load(self, name: str) -> Any:
+        from mlxd.store.health import check_runnable
+        from mlxd.store.resolve import resolve
+
+        ref = resolve(name)
+        if ref.source == "path":
+            raise ModelNotFound(f"model '{name}' is not in the store", param="model")
+        check_runnable(ref.path, trust_remote_code=self.trust_remote_code)
+        return load_model(self.engine, ref)
+
+    async def list_ids(self) -> list[str]:
+        """The preloaded model first, then every model the store catalog lists."""
+        ids = [self.default.name] if self.default is not None else []
+        try:
+            names = await asyncio.to_thread(_catalog_names)
+        except Exception:  # the catalog is best effort; /v1/models must still answer
+            names = []
+        ids += [n for n in names if n not in ids]
+        return ids
+
+    async def exists(self, name: str) -> bool:
+        if name in self.loaded:
+            return True
+        check_model_name(name)
+        return name in await self.list_ids()
+
+    def card(self, model_id: str) -> dict[str, Any]:
+        return {"id": model_id, "object": "model", "created": self.created, "owned_by": "mlxd"}
+
+
+def _catalog_names() -> list[str]:
+    from mlxd.store.catalog import list_models
+
+    return [str(getattr(entry, "name", entry)) for entry in list_models()]
+
+
+def load_model(engine: Any, ref: Any) -> Any:
+    """engine.load_model(ref) -> ModelInfo (the engine's registry keeps it)."""
+    return engine.load_model(ref)

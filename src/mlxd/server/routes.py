@@ -1,0 +1,133 @@
+"""HTTP routes: chat and text completions, models, health, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.background import BackgroundTask
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+
+from mlxd.errors import ModelNotFound
+from mlxd.server.generation import Timer, collect, sse_body
+from mlxd.server.inputs import chat_inputs, parse
+from mlxd.server.schemas import ChatCompletionRequest, CompletionRequest
+from mlxd.server.sse import SSE_HEADERS
+from mlxd.server.state import ServerState
+from mlxd.server.wire import ChatWire, CompletionWire, Wire
+
+router = APIRouter()
+
+
+def _state(request: Request) -> ServerState:
+    state: ServerState = request.app.state.mlxd
+    return state
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(request: Request) -> Response:
+    from mlxd.chat.session import start_chat
+
+    st = _state(request)
+    start = time.perf_counter()
+    req = parse(ChatCompletionRequest, await request.body(), st.settings)
+    info = await st.registry.get(req.model)
+    messages, tools, kwargs = chat_inputs(req, st.settings)
+    stream = await asyncio.to_thread(
+        lambda: start_chat(
+            st.engine,
+            info,
+            messages,
+            options=req.options(),
+            tools=tools,
+            template_kwargs=kwargs,
+            server_defaults=True,
+        )
+    )
+    texts = st.texts(info) if req.logprobs else None
+    wire = ChatWire(model=info.name, texts=texts, include_usage=req.include_usage)
+    return await _respond(request, st, stream, wire, req.stream, start)
+
+
+@router.post("/v1/completions")
+async def completions(request: Request) -> Response:
+    from mlxd.chat.session import start_completion
+
+    st = _state(request)
+    start = time.perf_counter()
+    req = parse(CompletionRequest, await request.body(), st.settings)
+    info = await st.registry.get(req.model)
+    stream = await asyncio.to_thread(
+        lambda: start_completion(
+            st.engine, info, req.prompt_text(), options=req.options(), server_defaults=True
+        )
+    )
+    texts = st.texts(info) if req.logprobs is not None else None
+    wire = CompletionWire(model=info.name, texts=texts, include_usage=req.include_usage)
+    return await _respond(request, st, stream, wire, req.stream, start)
+
+
+async def _respond(
+    request: Request, st: ServerState, stream: Any, wire: Wire, streaming: bool, start: float
+) -> Response:
+    try:
+        gen = st.lifecycle.begin(stream)
+    except Exception:
+        stream.cancel()
+        raise
+    timer = Timer(st.metrics, start)
+    if not streaming:
+        body = await collect(stream, wire, gen, st.lifecycle, timer, request.receive)
+        return JSONResponse(body)
+
+    def cleanup() -> None:
+        # Safety net: runs even when the client left before the body iterator started.
+        stream.cancel()
+        st.lifecycle.end(gen)
+
+    return StreamingResponse(
+        sse_body(stream, wire, gen, st.lifecycle, timer),
+        media_type="text/event-stream",
+        headers=SSE_HEADERS,
+        background=BackgroundTask(cleanup),
+    )
+
+
+@router.get("/v1/models")
+async def list_models(request: Request) -> Response:
+    st = _state(request)
+    ids = await st.registry.list_ids()
+    return JSONResponse({"object": "list", "data": [st.registry.card(i) for i in ids]})
+
+
+@router.get("/v1/models/{model_id:path}")
+async def get_model(request: Request, model_id: str) -> Response:
+    st = _state(request)
+    if not await st.registry.exists(model_id):
+        raise ModelNotFound(f"model '{model_id}' is not known", param="model")
+    return JSONResponse(st.registry.card(model_id))
+
+
+@router.get("/health")
+async def health(request: Request) -> Response:
+    """Reads engine.health() only (never blocks), so it answers during long prefills."""
+    st = _state(request)
+    h = st.engine.health()
+    ok = bool(h.ok) and not st.lifecycle.draining
+    state = "shutting_down" if st.lifecycle.draining else str(getattr(h, "state", ""))
+    body = {
+        "status": "ok" if ok else "unavailable",
+        "state": state,
+        "detail": getattr(h, "detail", None),
+        "model": st.registry.default.name if st.registry.default is not None else None,
+    }
+    return JSONResponse(body, status_code=200 if ok else 503)
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    st = _state(request)
+    text = st.metrics.render(st.engine.stats(), len(st.lifecycle.active))
+    return PlainTextResponse(text, media_type="text/plain; version=0.0.4")

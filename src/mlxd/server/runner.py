@@ -1,0 +1,161 @@
+"""Run the app under uvicorn: bind first, preload the model, serve, drain on SIGTERM/Ctrl-C.
+
+uvicorn settings are chosen for bursts: keep-alive on, a listen backlog of 2048 (mlx-lm's
+server accepts 5 pending connections), one worker (one engine per process), asyncio + h11.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import signal
+import socket
+import sys
+from types import FrameType
+from typing import Any
+
+import uvicorn
+
+from mlxd.errors import MlxdError
+from mlxd.server.app import create_app
+from mlxd.server.lifecycle import Lifecycle
+from mlxd.server.settings import ServerSettings
+
+BACKLOG = 2048
+LIMIT_CONCURRENCY = 4096  # connections + tasks; past this uvicorn answers 503 at once
+KEEP_ALIVE_SECONDS = 30
+ABORT_GRACE_SECONDS = 2.0  # after the drain: time for aborted streams to send their error
+
+
+class PortInUse(MlxdError):
+    exit_code = 10
+    code = "port_in_use"
+
+
+class MlxdServer(uvicorn.Server):
+    """uvicorn.Server whose first signal drains instead of stopping at once.
+
+    First SIGTERM/SIGINT: new requests get 503, running ones get drain_seconds, the rest
+    are aborted with an error event, then uvicorn shuts down. A second signal: at once.
+    """
+
+    def __init__(self, config: uvicorn.Config, lifecycle: Lifecycle, drain_seconds: float) -> None:
+        super().__init__(config)
+        self.lifecycle = lifecycle
+        self.drain_seconds = drain_seconds
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._draining = False
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        await super().startup(sockets=sockets)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        # Not recorded in _captured_signals: uvicorn would re-raise it after serving, and
+        # a drained shutdown must exit 0.
+        if self._draining or self._loop is None:
+            self.lifecycle.abort_all()
+            self.force_exit = self.should_exit = True
+            return
+        self._draining = True
+        self.lifecycle.draining = True
+        self._loop.call_soon_threadsafe(lambda: self._loop.create_task(self._drain()))  # type: ignore[union-attr]
+
+    async def _drain(self) -> None:
+        aborted = await self.lifecycle.drain(self.drain_seconds)
+        if aborted:
+            print(f"mlxd serve: drain timeout, {aborted} request(s) stopped", file=sys.stderr)
+            for _ in range(int(ABORT_GRACE_SECONDS / 0.05)):
+                if not self.lifecycle.active:
+                    break
+                await asyncio.sleep(0.05)
+        self.should_exit = True
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """Bind and listen before loading the model: a busy port fails fast, in one line."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise MlxdError(f"cannot bind {host}: {e.strerror}") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+        sock.listen(BACKLOG)
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRINUSE:
+            raise PortInUse(f"port {port} on {host} is already in use") from None
+        raise MlxdError(f"cannot listen on {host}:{port}: {e.strerror}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def load_default(engine: Any, model: str | None, trust_remote_code: bool) -> Any:
+    """Resolve and load the model to preload; raise MlxdError with the reason if it cannot."""
+    from mlxd.store.health import check_runnable
+    from mlxd.store.resolve import resolve
+
+    if model is None:
+        from mlxd.store.default_model import default_model
+
+        ref = default_model()
+    else:
+        ref = resolve(model)
+    check_runnable(ref.path, trust_remote_code=trust_remote_code)
+    # A directory given on the command line is served under its folder name, not its path.
+    name = ref.path.name if ref.source == "path" else ref.name
+    return engine.load_model(ref.path, name)
+
+
+def serve(settings: ServerSettings, model: str | None, engine_overrides: dict[str, Any]) -> int:
+    """Bind, load, serve until a signal; returns the exit code (0 after a drained stop)."""
+    from mlxd.engine import Engine, EngineConfig
+
+    warn_if_exposed(settings)
+    sock = bind_socket(settings.host, settings.port)
+    engine = Engine(EngineConfig.from_settings(**engine_overrides))
+    try:
+        info = load_default(engine, model, settings.trust_remote_code)
+        app = create_app(engine, settings, default_model=info)
+        config = uvicorn.Config(
+            app,
+            loop="asyncio",
+            http="h11",
+            ws="none",
+            lifespan="off",
+            backlog=BACKLOG,
+            limit_concurrency=LIMIT_CONCURRENCY,
+            timeout_keep_alive=KEEP_ALIVE_SECONDS,
+            log_level="warning",
+            access_log=False,
+            server_header=False,
+        )
+        server = MlxdServer(config, app.state.mlxd.lifecycle, settings.drain_seconds)
+        host, port = sock.getsockname()[:2]
+        shown = f"[{host}]" if ":" in host else host
+        print(f"mlxd serve: {info.name} on http://{shown}:{port}/v1", file=sys.stderr, flush=True)
+        server.run(sockets=[sock])
+    finally:
+        sock.close()
+        engine.close()
+    return 0
+
+
+def warn_if_exposed(settings: ServerSettings) -> None:
+    if settings.loopback or settings.api_key:
+        return
+    bar = "!" * 72
+    print(
+        f"{bar}\nWARNING: mlxd serve is binding {settings.host} WITHOUT an API key.\n"
+        "Anyone who can reach this address can use the server. Set --api-key or\n"
+        f"MLXD_API_KEY, or bind 127.0.0.1.\n{bar}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+# SIGTERM must drain too; uvicorn's HANDLED_SIGNALS covers SIGINT and SIGTERM already.
+assert signal.SIGTERM in uvicorn.server.HANDLED_SIGNALS

@@ -1,0 +1,291 @@
+"""Wire schemas for requests (pydantic): strict numbers, explicit bounds, clear refusals.
+
+Numbers are strict (no bools or strings as numbers), finite (no NaN/inf) and bounded; the
+bounds mirror mlxd.chat.options.OPTIONS and config.LIMITS (a unit test checks they agree).
+Fields we cannot honour yet (`n` != 1, non-text `response_format`, `echo`) are refused,
+never silently ignored. Unknown extra fields (user, metadata, ...) are ignored, as OpenAI does.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    field_validator,
+    model_validator,
+)
+
+from mlxd.chat.options import OPTIONS
+from mlxd.config import LIMITS
+
+_CFG = ConfigDict(extra="ignore", allow_inf_nan=False)
+
+
+def _range(name: str) -> Any:
+    """Field bounds of one option, from the shared OPTIONS table (CLI and server agree)."""
+    opt = OPTIONS[name]
+    return Field(ge=opt.minimum, le=opt.maximum)
+
+
+MaxTokens = Annotated[StrictInt, _range("max_tokens")]
+Seed = Annotated[StrictInt, _range("seed")]
+TopLogprobs = Annotated[StrictInt, _range("top_logprobs")]
+StopText = Annotated[StrictStr, Field(min_length=1, max_length=LIMITS["stop_string_chars"])]
+ModelName = Annotated[StrictStr, Field(min_length=1, max_length=512)]
+FunctionName = Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")]
+
+# HTTP field -> chat-layer option name; the names are the same by design (OPTIONS table).
+SAMPLING_FIELDS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "repetition_context_size",
+    "presence_penalty",
+    "frequency_penalty",
+    "seed",
+)
+
+
+class SamplingFields(BaseModel):
+    """Options shared by /v1/chat/completions and /v1/completions."""
+
+    model_config = _CFG
+
+    model: ModelName | None = None
+    stream: StrictBool = False
+    stream_options: StreamOptions | None = None
+    max_tokens: MaxTokens | None = None
+    temperature: Annotated[StrictFloat, _range("temperature")] | None = None
+    top_p: Annotated[StrictFloat, _range("top_p")] | None = None
+    top_k: Annotated[StrictInt, _range("top_k")] | None = None
+    min_p: Annotated[StrictFloat, _range("min_p")] | None = None
+    repetition_penalty: Annotated[StrictFloat, _range("repetition_penalty")] | None = None
+    repetition_context_size: Annotated[StrictInt, _range("repetition_context_size")] | None = None
+    presence_penalty: Annotated[StrictFloat, _range("presence_penalty")] | None = None
+    frequency_penalty: Annotated[StrictFloat, _range("frequency_penalty")] | None = None
+    logit_bias: (
+        Annotated[
+            dict[StrictStr, Annotated[StrictFloat, _range("logit_bias")]],
+            Field(max_length=LIMITS["logit_bias_entries"]),
+        ]
+        | None
+    ) = None
+    seed: Seed | None = None
+    # The operator's max_stop_strings (config) is checked per request in the route.
+    stop: StopText | Annotated[list[StopText], Field(max_length=256)] | None = None
+    n: Annotated[StrictInt, Field(ge=1, le=128)] = 1
+
+    @field_validator("n")
+    @classmethod
+    def _only_one_choice(cls, v: int) -> int:
+        if v != 1:
+            raise ValueError("only n=1 is supported")
+        return v
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _token_ids(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        for key in v or {}:
+            if not key.isdigit() or len(key) > 9:
+                raise ValueError(f"logit_bias keys must be token ids, got {key!r}")
+        return v
+
+    def stop_list(self) -> list[str]:
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+    def sampling_options(self) -> dict[str, Any]:
+        """Set sampling fields as chat-layer options (names match mlxd.chat.options.OPTIONS)."""
+        opts: dict[str, Any] = {}
+        for name in SAMPLING_FIELDS:
+            value = getattr(self, name)
+            if value is not None:
+                opts[name] = value
+        if self.logit_bias:
+            opts["logit_bias"] = {int(k): v for k, v in self.logit_bias.items()}
+        if self.stop is not None:
+            opts["stop"] = self.stop_list()
+        return opts
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+class StreamOptions(BaseModel):
+    model_config = _CFG
+    include_usage: StrictBool = False
+
+
+class TextPart(BaseModel):
+    model_config = _CFG
+    type: Literal["text"]
+    text: StrictStr
+
+
+class FunctionCall(BaseModel):
+    model_config = _CFG
+    name: FunctionName
+    arguments: StrictStr | dict[str, Any] = "{}"
+
+
+class MessageToolCall(BaseModel):
+    model_config = _CFG
+    id: StrictStr | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class Message(BaseModel):
+    """One chat message; roles and content shapes OpenAI defines, text content only."""
+
+    model_config = _CFG
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: StrictStr | list[TextPart] | None = None
+    name: StrictStr | None = None
+    tool_calls: list[MessageToolCall] | None = None
+    tool_call_id: StrictStr | None = None
+    reasoning_content: StrictStr | None = None
+    reasoning: StrictStr | None = None
+
+    @model_validator(mode="after")
+    def _content_present(self) -> Message:
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise ValueError(f"a '{self.role}' message needs content")
+        return self
+
+    def to_template(self) -> dict[str, Any]:
+        """The dict the chat template sees: text parts joined, reasoning under one name."""
+        msg: dict[str, Any] = {"role": self.role}
+        if isinstance(self.content, list):
+            msg["content"] = "".join(p.text for p in self.content)
+        elif self.content is not None:
+            msg["content"] = self.content
+        if self.name is not None:
+            msg["name"] = self.name
+        if self.tool_calls:
+            msg["tool_calls"] = [tc.model_dump(exclude_none=True) for tc in self.tool_calls]
+        if self.tool_call_id is not None:
+            msg["tool_call_id"] = self.tool_call_id
+        reasoning = self.reasoning_content or self.reasoning
+        if reasoning:
+            msg["reasoning_content"] = reasoning
+        return msg
+
+
+class FunctionDef(BaseModel):
+    model_config = _CFG
+    name: FunctionName
+    description: StrictStr | None = None
+    parameters: dict[str, Any] | None = None
+    strict: StrictBool | None = None
+
+
+class Tool(BaseModel):
+    model_config = _CFG
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedFunction(BaseModel):
+    model_config = _CFG
+    name: FunctionName
+
+
+class NamedToolChoice(BaseModel):
+    model_config = _CFG
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class ResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: StrictStr
+
+    @field_validator("type")
+    @classmethod
+    def _text_only(cls, v: str) -> str:
+        if v != "text":
+            raise ValueError(f"response_format '{v}' is not supported; only 'text'")
+        return v
+
+
+class ChatCompletionRequest(SamplingFields):
+    messages: Annotated[list[Message], Field(min_length=1, max_length=10_000)]
+    max_completion_tokens: MaxTokens | None = None
+    logprobs: StrictBool = False
+    top_logprobs: TopLogprobs | None = None
+    tools: Annotated[list[Tool], Field(max_length=512)] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    response_format: ResponseFormat | None = None
+    chat_template_kwargs: dict[StrictStr, Any] | None = None
+
+    @model_validator(mode="after")
+    def _tool_choice_names_a_tool(self) -> ChatCompletionRequest:
+        if isinstance(self.tool_choice, NamedToolChoice):
+            names = {t.function.name for t in self.tools or []}
+            if self.tool_choice.function.name not in names:
+                raise ValueError(
+                    f"tool_choice names '{self.tool_choice.function.name}', which is not in tools"
+                )
+        elif self.tool_choice == "required" and not self.tools:
+            raise ValueError("tool_choice 'required' needs tools")
+        return self
+
+    def budget(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+    def options(self) -> dict[str, Any]:
+        opts = self.sampling_options()
+        if self.budget() is not None:
+            opts["max_tokens"] = self.budget()
+        if self.logprobs:
+            opts["logprobs"] = True
+            opts["top_logprobs"] = self.top_logprobs or 0
+        return opts
+
+
+class CompletionRequest(SamplingFields):
+    prompt: StrictStr | Annotated[list[StrictStr], Field(min_length=1, max_length=1)]
+    logprobs: TopLogprobs | None = None
+    echo: StrictBool = False
+    suffix: StrictStr | None = None
+
+    @field_validator("echo")
+    @classmethod
+    def _no_echo(cls, v: bool) -> bool:
+        if v:
+            raise ValueError("echo is not supported")
+        return v
+
+    @field_validator("suffix")
+    @classmethod
+    def _no_suffix(cls, v: str | None) -> str | None:
+        if v:
+            raise ValueError("suffix is not supported")
+        return v
+
+    def prompt_text(self) -> str:
+        return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
+
+    def options(self) -> dict[str, Any]:
+        opts = self.sampling_options()
+        if self.max_tokens is not None:
+            opts["max_tokens"] = self.max_tokens
+        if self.logprobs is not None:
+            opts["logprobs"] = True
+            opts["top_logprobs"] = self.logprobs
+        return opts
+
+
+SamplingFields.model_rebuild()

@@ -1,0 +1,57 @@
+"""The server's own settings: resolved once from config (env) and CLI flags."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+
+from mlxd.config import setting, setting_int
+
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    """What the HTTP layer needs; engine limits live in EngineConfig."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    api_key: str = ""
+    allowed_origins: tuple[str, ...] = ()
+    max_body_bytes: int = 4 << 20
+    max_stop_strings: int = 16
+    drain_seconds: float = 30.0
+    trust_remote_code: bool = False
+    # chat_template_kwargs keys passed to the template; any other key is a 400.
+    template_kwargs_allowed: frozenset[str] = field(
+        default_factory=lambda: frozenset({"enable_thinking", "thinking", "reasoning_effort"})
+    )
+
+    @classmethod
+    def from_config(cls, **overrides: object) -> ServerSettings:
+        """Config/env defaults, then non-None overrides (CLI flags)."""
+        values: dict[str, object] = {
+            "host": setting("host"),
+            "port": setting_int("port"),
+            "api_key": setting("api_key"),
+            "max_body_bytes": setting_int("max_body_bytes"),
+            "max_stop_strings": setting_int("max_stop_strings"),
+            "drain_seconds": float(setting("drain_seconds")),
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)  # type: ignore[arg-type]
+
+    @property
+    def loopback(self) -> bool:
+        """True when only this machine can connect (the DNS-rebinding guard applies)."""
+        return is_loopback_host(self.host)
+
+
+def is_loopback_host(host: str) -> bool:
+    name = host.strip("[]").lower()
+    if name in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False

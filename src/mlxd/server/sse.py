@@ -1,0 +1,18 @@
+"""Server-sent events: one `data:` line per JSON chunk, `data: [DONE]` at the end."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+DONE = b"data: [DONE]\n\n"
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def dumps(obj: Any) -> str:
+    """Compact JSON; non-ASCII kept as is (UTF-8 on the wire)."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+def event(obj: Any) -> bytes:
+    return b"data: " + dumps(obj).encode() + b"\n\n"

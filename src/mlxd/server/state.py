@@ -1,0 +1,29 @@
+"""What every route shares: the engine, settings, model registry, metrics and lifecycle."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mlxd.server.lifecycle import Lifecycle
+from mlxd.server.logprobs import TokenTexts
+from mlxd.server.metrics import Metrics
+from mlxd.server.models import ModelRegistry
+from mlxd.server.settings import ServerSettings
+
+
+@dataclass(slots=True)
+class ServerState:
+    engine: Any
+    settings: ServerSettings
+    registry: ModelRegistry
+    metrics: Metrics = field(default_factory=Metrics)
+    lifecycle: Lifecycle = field(default_factory=Lifecycle)
+    _texts: dict[str, TokenTexts] = field(default_factory=dict)
+
+    def texts(self, info: Any) -> TokenTexts:
+        """Per-model token-text cache for logprobs."""
+        texts = self._texts.get(info.name)
+        if texts is None:
+            texts = self._texts[info.name] = TokenTexts(info.tokenizer)
+        return texts

@@ -1,0 +1,218 @@
+"""ChatEvents -> OpenAI response bodies and stream chunks (chat and legacy completions).
+
+One object per request: `chunks(event)` gives the SSE chunks for an event (streaming) and
+`add(event)` + `response()` build the whole body (non-streaming).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from mlxd.server.logprobs import (
+    TokenTexts,
+    chat_logprobs,
+    completion_logprobs,
+    merge_completion_logprobs,
+)
+from mlxd.types import (
+    ChatEvent,
+    Finish,
+    FinishReason,
+    ReasoningDelta,
+    TextDelta,
+    ToolCall,
+    Usage,
+)
+
+_FINISH = {
+    FinishReason.STOP: "stop",
+    FinishReason.LENGTH: "length",
+    FinishReason.TOOL_CALLS: "tool_calls",
+    FinishReason.CANCELLED: "stop",
+    FinishReason.ERROR: "stop",
+}
+
+
+def usage_dict(usage: Usage) -> dict[str, Any]:
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+    }
+
+
+def tool_call_dict(call: ToolCall) -> dict[str, Any]:
+    return {
+        "index": call.index,
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    }
+
+
+@dataclass(slots=True)
+class ChatWire:
+    model: str
+    texts: TokenTexts | None = None  # set when logprobs were asked for
+    include_usage: bool = False
+    id: str = field(default_factory=lambda: "chatcmpl-" + secrets.token_hex(12))
+    created: int = field(default_factory=lambda: int(time.time()))
+    content: list[str] = field(default_factory=list)
+    reasoning: list[str] = field(default_factory=list)
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    logprobs: list[dict[str, Any]] = field(default_factory=list)
+
+    def _chunk(self, delta: dict[str, Any], **choice: Any) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}],
+        }
+        body["choices"][0].update(choice)
+        if self.include_usage:
+            body["usage"] = None
+        return body
+
+    def first_chunk(self) -> dict[str, Any]:
+        return self._chunk({"role": "assistant", "content": ""})
+
+    def chunks(self, ev: ChatEvent) -> list[dict[str, Any]]:
+        if isinstance(ev, TextDelta):
+            lps = self._logprobs(ev)
+            return [self._chunk({"content": ev.text}, logprobs={"content": lps} if lps else None)]
+        if isinstance(ev, ReasoningDelta):
+            return [self._chunk({"reasoning_content": ev.text, "reasoning": ev.text})]
+        if isinstance(ev, ToolCall):
+            self.tool_calls.append(ev)
+            return [self._chunk({"tool_calls": [tool_call_dict(ev)]})]
+        if isinstance(ev, Finish):
+            out = [self._chunk({}, finish_reason=self._finish_reason(ev))]
+            if self.include_usage:
+                last = self._chunk({})
+                last["choices"] = []
+                last["usage"] = usage_dict(ev.usage)
+                out.append(last)
+            return out
+        return []  # Warning: logged by the caller, not sent
+
+    def add(self, ev: ChatEvent) -> None:
+        if isinstance(ev, TextDelta):
+            self.content.append(ev.text)
+            self.logprobs.extend(self._logprobs(ev))
+        elif isinstance(ev, ReasoningDelta):
+            self.reasoning.append(ev.text)
+        elif isinstance(ev, ToolCall):
+            self.tool_calls.append(ev)
+
+    def response(self, finish: Finish) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content)}
+        if self.tool_calls and not message["content"]:
+            message["content"] = None
+        if self.reasoning:
+            message["reasoning_content"] = message["reasoning"] = "".join(self.reasoning)
+        if self.tool_calls:
+            message["tool_calls"] = [tool_call_dict(c) for c in self.tool_calls]
+        choice = {
+            "index": 0,
+            "message": message,
+            "logprobs": {"content": self.logprobs} if self.texts is not None else None,
+            "finish_reason": self._finish_reason(finish),
+        }
+        return {
+            "id": self.id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice],
+            "usage": usage_dict(finish.usage),
+        }
+
+    def _finish_reason(self, finish: Finish) -> str:
+        if self.tool_calls and finish.reason == FinishReason.STOP:
+            return "tool_calls"
+        return _FINISH[finish.reason]
+
+    def _logprobs(self, ev: TextDelta) -> list[dict[str, Any]]:
+        if self.texts is None or not ev.logprobs:
+            return []
+        return chat_logprobs(ev.logprobs, self.texts)
+
+
+@dataclass(slots=True)
+class CompletionWire:
+    model: str
+    texts: TokenTexts | None = None
+    include_usage: bool = False
+    id: str = field(default_factory=lambda: "cmpl-" + secrets.token_hex(12))
+    created: int = field(default_factory=lambda: int(time.time()))
+    text: list[str] = field(default_factory=list)
+    offset: int = 0
+    logprobs: list[dict[str, list[Any]]] = field(default_factory=list)
+
+    def _chunk(self, text: str, logprobs: Any = None, finish: str | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "id": self.id,
+            "object": "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}],
+        }
+        if self.include_usage:
+            body["usage"] = None
+        return body
+
+    def first_chunk(self) -> None:
+        return None  # completions have no role chunk
+
+    def chunks(self, ev: ChatEvent) -> list[dict[str, Any]]:
+        if isinstance(ev, TextDelta):
+            return [self._chunk(ev.text, self._logprobs(ev))]
+        if isinstance(ev, Finish):
+            out = [self._chunk("", finish=_FINISH[ev.reason])]
+            if self.include_usage:
+                last = self._chunk("")
+                last["choices"] = []
+                last["usage"] = usage_dict(ev.usage)
+                out.append(last)
+            return out
+        return []
+
+    def add(self, ev: ChatEvent) -> None:
+        if isinstance(ev, TextDelta):
+            lps = self._logprobs(ev)
+            if lps is not None:
+                self.logprobs.append(lps)
+            self.text.append(ev.text)
+
+    def response(self, finish: Finish) -> dict[str, Any]:
+        choice = {
+            "index": 0,
+            "text": "".join(self.text),
+            "logprobs": merge_completion_logprobs(self.logprobs) if self.texts else None,
+            "finish_reason": _FINISH[finish.reason],
+        }
+        return {
+            "id": self.id,
+            "object": "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice],
+            "usage": usage_dict(finish.usage),
+        }
+
+    def _logprobs(self, ev: TextDelta) -> dict[str, list[Any]] | None:
+        if self.texts is None or not ev.logprobs:
+            self.offset += len(ev.text)
+            return None
+        lps = completion_logprobs(ev.logprobs, self.texts, self.offset)
+        self.offset += len(ev.text)
+        return lps
+
+
+Wire = ChatWire | CompletionWire
