@@ -182,6 +182,7 @@ class EngineCore:
             self.scheduler.start(request, uid)
             c = self.counters
             c.prompt_tokens_total += request.prompt_len
+            c.prefilled_tokens_total += request.prompt_len - cached
             if cached:
                 c.prefix_cache_hits += 1
                 c.cached_tokens_total += cached

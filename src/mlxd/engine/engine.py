@@ -125,7 +125,7 @@ class Engine:
             self._queued += 1
             self._live.add(request)
             self._inbox.put(Submit(request))
-        return RequestHandle(request.request_id, request.collector, self._cancel)
+        return RequestHandle(request, self._cancel)
 
     def _cancel(self, request_id: str) -> None:
         self._inbox.put(Cancel(request_id))
@@ -154,6 +154,7 @@ class Engine:
             prompt_tokens_total=c.prompt_tokens_total,
             generation_tokens_total=c.generation_tokens_total,
             requests_by_finish_reason=dict(c.by_reason),
+            prefilled_tokens_total=c.prefilled_tokens_total,
             requests_total=c.requests_total,
             steps_total=c.steps_total,
             prefix_cache_bytes=cache_bytes,

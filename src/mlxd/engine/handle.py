@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Iterator
 
 from mlxd.engine.collector import Collector
+from mlxd.engine.request import Request, RequestStatus
 from mlxd.types import EngineEvent, FinishEvent, TokenEvent
 
 
@@ -12,15 +13,24 @@ class RequestHandle:
     """Yields TokenEvents then exactly one FinishEvent. Closing the iterator early (break,
     GeneratorExit, task cancellation) cancels the request."""
 
-    __slots__ = ("request_id", "_collector", "_canceller", "_cancel_sent")
+    __slots__ = ("request_id", "_request", "_collector", "_canceller", "_cancel_sent")
 
-    def __init__(
-        self, request_id: str, collector: Collector, canceller: Callable[[str], None]
-    ) -> None:
-        self.request_id = request_id
-        self._collector = collector
+    def __init__(self, request: Request, canceller: Callable[[str], None]) -> None:
+        self.request_id = request.request_id
+        self._request = request
+        self._collector: Collector = request.collector
         self._canceller = canceller
         self._cancel_sent = False
+
+    @property
+    def status(self) -> RequestStatus:
+        """Where the request is now (waiting, prefilling, decoding, finished); advisory."""
+        return self._request.status
+
+    @property
+    def max_new_tokens(self) -> int:
+        """The generation budget the engine gave this request."""
+        return self._request.max_new
 
     def cancel(self) -> None:
         """Idempotent; the stream ends with FinishEvent(CANCELLED) unless it already ended."""

@@ -26,6 +26,7 @@ class EngineStats:
     prompt_tokens_total: int
     generation_tokens_total: int
     requests_by_finish_reason: dict[str, int]
+    prefilled_tokens_total: int = 0  # prompt tokens actually run (prompt minus cache hits)
     requests_total: int = 0
     steps_total: int = 0
     prefix_cache_bytes: int = 0
@@ -45,5 +46,6 @@ class Counters:
     cached_tokens_total: int = 0
     prompt_tokens_total: int = 0
     generation_tokens_total: int = 0
+    prefilled_tokens_total: int = 0
     # Every key present from the start, so readers never see the dict change size.
     by_reason: dict[str, int] = field(default_factory=lambda: {r.value: 0 for r in FinishReason})

@@ -1,0 +1,35 @@
+"""Engine fixtures: engines on the real tiny checkpoints, closed after each test."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlxd.engine import Engine, EngineConfig, ModelInfo
+
+EngineFactory = Callable[..., Engine]
+
+
+@pytest.fixture
+def make_engine() -> Iterator[EngineFactory]:
+    """make_engine(**EngineConfig overrides) -> a started Engine, closed at teardown."""
+    engines: list[Engine] = []
+
+    def make(**overrides: Any) -> Engine:
+        overrides.setdefault("max_batch", 8)
+        engine = Engine(EngineConfig.from_settings(**overrides))
+        engines.append(engine)
+        return engine
+
+    yield make
+    for engine in engines:
+        engine.close()
+
+
+@pytest.fixture
+def chat(make_engine: EngineFactory, tiny_chat_model: Path) -> tuple[Engine, ModelInfo]:
+    engine = make_engine()
+    return engine, engine.load_model(tiny_chat_model)
