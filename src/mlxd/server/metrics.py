@@ -79,6 +79,10 @@ class Metrics:
         out.extend(self.ttft.lines("mlxd_time_to_first_token_seconds"))
         _header(out, "mlxd_inter_token_latency_seconds", "histogram", "gap between deltas")
         out.extend(self.itl.lines("mlxd_inter_token_latency_seconds"))
+        by_reason = getattr(engine_stats, "requests_by_finish_reason", None) or {}
+        _header(out, "mlxd_requests_finished_total", "counter", "engine requests by finish reason")
+        for reason, n in sorted(by_reason.items()):
+            out.append(f'mlxd_requests_finished_total{{reason="{reason}"}} {n}')
         for attr, name, kind, help_text in ENGINE_GAUGES:
             value = getattr(engine_stats, attr, None)
             if value is not None:

@@ -52,6 +52,7 @@ SAMPLING_FIELDS = (
     "presence_penalty",
     "frequency_penalty",
     "seed",
+    "ignore_eos",
 )
 
 
@@ -83,6 +84,7 @@ class SamplingFields(BaseModel):
     # The operator's max_stop_strings (config) is checked per request in the route.
     stop: StopText | Annotated[list[StopText], Field(max_length=256)] | None = None
     n: Annotated[StrictInt, Field(ge=1, le=128)] = 1
+    ignore_eos: StrictBool | None = None  # extension (as in vLLM): generate past EOS
 
     @field_validator("n")
     @classmethod
