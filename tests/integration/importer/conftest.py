@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-from tests.integration.importer.gguf_builder import BuiltGguf, build_gguf
-
-GgufFactory = Callable[..., BuiltGguf]
+from tests.integration.importer.gguf_builder import BuiltGguf, GgufFactory, build_gguf
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,9 @@ class BuiltGguf:
     raw_q: np.ndarray  # layer 0 q rows as stored in the GGUF (permuted), dequantized
 
 
+GgufFactory = Callable[..., BuiltGguf]
+
+
 def gguf_name(hf: str) -> str:
     """HF llama tensor name -> llama.cpp GGUF name (inverse of mlxd's mapping)."""
     fixed = {
@@ -68,7 +72,8 @@ def build_gguf(
     seed: int = 1,
 ) -> BuiltGguf:
     config = json.loads((checkpoint / "config.json").read_text())
-    weights = {k: v.astype(np.float32) for k, v in load_file(checkpoint / "model.safetensors").items()}
+    saved = load_file(checkpoint / "model.safetensors")
+    weights = {k: v.astype(np.float32) for k, v in saved.items()}
     if untied:
         rng = np.random.default_rng(seed)
         weights["lm_head.weight"] = rng.normal(size=weights["model.embed_tokens.weight"].shape)
@@ -148,7 +153,8 @@ def _add_tokenizer(writer: GGUFWriter, checkpoint: Path, pre: str, model: str) -
     writer.add_tokenizer_model(model)
     writer.add_tokenizer_pre(pre)
     writer.add_token_list(tokens)
-    writer.add_token_types([TokenType.CONTROL if t in special else TokenType.NORMAL for t in tokens])
+    kinds = [TokenType.CONTROL if t in special else TokenType.NORMAL for t in tokens]
+    writer.add_token_types(kinds)
     merges = [m if isinstance(m, str) else " ".join(m) for m in tok["model"]["merges"]]
     writer.add_token_merges(merges)
     writer.add_eos_token_id(vocab[tok_config["eos_token"]])
