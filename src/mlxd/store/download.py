@@ -137,7 +137,21 @@ def download(plan: PullPlan) -> Path:
             )
         except Exception as e:  # noqa: BLE001 - mapped to one clear line
             raise hub_error(e, plan.repo_id, plan.revision) from e
+        _write_ref(plan)
     return Path(path)
+
+
+def _write_ref(plan: PullPlan) -> None:
+    """Point refs/<revision> (default main) at the commit, atomically, once the files are in:
+    huggingface_hub skips this when handed an already resolved revision."""
+    name = plan.revision or "main"
+    if name == plan.commit:
+        return
+    ref = repo_folder(plan.repo_id) / "refs" / name
+    ref.parent.mkdir(parents=True, exist_ok=True)
+    tmp = ref.with_name(f".{ref.name}.mlxd-tmp")
+    tmp.write_text(plan.commit)
+    os.replace(tmp, ref)
 
 
 def _repo_lock(repo_id: str) -> Any:

@@ -28,9 +28,11 @@ class FixtureRepo:
     gated: int | None = None  # 401 or 403: every request is refused as a gated repo
 
     @classmethod
-    def from_dir(cls, path: Path, extra: dict[str, bytes] | None = None) -> FixtureRepo:
+    def from_dir(
+        cls, path: Path, extra: dict[str, bytes] | None = None, gated: int | None = None
+    ) -> FixtureRepo:
         files = {p.name: p.read_bytes() for p in sorted(Path(path).iterdir()) if p.is_file()}
-        return cls(files={**files, **(extra or {})})
+        return cls(files={**files, **(extra or {})}, gated=gated)
 
 
 def etag(name: str, data: bytes) -> str:
