@@ -16,7 +16,7 @@ from typing import Any
 
 from mlxd.cli.repl_engine import LoadedModel, drain, open_model, resolve_model
 from mlxd.cli.repl_input import MessageReader, PipeReader, TerminalReader
-from mlxd.cli.repl_options import options_from_args
+from mlxd.cli.repl_options import checked_options_from_args
 from mlxd.cli.stream_render import Answer, Renderer, decode_tps, error_from_finish
 from mlxd.config import mlxd_home
 from mlxd.errors import InvalidRequest, MlxdError
@@ -75,6 +75,7 @@ def run_repl(args: argparse.Namespace, model: Any) -> int:
     """Open the model named by `model` (a ModelRef, a reference string or None) and chat."""
     if getattr(args, "json", False):
         raise InvalidRequest("--json needs a prompt (an argument or piped stdin)", param="prompt")
+    options = checked_options_from_args(args)
     ref = model if model is not None and not isinstance(model, str) else resolve_model(model)
     conv = Conversation(system=args.system, show_reasoning=not args.hide_reasoning)
     if args.no_think:
@@ -86,7 +87,7 @@ def run_repl(args: argparse.Namespace, model: Any) -> int:
         )
         if interactive:
             print(f"Chatting with {loaded.name}. /help for commands, /bye to leave.")
-        Repl(loaded, conv, options_from_args(args), interactive).loop(reader)
+        Repl(loaded, conv, options, interactive).loop(reader)
     return 0
 
 

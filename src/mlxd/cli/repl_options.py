@@ -56,6 +56,17 @@ def options_from_args(args: argparse.Namespace) -> dict[str, object]:
     return options
 
 
+def checked_options_from_args(args: argparse.Namespace) -> dict[str, object]:
+    """options_from_args, validated against the table now, so a bad value fails in
+    milliseconds instead of after loading the model (the chat layer checks again)."""
+    from mlxd.chat.options import sampling_params, stop_strings
+
+    options = options_from_args(args)
+    sampling_params(options)
+    stop_strings(options)
+    return options
+
+
 def template_kwargs_from(no_think: bool) -> dict[str, object] | None:
     return {"enable_thinking": False} if no_think else None
 
@@ -80,6 +91,16 @@ def one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         sys.exit(2)
 
     parser.error = error  # type: ignore[method-assign]
+    parse_known = parser.parse_known_args
+
+    def parse_known_args(args=None, namespace=None):  # type: ignore[no-untyped-def]
+        # The top-level parser would report leftovers with its usage on a second line.
+        namespace, extras = parse_known(args, namespace)
+        if extras:
+            error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
+    parser.parse_known_args = parse_known_args  # type: ignore[method-assign]
     return parser
 
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from mlxd.cli.repl_options import (
     add_generation_flags,
+    checked_options_from_args,
     one_line_errors,
-    options_from_args,
     template_kwargs_from,
 )
 from mlxd.errors import AmbiguousModel, InvalidRequest, ModelNotFound
@@ -119,6 +119,7 @@ def messages_for(prompt: str, system: str | None) -> list[dict[str, Any]]:
 
 
 def run(args: argparse.Namespace) -> int:
+    options = checked_options_from_args(args)
     inv = parse_positionals(list(args.words), args.model)
     prompt = read_prompt(inv, sys.stdin)
     if prompt is None:
@@ -128,7 +129,6 @@ def run(args: argparse.Namespace) -> int:
     from mlxd.cli.repl_engine import open_model, resolve_model
 
     ref = inv.model_ref or resolve_model(inv.model)
-    options = options_from_args(args)
     with open_model(ref, trust_remote_code=args.trust_remote_code) as loaded:
         answer = ask_once(loaded, messages_for(prompt, args.system), options, args)
     if args.json:

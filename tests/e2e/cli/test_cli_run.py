@@ -17,8 +17,9 @@ def answer_json(model: Path, env: dict[str, str], *args: str, input: str | None 
     return one_json_line(proc.stdout)
 
 
-def test_json_shape(tiny_chat_model: Path, cli_env: dict[str, str]) -> None:
-    body = answer_json(tiny_chat_model, cli_env, "Hello there", "--max-tokens", "12")
+def test_json_streamed_and_unstreamed_agree(tiny_chat_model: Path, cli_env: dict[str, str]) -> None:
+    args = ("What is the capital of France?", "--max-tokens", "12")
+    body = answer_json(tiny_chat_model, cli_env, *args)
     assert set(body) >= {
         "model",
         "content",
@@ -35,29 +36,16 @@ def test_json_shape(tiny_chat_model: Path, cli_env: dict[str, str]) -> None:
     assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
     assert body["timings"]["total_s"] >= body["timings"]["ttft_s"] >= 0
 
-
-def test_streamed_and_unstreamed_output_match_json_content(
-    tiny_chat_model: Path, cli_env: dict[str, str]
-) -> None:
-    args = ("What is the capital of France?", "--max-tokens", "24")
-    body = answer_json(tiny_chat_model, cli_env, *args)
     streamed = run_mlxd("run", str(tiny_chat_model), *args, env=cli_env)
     once = run_mlxd("run", str(tiny_chat_model), *args, "--no-stream", env=cli_env)
     assert streamed.returncode == once.returncode == 0, streamed.stderr + once.stderr
     assert streamed.stdout == once.stdout
-    if body["content"] and not body["tool_calls"]:
-        assert streamed.stdout.rstrip("\n") == body["content"].rstrip("\n")
+    assert streamed.stderr == once.stderr  # reasoning and warnings, if any
+    if not body["tool_calls"]:
+        assert streamed.stdout == body["content"] + ("" if body["content"].endswith("\n") else "\n")
 
-
-def test_system_prompt_and_budget_reach_the_request(
-    tiny_chat_model: Path, cli_env: dict[str, str]
-) -> None:
-    plain = answer_json(tiny_chat_model, cli_env, "Hi", "--max-tokens", "3")
-    system = answer_json(
-        tiny_chat_model, cli_env, "Hi", "--max-tokens", "3", "--system", "You are terse."
-    )
-    assert system["usage"]["prompt_tokens"] > plain["usage"]["prompt_tokens"]
-    assert plain["usage"]["completion_tokens"] <= 3
+    system = answer_json(tiny_chat_model, cli_env, *args, "--system", "You are terse.")
+    assert system["usage"]["prompt_tokens"] > usage["prompt_tokens"]
 
 
 def test_stdin_dash_and_piped_prompt(tiny_chat_model: Path, cli_env: dict[str, str]) -> None:
@@ -77,7 +65,10 @@ def test_stdin_dash_and_piped_prompt(tiny_chat_model: Path, cli_env: dict[str, s
 def test_closed_pipe_exits_quietly(
     long_chat_model: Path, cli_env: dict[str, str], head: str
 ) -> None:
-    cmd = " ".join(MLXD) + f" run {long_chat_model} 'Hello' --ignore-eos --max-tokens 3000"
+    cmd = (
+        " ".join(MLXD)
+        + f" run {long_chat_model} 'Hello' --ignore-eos --max-tokens 200 --hide-reasoning"
+    )
     proc = subprocess.run(
         ["bash", "-c", f'{cmd} | {head} >/dev/null; echo "${{PIPESTATUS[0]}}"'],
         capture_output=True,
@@ -86,7 +77,7 @@ def test_closed_pipe_exits_quietly(
         timeout=120,
     )
     assert proc.stdout.strip() == "0", proc.stderr
-    assert proc.stderr == ""
+    assert "Traceback" not in proc.stderr and "Error" not in proc.stderr, proc.stderr
 
 
 def test_unknown_model_is_one_line(isolated_home: Path, cli_env: dict[str, str]) -> None:
