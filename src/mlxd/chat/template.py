@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -28,6 +29,7 @@ from mlxd.errors import TemplateError
 
 _MAX_RANGE = 100_000  # jinja2.sandbox.MAX_RANGE: one range() may not be longer
 _MAX_POW_BITS = 4096  # `x ** y` results larger than this are refused before computing
+_BIG_WIDTH = re.compile(r"\d{7,}")  # a format width of a million chars or more
 
 
 class _Budget(threading.local):
@@ -77,6 +79,10 @@ class _BudgetedEnvironment(ImmutableSandboxedEnvironment):
         _budget.check_time()
         if __obj is not _range:  # range() reports its own, clearer error
             _precheck_args(args, kwargs)
+            # str.format arrives wrapped by the sandbox; its __wrapped__ is the bound method.
+            target = getattr(getattr(__obj, "__wrapped__", __obj), "__self__", None)
+            if isinstance(target, str | list | tuple):
+                _budget.check_size(_estimate(getattr(__obj, "__name__", ""), target, args))
         result = super().call(__context, __obj, *args, **kwargs)
         _check_result(result)
         return result
@@ -89,6 +95,8 @@ def _precheck_binop(operator: str, left: Any, right: Any) -> None:
                 _budget.check_size(len(seq) * max(n, 0))
     elif operator == "+" and isinstance(left, str | list) and isinstance(right, str | list):
         _budget.check_size(len(left) + len(right))
+    elif operator == "%" and isinstance(left, str) and _BIG_WIDTH.search(left):
+        raise TemplateError("chat template format width exceeds its size budget")
     elif operator == "**" and isinstance(left, int) and isinstance(right, int):
         if right > 0 and max(left.bit_length(), 1) * right > _MAX_POW_BITS:
             raise TemplateError("chat template arithmetic result is too large")
@@ -101,6 +109,45 @@ def _precheck_args(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
             _budget.check_size(abs(value))
 
 
+def _estimate(name: str, target: Any, args: tuple[Any, ...]) -> int:
+    """Upper bound on the output size of string-amplifying filters and methods, before running.
+
+    The sandbox cannot interrupt a single C-level call, so the few operations whose output can
+    dwarf their input (replace, indent, join, format, expandtabs, wordwrap) are estimated first.
+    """
+    name = name.removeprefix("sync_").removeprefix("do_")
+    size = _size(target)
+    if name == "replace" and len(args) >= 2 and isinstance(target, str):
+        old, new = str(args[0]), str(args[1])
+        return size + (size // max(len(old), 1) + 1) * max(len(new) - len(old), 0)
+    if name == "indent" and isinstance(target, str):
+        width = args[0] if args else 4
+        per_line = width if isinstance(width, int) else len(str(width))
+        return size + (target.count("\n") + 1) * per_line
+    if name == "join":
+        if isinstance(target, str) and args:  # str.join(iterable): target is the separator
+            items = args[0]
+            return _size(items) + len(target) * (len(items) if hasattr(items, "__len__") else 1)
+        sep = args[0] if args and isinstance(args[0], str) else ""
+        return size + len(sep) * (len(target) if hasattr(target, "__len__") else 1)
+    if name in ("format", "format_map") and isinstance(target, str):
+        return size + (_budget.max_bytes + 1 if _BIG_WIDTH.search(target) else 0)
+    if name == "expandtabs" and isinstance(target, str):
+        tab = args[0] if args and isinstance(args[0], int) else 8
+        return size + target.count("\t") * tab
+    if name == "wordwrap":
+        return 2 * size
+    return size
+
+
+def _size(value: Any) -> int:
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, list | tuple):
+        return sum(len(v) if isinstance(v, str) else 32 for v in value)
+    return 0
+
+
 def _check_result(result: Any) -> None:
     if isinstance(result, str | list | tuple):
         _budget.check_size(len(result))
@@ -111,6 +158,10 @@ def _budgeted_filter(func: Any) -> Any:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         _budget.check_time()
         _precheck_args(args, kwargs)
+        values = [a for a in args if isinstance(a, str | list | tuple)]
+        if values:  # the filtered value: the first string/list argument (after any context)
+            rest = args[args.index(values[0]) + 1 :]
+            _budget.check_size(_estimate(func.__name__, values[0], tuple(rest)))
         result = func(*args, **kwargs)
         _check_result(result)
         return result
@@ -129,8 +180,12 @@ def _range(*args: int) -> Iterator[int]:
         yield value
 
 
+class _TemplateRaised(jinja2.exceptions.TemplateError):
+    """raise_exception() from the template: its message is meant for the user."""
+
+
 def _raise_exception(message: object) -> None:
-    raise jinja2.exceptions.TemplateError(str(message))
+    raise _TemplateRaised(str(message))
 
 
 def _tojson(
@@ -159,6 +214,14 @@ class _SafeNamespace(Namespace):
         if any(isinstance(k, str) and k.startswith("_") for k in attrs):
             raise SecurityError("chat templates cannot use underscore names in namespace()")
         Namespace.__init__(self, attrs)
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        # `{% set ns.s = ns.s ~ ns.s %}` in a loop is how a template grows a string unboundedly.
+        _budget.check_time()
+        if isinstance(name, str) and name.startswith("_"):
+            raise SecurityError("chat templates cannot use underscore names in namespace()")
+        _check_result(value)
+        super().__setitem__(name, value)
 
 
 def _make_env() -> _BudgetedEnvironment:
@@ -206,6 +269,8 @@ def render_template(
         return _collect(template.generate(**context))
     except TemplateError:
         raise
+    except _TemplateRaised as e:
+        raise TemplateError(str(e.message)) from None
     except SecurityError as e:
         raise TemplateError(f"chat template tried an unsafe operation: {e}") from None
     except jinja2.exceptions.TemplateError as e:

@@ -1,0 +1,146 @@
+"""Message, tool and chat_template_kwargs validation (OpenAI shapes) and the fallback format."""
+
+from __future__ import annotations
+
+import pytest
+
+from mlxd.chat.builder import fallback_prompt
+from mlxd.chat.messages import check_template_kwargs, normalize_messages, normalize_tools
+from mlxd.errors import InvalidRequest
+
+TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+
+
+def test_chat_messages_normalize_openai_shapes():
+    msgs = normalize_messages(
+        [
+            {"role": "developer", "content": "be brief"},
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+            },
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+        ]
+    )
+    assert msgs == [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "a\nb"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "type": "function",
+                    "id": "c1",
+                    "function": {"name": "get_weather", "arguments": {"city": "Paris"}},
+                }
+            ],
+        },
+        {"role": "tool", "content": "sunny", "tool_call_id": "c1"},
+    ]
+
+
+BAD_MESSAGES = [
+    ([], "messages", "non-empty"),
+    ("hi", "messages", "non-empty"),
+    (["hi"], "messages[0]", "object"),
+    ([{"role": "robot", "content": "x"}], "messages[0].role", "role must be"),
+    ([{"role": "user"}], "messages[0].content", "required"),
+    ([{"role": "user", "content": 5}], "messages[0].content", "string or a list"),
+    (
+        [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}],
+        "messages[0].content[0]",
+        "only text",
+    ),
+    (
+        [{"role": "user", "content": [{"type": "text", "text": 1}]}],
+        "messages[0].content[0].text",
+        "string",
+    ),
+    (
+        [{"role": "user", "content": "x"}, {"role": "tool", "content": "r"}],
+        "messages[1].tool_call_id",
+        "tool_call_id",
+    ),
+    ([{"role": "user", "content": "x", "tool_calls": []}], "messages[0]", "only assistant"),
+    (
+        [{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{x"}}]}],
+        "messages[0].tool_calls[0].function.arguments",
+        "JSON object",
+    ),
+    (
+        [{"role": "assistant", "tool_calls": [{"function": {"arguments": "{}"}}]}],
+        "messages[0].tool_calls[0]",
+        "function.name",
+    ),
+    ([{"role": "user", "content": "x", "name": 3}], "messages[0].name", "string"),
+]
+
+
+@pytest.mark.parametrize(("messages", "param", "why"), BAD_MESSAGES)
+def test_chat_messages_reject_bad_shapes_with_param(messages, param, why):
+    with pytest.raises(InvalidRequest) as info:
+        normalize_messages(messages)
+    assert info.value.param == param
+    assert why in info.value.message
+
+
+def test_chat_messages_tools():
+    assert normalize_tools(None) is None and normalize_tools([]) is None
+    assert normalize_tools([TOOL]) == [TOOL]
+    for bad, param in [
+        ({"type": "function"}, "tools"),
+        ([{"type": "retrieval"}], "tools[0]"),
+        ([{"function": {"name": ""}}], "tools[0]"),
+        ([{"function": {"name": "f", "parameters": []}}], "tools[0]"),
+    ]:
+        with pytest.raises(InvalidRequest) as info:
+            normalize_tools(bad)
+        assert info.value.param == param
+
+
+def test_chat_messages_template_kwargs_allow_list():
+    assert check_template_kwargs(None) == {}
+    assert check_template_kwargs({"enable_thinking": False, "reasoning_effort": "low"}) == {
+        "enable_thinking": False,
+        "reasoning_effort": "low",
+    }
+    for bad in [
+        {"chat_template": "x"},
+        {"add_generation_prompt": False},
+        {"tokenize": True},
+        {"enable_thinking": {"nested": 1}},
+    ]:
+        with pytest.raises(InvalidRequest) as info:
+            check_template_kwargs(bad)
+        assert info.value.param.startswith("chat_template_kwargs")
+
+
+def test_chat_messages_fallback_format():
+    msgs = normalize_messages(
+        [
+            {"role": "system", "content": "S"},
+            {"role": "user", "content": "U"},
+            {"role": "assistant", "content": "A"},
+            {"role": "tool", "tool_call_id": "c", "content": "T"},
+        ]
+    )
+    assert fallback_prompt(msgs, None) == (
+        "System: S\n\nUser: U\n\nAssistant: A\n\nTool (c): T\n\nAssistant:"
+    )
+    with_tools = fallback_prompt(msgs[1:2], normalize_tools([TOOL]))
+    assert with_tools.startswith(
+        'Tools (reply with JSON {"name": ..., "arguments": ...}):\n{"name": "get_weather"'
+    )
+    assert with_tools.endswith("User: U\n\nAssistant:")
