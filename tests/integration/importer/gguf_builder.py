@@ -69,6 +69,7 @@ def build_gguf(
     pre: str = "gpt2",
     tokenizer_model: str = "gpt2",
     name: str = "Tiny Llama Test",
+    add_bos: bool = False,
     seed: int = 1,
 ) -> BuiltGguf:
     config = json.loads((checkpoint / "config.json").read_text())
@@ -81,7 +82,7 @@ def build_gguf(
         config = config | {"tie_word_embeddings": False}
     writer = GGUFWriter(str(out), arch)
     _add_hparams(writer, arch, config, name)
-    _add_tokenizer(writer, checkpoint, pre, tokenizer_model)
+    _add_tokenizer(writer, checkpoint, pre, tokenizer_model, add_bos)
     reference: dict[str, np.ndarray] = {}
     raw_q = np.zeros(0)
     heads = {"q_proj": config["num_attention_heads"], "k_proj": config["num_key_value_heads"]}
@@ -141,7 +142,9 @@ def _add_hparams(writer: GGUFWriter, arch: str, config: dict[str, Any], name: st
     writer.add_rope_dimension_count(head_dim)
 
 
-def _add_tokenizer(writer: GGUFWriter, checkpoint: Path, pre: str, model: str) -> None:
+def _add_tokenizer(
+    writer: GGUFWriter, checkpoint: Path, pre: str, model: str, add_bos: bool
+) -> None:
     tok = json.loads((checkpoint / "tokenizer.json").read_text())
     tok_config = json.loads((checkpoint / "tokenizer_config.json").read_text())
     vocab: dict[str, int] = tok["model"]["vocab"]
@@ -159,6 +162,8 @@ def _add_tokenizer(writer: GGUFWriter, checkpoint: Path, pre: str, model: str) -
     writer.add_token_merges(merges)
     writer.add_eos_token_id(vocab[tok_config["eos_token"]])
     writer.add_pad_token_id(vocab[tok_config["pad_token"]])
-    writer.add_add_bos_token(False)
+    writer.add_add_bos_token(add_bos)
+    if add_bos:
+        writer.add_bos_token_id(vocab["<|endoftext|>"])
     if "chat_template" in tok_config:
         writer.add_chat_template(tok_config["chat_template"])
