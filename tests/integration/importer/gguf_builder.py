@@ -70,8 +70,10 @@ def build_gguf(
     tokenizer_model: str = "gpt2",
     name: str = "Tiny Llama Test",
     add_bos: bool = False,
+    overrides: tuple[tuple[str, int], ...] = (),
     seed: int = 1,
 ) -> BuiltGguf:
+    """`overrides` replace config sizes in the GGUF metadata only (to make broken files)."""
     config = json.loads((checkpoint / "config.json").read_text())
     saved = load_file(checkpoint / "model.safetensors")
     weights = {k: v.astype(np.float32) for k, v in saved.items()}
@@ -81,7 +83,7 @@ def build_gguf(
         weights["lm_head.weight"] = weights["lm_head.weight"].astype(np.float32)
         config = config | {"tie_word_embeddings": False}
     writer = GGUFWriter(str(out), arch)
-    _add_hparams(writer, arch, config, name)
+    _add_hparams(writer, config | dict(overrides), name)
     _add_tokenizer(writer, checkpoint, pre, tokenizer_model, add_bos)
     reference: dict[str, np.ndarray] = {}
     raw_q = np.zeros(0)
@@ -127,7 +129,7 @@ def _encode(w: np.ndarray, qtype: str) -> tuple[np.ndarray, GGMLQuantizationType
     return quantize(np.ascontiguousarray(w, dtype=np.float32), encoding), encoding
 
 
-def _add_hparams(writer: GGUFWriter, arch: str, config: dict[str, Any], name: str) -> None:
+def _add_hparams(writer: GGUFWriter, config: dict[str, Any], name: str) -> None:
     writer.add_name(name)
     writer.add_block_count(config["num_hidden_layers"])
     writer.add_context_length(config["max_position_embeddings"])
