@@ -25,9 +25,7 @@ def test_greedy_alone_equals_inside_batch_of_8(chat: tuple[Engine, ModelInfo]) -
     assert len({tuple(t) for t in alone}) > 1  # the prompts really steer the output
 
 
-def test_greedy_parity_with_prefix_cache_and_batched_prefill(
-    make_engine, tiny_chat_model
-) -> None:
+def test_greedy_parity_with_prefix_cache_and_batched_prefill(make_engine, tiny_chat_model) -> None:
     """Same tokens whatever the engine layout: cold, prefix-cached, or prompts prefilled
     side by side in one padded batch."""
     ref_engine = make_engine(prefix_cache_bytes=0, max_batch=1)
@@ -71,8 +69,12 @@ def test_budget_rule_min_of_max_tokens_cap_ceiling_window(make_engine, tiny_chat
     engine = make_engine(max_tokens_ceiling=7)
     info = engine.load_model(tiny_chat_model)
     p = [30, 31, 32]
-    cases = [(dict(max_tokens=5), 5), (dict(max_tokens=5, max_tokens_cap=3), 3),
-             (dict(max_tokens_cap=9), 7), (dict(), 7)]
+    cases = [
+        (dict(max_tokens=5), 5),
+        (dict(max_tokens=5, max_tokens_cap=3), 3),
+        (dict(max_tokens_cap=9), 7),
+        (dict(), 7),
+    ]
     for params, expected in cases:
         tokens, fin = engine.submit(request(info, p, ignore_eos=True, **params)).collect()
         assert (len(tokens), fin.reason) == (expected, FinishReason.LENGTH), params
@@ -87,8 +89,11 @@ def test_budget_rule_min_of_max_tokens_cap_ceiling_window(make_engine, tiny_chat
 def test_logprobs_and_top_logprobs(chat: tuple[Engine, ModelInfo]) -> None:
     engine, info = chat
     events, fin = collect_events(
-        engine.submit(request(info, [40, 41, 42], max_tokens=5, logprobs=True, top_logprobs=3,
-                              ignore_eos=True))
+        engine.submit(
+            request(
+                info, [40, 41, 42], max_tokens=5, logprobs=True, top_logprobs=3, ignore_eos=True
+            )
+        )
     )
     lps = [lp for e in events for lp in e.logprobs]
     ids = [t for e in events for t in e.token_ids]

@@ -84,8 +84,9 @@ def test_unknown_model_and_closed_engine(chat: tuple[Engine, ModelInfo]) -> None
 def test_close_fails_pending_handles(make_engine, tiny_chat_model) -> None:
     engine = make_engine(max_batch=1)
     info = engine.load_model(tiny_chat_model)
-    handles = [engine.submit(request(info, [90], max_tokens=2000, ignore_eos=True))
-               for _ in range(3)]
+    handles = [
+        engine.submit(request(info, [90], max_tokens=2000, ignore_eos=True)) for _ in range(3)
+    ]
     engine.close()
     finishes = [h.collect()[1] for h in handles]
     assert {f.reason for f in finishes} == {FinishReason.ERROR}
@@ -105,8 +106,7 @@ def test_kv_budget_limits_how_many_run_together(make_engine, tiny_chat_model) ->
         info = engine.load_model(tiny_chat_model)
         # each request needs 10 + 20 = 30 KV positions
         prompts = random_prompts(4, info.vocab_size, (10, 11), seed=9)
-        handles = [engine.submit(request(info, p, max_tokens=20, ignore_eos=True))
-                   for p in prompts]
+        handles = [engine.submit(request(info, p, max_tokens=20, ignore_eos=True)) for p in prompts]
         assert all(len(h.collect()[0]) == 20 for h in handles)
         return seen[0]
 
@@ -117,8 +117,9 @@ def test_kv_budget_limits_how_many_run_together(make_engine, tiny_chat_model) ->
 
 def test_drain_waits_for_accepted_requests(chat: tuple[Engine, ModelInfo]) -> None:
     engine, info = chat
-    handles = [engine.submit(request(info, [95, 96], max_tokens=30, ignore_eos=True))
-               for _ in range(3)]
+    handles = [
+        engine.submit(request(info, [95, 96], max_tokens=30, ignore_eos=True)) for _ in range(3)
+    ]
     assert engine.drain(60) is True
     assert all(h.finished for h in handles)
     assert engine.health().state == "draining"
