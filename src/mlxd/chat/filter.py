@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mlxd.chat.formats import detect_formats
-from mlxd.chat.parser import OutputParser
+from mlxd.chat.parser import OutputParser, merge_events
 from mlxd.types import (
     ChatEvent,
     Finish,
@@ -59,11 +59,25 @@ class StreamFilter:
     ) -> list[ChatEvent]:
         if self.stopped or self._finished:
             return []
-        for token in token_ids:
-            if token not in self._skip:
-                self._detok.add_token(int(token))
-        self._logprobs.extend(logprobs)
-        return self._attach(self.parser.feed(self._detok.last_segment))
+        events: list[ChatEvent] = []
+        # One token at a time, so each token's logprob goes with the text it produced.
+        for i, token in enumerate(token_ids):
+            if token in self._skip or self.stopped:
+                continue
+            self._detok.add_token(int(token))
+            if i < len(logprobs):
+                self._logprobs.append(logprobs[i])
+            events += self._feed_text(self._detok.last_segment)
+        return merge_events(events)
+
+    def _feed_text(self, text: str) -> list[ChatEvent]:
+        markers = self.parser.markers_seen
+        events = self.parser.feed(text)
+        if not any(isinstance(e, TextDelta) for e in events) and (
+            not self.parser.in_text or self.parser.markers_seen != markers
+        ):
+            self._logprobs = []  # reasoning, a tool call or a marker: not answer text
+        return self._attach(events)
 
     def finish(self, event: FinishEvent) -> list[ChatEvent]:
         """Flush held-back text, close open blocks, and end with exactly one Finish."""

@@ -100,6 +100,7 @@ class OutputParser:
         self.stops = StopMatcher(stop)
         self.new_id = new_id
         self.tool_calls = 0
+        self.markers_seen = 0  # structure consumed so far (lets callers attribute tokens)
         self._buf = ""
         self._events: list[ChatEvent] = []
         self._tool_buf = ""
@@ -116,6 +117,13 @@ class OutputParser:
     @property
     def stopped(self) -> bool:
         return self.stops.stopped
+
+    @property
+    def in_text(self) -> bool:
+        """The next output would be answer text (not reasoning, a tool call or structure)."""
+        if self.mode == H_BODY:
+            return self._channel != "analysis" and not self._is_harmony_tool()
+        return self.mode == CONTENT
 
     def feed(self, text: str) -> list[ChatEvent]:
         self._scan(self.stops.feed(text))
@@ -162,6 +170,7 @@ class OutputParser:
         return tuple(markers)
 
     def _on_marker(self, marker: str) -> None:
+        self.markers_seen += 1
         if self.mode in (H_BODY, H_HEADER):
             self._on_harmony_marker(marker)
         elif self.mode == CONTENT and self.tool is not None and marker == self.tool.start:
@@ -210,7 +219,7 @@ class OutputParser:
         self._events.append(TextDelta(text))
 
     def _take(self) -> list[ChatEvent]:
-        events, self._events = _merge(self._events), []
+        events, self._events = merge_events(self._events), []
         return events
 
     # ---- tool calls ---------------------------------------------------------------------
@@ -280,7 +289,7 @@ class OutputParser:
         self._add_call(name, args)
 
 
-def _merge(events: list[ChatEvent]) -> list[ChatEvent]:
+def merge_events(events: list[ChatEvent]) -> list[ChatEvent]:
     """Join adjacent deltas of the same kind (fewer, larger events; same content)."""
     out: list[ChatEvent] = []
     for ev in events:
@@ -297,4 +306,4 @@ def _merge(events: list[ChatEvent]) -> list[ChatEvent]:
 def parse_output(text: str, formats: Formats, **kwargs: Any) -> list[ChatEvent]:
     """One-shot parse of a whole output (the reference the streaming tests compare against)."""
     parser = OutputParser(formats, **kwargs)
-    return _merge(parser.feed(text) + parser.flush())
+    return merge_events(parser.feed(text) + parser.flush())

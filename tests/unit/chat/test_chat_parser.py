@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mlxd.chat.formats import HERMES, LLAMA3, MISTRAL, Formats
-from mlxd.chat.parser import OutputParser, _merge, holdback, parse_output
+from mlxd.chat.parser import OutputParser, holdback, merge_events, parse_output
 from mlxd.types import ChatEvent, ReasoningDelta, TextDelta, ToolCall, Warning
 
 THINK = ("<think>", "</think>")
@@ -262,7 +262,7 @@ def run(formats: Formats, options: dict, chunks: Sequence[str]) -> list[ChatEven
     events: list[ChatEvent] = []
     for chunk in chunks:
         events += parser.feed(chunk)
-    return _merge(events + parser.flush())
+    return merge_events(events + parser.flush())
 
 
 def _normalize(events: list[ChatEvent]) -> list[ChatEvent]:

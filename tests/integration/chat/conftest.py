@@ -1,0 +1,75 @@
+"""Chat-layer fixtures: real tokenizers from the tiny checkpoints, scripted checkpoints whose
+greedy output is known, and one engine per module."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.checkpoints import CHATML_TEMPLATE
+from tests.integration.chat.scripted import make_scripted_checkpoint
+
+CALL = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
+SCRIPT = [
+    "<think>",
+    "Let me see.",
+    "</think>",
+    "The answer",
+    " is",
+    "<tool_call>",
+    CALL,
+    "</tool_call>",
+]
+# A template whose generation prompt opens <think>: the output starts inside reasoning.
+OPEN_THINK_TEMPLATE = CHATML_TEMPLATE.replace(
+    "{% if add_generation_prompt %}<|im_start|>assistant\n",
+    "{% if add_generation_prompt %}<|im_start|>assistant\n<think>",
+)
+OPEN_SCRIPT = ["<think>", "Plan.", "</think>", "Done."]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather",
+            "parameters": {"type": "object"},
+        },
+    }
+]
+
+
+@pytest.fixture(scope="session")
+def chat_tokenizer(tiny_chat_model: Path) -> Any:
+    from mlx_lm.utils import load_tokenizer
+
+    return load_tokenizer(tiny_chat_model)
+
+
+@pytest.fixture(scope="session")
+def base_tokenizer(tiny_base_model: Path) -> Any:
+    from mlx_lm.utils import load_tokenizer
+
+    return load_tokenizer(tiny_base_model)
+
+
+@pytest.fixture(scope="session")
+def scripted_model(checkpoints_dir: Path) -> Path:
+    return make_scripted_checkpoint(checkpoints_dir / "scripted-chat", SCRIPT)
+
+
+@pytest.fixture(scope="session")
+def scripted_open_model(checkpoints_dir: Path) -> Path:
+    return make_scripted_checkpoint(
+        checkpoints_dir / "scripted-open", OPEN_SCRIPT, template=OPEN_THINK_TEMPLATE
+    )
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[Any]:
+    from mlxd.engine import Engine, EngineConfig
+
+    eng = Engine(EngineConfig.from_settings(max_batch=4))
+    yield eng
+    eng.close()

@@ -1,0 +1,121 @@
+"""The request builder on real tokenizers and real chat templates from the tiny checkpoints."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from tests.integration.chat.conftest import TOOLS
+
+from mlxd.chat.builder import build_chat_prompt, build_text_prompt
+from mlxd.errors import InvalidRequest, TemplateError
+
+MESSAGES = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Weather in Paris?"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+]
+
+
+def test_chat_builder_matches_transformers_rendering(chat_tokenizer):
+    """Our sandboxed render gives the same text as HF apply_chat_template for the template."""
+    built = build_chat_prompt(chat_tokenizer, MESSAGES, tools=TOOLS)
+    hf_messages = json.loads(json.dumps(MESSAGES))
+    hf_messages[2]["tool_calls"][0]["function"]["arguments"] = {"city": "Paris"}
+    expected = chat_tokenizer._tokenizer.apply_chat_template(
+        hf_messages, tools=TOOLS, add_generation_prompt=True, tokenize=False
+    )
+    assert built.text == expected
+    assert built.text.endswith("<|im_start|>assistant\n")
+    assert "<tool_response>\nsunny\n</tool_response>" in built.text
+    assert built.token_ids == chat_tokenizer.encode(built.text, add_special_tokens=False)
+    assert built.prompt_tokens == len(built.token_ids)
+    assert chat_tokenizer.decode(built.token_ids) == built.text
+    assert not built.reasoning_open
+
+
+def test_chat_builder_template_kwargs_reach_the_template(chat_tokenizer):
+    msgs = [{"role": "user", "content": "hi"}]
+    off = build_chat_prompt(chat_tokenizer, msgs, template_kwargs={"enable_thinking": False})
+    on = build_chat_prompt(chat_tokenizer, msgs)
+    assert off.text == on.text + "<think>\n\n</think>\n\n"
+    assert not off.reasoning_open and not on.reasoning_open
+    with pytest.raises(InvalidRequest) as info:
+        build_chat_prompt(chat_tokenizer, msgs, template_kwargs={"chat_template": "{{ 1 }}"})
+    assert info.value.param == "chat_template_kwargs.chat_template"
+
+
+def test_chat_builder_detects_prompt_that_opens_reasoning(scripted_open_model):
+    from mlx_lm.utils import load_tokenizer
+
+    tok = load_tokenizer(scripted_open_model)
+    built = build_chat_prompt(tok, [{"role": "user", "content": "hi"}])
+    assert built.text.endswith("<|im_start|>assistant\n<think>")
+    assert built.reasoning_open
+
+
+def test_chat_builder_no_template_uses_fallback(base_tokenizer):
+    built = build_chat_prompt(base_tokenizer, [{"role": "user", "content": "Hello"}])
+    assert built.text == "User: Hello\n\nAssistant:"
+    assert built.token_ids == base_tokenizer.encode(built.text, add_special_tokens=False)
+
+
+def test_chat_builder_text_prompt(chat_tokenizer, base_tokenizer):
+    for tok in (chat_tokenizer, base_tokenizer):
+        built = build_text_prompt(tok, "The capital of France is")
+        assert built.token_ids == tok.encode("The capital of France is")
+        assert tok.decode(built.token_ids) == "The capital of France is"
+    with pytest.raises(InvalidRequest):
+        build_text_prompt(chat_tokenizer, "")
+
+
+def test_chat_builder_bad_messages_name_the_param(chat_tokenizer):
+    with pytest.raises(InvalidRequest) as info:
+        build_chat_prompt(chat_tokenizer, [{"role": "user", "content": "a"}, {"role": "x"}])
+    assert info.value.param == "messages[1].role"
+
+
+def _with_template(src: Path, dst: Path, template: str):
+    from mlx_lm.utils import load_tokenizer
+
+    shutil.copytree(src, dst)
+    cfg_path = dst / "tokenizer_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["chat_template"] = template
+    cfg_path.write_text(json.dumps(cfg))
+    return load_tokenizer(dst)
+
+
+@pytest.mark.parametrize(
+    ("template", "why"),
+    [
+        ("{{ ''.__class__.__mro__[1].__subclasses__() }}", "unsafe"),
+        ("{% for i in range(10**9) %}x{% endfor %}", "range() is too long"),
+        ("{{ 'A' * 10**9 }}", "size budget"),
+        (
+            "{% for m in messages %}{% if m.role == 'user' and not loop.first %}"
+            "{{ raise_exception('Conversation roles must alternate') }}{% endif %}{% endfor %}",
+            "Conversation roles must alternate",
+        ),
+    ],
+    ids=["escape", "range", "string", "raise"],
+)
+def test_chat_builder_model_template_failures(tiny_chat_model, tmp_path, template, why):
+    tok = _with_template(tiny_chat_model, tmp_path / "model", template)
+    msgs = [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]
+    with pytest.raises(TemplateError) as info:
+        build_chat_prompt(tok, msgs)
+    assert why in info.value.message

@@ -1,0 +1,137 @@
+"""End to end on real forward passes: the scripted checkpoint's greedy output goes through the
+real engine and the chat layer, and comes out as reasoning, text and tool calls."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from tests.integration.chat.conftest import SCRIPT, TOOLS
+
+from mlxd.chat.session import start_chat, start_completion
+from mlxd.errors import InvalidRequest
+from mlxd.types import Finish, FinishReason, ReasoningDelta, TextDelta, ToolCall, Warning
+
+USER = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+def _split(events):
+    finishes = [e for e in events if isinstance(e, Finish)]
+    assert len(finishes) == 1 and events[-1] is finishes[0]
+    return (
+        "".join(e.text for e in events if isinstance(e, ReasoningDelta)),
+        "".join(e.text for e in events if isinstance(e, TextDelta)),
+        [e for e in events if isinstance(e, ToolCall)],
+        finishes[0],
+    )
+
+
+@pytest.fixture(scope="module")
+def scripted(engine, scripted_model):
+    return engine.load_model(scripted_model)
+
+
+def test_chat_session_reasoning_text_and_tool_call(engine, scripted):
+    stream = start_chat(engine, scripted, USER, options={}, tools=TOOLS)
+    assert stream.prompt.prompt_tokens > 0 and "get_weather" in stream.prompt.text
+    reasoning, text, calls, finish = _split(list(stream))
+    assert reasoning == "Let me see."
+    assert text == "The answer is"
+    assert [(c.name, json.loads(c.arguments), c.index) for c in calls] == [
+        ("get_weather", {"city": "Paris"}, 0)
+    ]
+    assert calls[0].id.startswith("call_")
+    assert finish.reason == FinishReason.TOOL_CALLS
+    assert finish.usage.prompt_tokens == stream.prompt.prompt_tokens
+    assert finish.usage.completion_tokens == len(SCRIPT) + 1  # the engine counts the EOS
+    assert isinstance(stream.request_id, str) and stream.request_id
+
+
+def test_chat_session_without_tools_the_call_is_text(engine, scripted):
+    reasoning, text, calls, finish = _split(list(start_chat(engine, scripted, USER, options={})))
+    assert calls == [] and finish.reason == FinishReason.STOP
+    assert text.startswith("The answer is<tool_call>{") and text.endswith("</tool_call>")
+
+
+def test_chat_session_stop_string_across_tokens_cancels(engine, scripted):
+    stream = start_chat(engine, scripted, USER, options={"stop": ["answer is"]}, tools=TOOLS)
+    reasoning, text, calls, finish = _split(list(stream))
+    assert (reasoning, text, calls) == ("Let me see.", "The ", [])
+    assert finish.reason == FinishReason.STOP
+    assert finish.usage.completion_tokens >= 5  # the engine ran at least up to " is"
+
+
+def test_chat_session_max_tokens_is_length(engine, scripted):
+    events = list(start_chat(engine, scripted, USER, options={"max_tokens": 2}, tools=TOOLS))
+    reasoning, text, calls, finish = _split(events)
+    assert (reasoning, text, finish.reason) == ("Let me see.", "", FinishReason.LENGTH)
+
+
+def test_chat_session_max_tokens_cut_inside_tool_call_warns(engine, scripted):
+    events = list(start_chat(engine, scripted, USER, options={"max_tokens": 6}, tools=TOOLS))
+    reasoning, text, calls, finish = _split(events)
+    assert calls == [] and finish.reason == FinishReason.LENGTH
+    assert text == "The answer is<tool_call>"
+    assert any(isinstance(e, Warning) and "tool call" in e.message for e in events)
+
+
+def test_chat_session_prompt_that_opens_reasoning(engine, scripted_open_model):
+    info = engine.load_model(scripted_open_model)
+    stream = start_chat(engine, info, USER, options={})
+    assert stream.prompt.reasoning_open
+    reasoning, text, calls, finish = _split(list(stream))
+    assert (reasoning, text, finish.reason) == ("Plan.", "Done.", FinishReason.STOP)
+
+
+def test_chat_session_async_equals_sync(engine, scripted):
+    def strip(events):
+        return [
+            ToolCall("x", e.name, e.arguments, e.index) if isinstance(e, ToolCall) else e
+            for e in events
+            if not isinstance(e, Finish)
+        ]
+
+    sync = list(start_chat(engine, scripted, USER, options={"logprobs": True}, tools=TOOLS))
+
+    async def collect():
+        stream = start_chat(engine, scripted, USER, options={"logprobs": True}, tools=TOOLS)
+        return [e async for e in stream]
+
+    async_events = asyncio.run(collect())
+    assert _split(async_events)[3].reason == FinishReason.TOOL_CALLS
+    assert strip(async_events) == strip(sync)
+    text_lps = [lp for e in sync if isinstance(e, TextDelta) for lp in e.logprobs]
+    assert text_lps and all(lp.logprob <= 0 for lp in text_lps)
+
+
+def test_chat_session_cancel_ends_with_cancelled(engine, scripted):
+    # ignore_eos: the script repeats forever, so only cancel() can end it.
+    opts = {"ignore_eos": True, "max_tokens": 100000}
+    stream = start_chat(engine, scripted, USER, options=opts, tools=TOOLS)
+    events = []
+    for event in stream:
+        events.append(event)
+        if len(events) == 1:
+            stream.cancel()
+    assert isinstance(events[-1], Finish) and events[-1].reason == FinishReason.CANCELLED
+    assert events[-1].usage.completion_tokens < 100000
+
+
+def test_chat_session_completion_raw_text(engine, scripted):
+    stream = start_completion(engine, scripted, "Hello", options={"stop": "answer"})
+    assert stream.prompt.token_ids == scripted.tokenizer.encode("Hello")
+    events = list(stream)
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == (
+        "<think>Let me see.</think>The "
+    )
+    assert events[-1].reason == FinishReason.STOP
+
+
+def test_chat_session_bad_options_fail_before_submit(engine, scripted):
+    with pytest.raises(InvalidRequest) as info:
+        start_chat(engine, scripted, USER, options={"temperature": float("nan")})
+    assert info.value.param == "temperature"
+    with pytest.raises(InvalidRequest) as info:
+        start_chat(engine, scripted, [{"role": "nobody"}], options={})
+    assert info.value.param == "messages[0].role"
