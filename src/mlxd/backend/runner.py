@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import mlx.core as mx
 from mlx_lm.generate import BatchGenerator, StopSequences
 
 from mlxd.backend.loader import LoadedModel
@@ -125,3 +126,10 @@ def vocab_size(loaded: LoadedModel) -> int:
     config = loaded.config
     size = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
     return int(size) if size else len(loaded.tokenizer.vocab)
+
+
+def release_thread_streams() -> None:
+    """Call last on the engine thread: a thread that exits holding MLX thread-local streams
+    makes the process abort at exit ("terminate called without an active exception")."""
+    mx.synchronize()
+    mx.clear_streams()

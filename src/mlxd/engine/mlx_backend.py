@@ -6,7 +6,7 @@ from pathlib import Path
 
 from mlxd.backend.loader import load_checkpoint
 from mlxd.backend.prefix import PrefixCache
-from mlxd.backend.runner import BatchRunner, vocab_size
+from mlxd.backend.runner import BatchRunner, release_thread_streams, vocab_size
 from mlxd.engine.config import EngineConfig
 from mlxd.engine.registry import Entry, ModelInfo
 
@@ -42,13 +42,9 @@ class MlxBackend:
         )
 
     def shutdown(self) -> None:
-        """Engine thread, last call: drop cached KV and this thread's MLX streams (a thread
-        that exits with live thread-local streams makes the process abort at exit)."""
-        import mlx.core as mx
-
+        """Engine thread, last call: drop cached KV and this thread's MLX streams."""
         self.prefix_cache.clear()
-        mx.synchronize()
-        mx.clear_streams()
+        release_thread_streams()
 
     def cache_stats(self) -> tuple[int, int]:
         return self.prefix_cache.nbytes, len(self.prefix_cache)

@@ -1,0 +1,101 @@
+"""A fake Backend for pure-Python engine tests: no mlx. Sequence `uid` emits tokens
+prompt[-1] + 1, + 2, ... after prefilling its prompt in chunks, like BatchRunner."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mlxd.backend.outputs import PrefillProgress, StepOutput, StepResult
+from mlxd.engine.registry import Entry, ModelInfo
+from mlxd.types import SamplingParams
+
+VOCAB = 1000
+
+
+@dataclass
+class FakeSeq:
+    uid: int
+    prompt: list[int]
+    max_new: int
+    stops: set[int]
+    prefilled: int = 0
+    generated: int = 0
+
+
+@dataclass
+class FakeRunner:
+    model: str
+    chunk: int = 4
+    seqs: dict[int, FakeSeq] = field(default_factory=dict)
+    next_uid: int = 0
+    fail_at_step: int | None = None  # raise on this step (1-based)
+    steps: int = 0
+    closed: bool = False
+
+    def insert(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        max_new: int,
+        request_id: str,
+        on_error: Callable[[BaseException], None],
+    ) -> tuple[int, int]:
+        uid, self.next_uid = self.next_uid, self.next_uid + 1
+        self.seqs[uid] = FakeSeq(uid, list(prompt_ids), max_new, set(params.stop_token_ids))
+        return uid, 0
+
+    def remove(self, uids: list[int], *, keep_cache: bool = True) -> None:
+        for uid in uids:
+            self.seqs.pop(uid, None)
+
+    def step(self) -> StepResult:
+        self.steps += 1
+        if self.steps == self.fail_at_step:
+            raise RuntimeError("fake step failure")
+        tokens, progress = [], []
+        for seq in list(self.seqs.values()):
+            if seq.prefilled < len(seq.prompt):
+                seq.prefilled = min(len(seq.prompt), seq.prefilled + self.chunk)
+                progress.append(PrefillProgress(seq.uid, seq.prefilled, len(seq.prompt)))
+                continue
+            seq.generated += 1
+            token = (seq.prompt[-1] + seq.generated) % VOCAB
+            finish = None
+            if token in seq.stops:
+                finish = "stop"
+            elif seq.generated >= seq.max_new:
+                finish = "length"
+            if finish:
+                del self.seqs[seq.uid]
+            tokens.append(StepOutput(seq.uid, token, finish, None))
+        return StepResult(tokens, progress)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@dataclass
+class FakeBackend:
+    context_window: int = 64
+    runners: list[FakeRunner] = field(default_factory=list)
+    fail_first_runner_at: int | None = None
+    shut_down: bool = False
+
+    def load(self, name: str, path: Path) -> Entry:
+        info = ModelInfo(name, Path(path), None, self.context_window, vocab_size=VOCAB)
+        return Entry(info=info, loaded=None)
+
+    def make_runner(self, entry: Entry) -> FakeRunner:
+        runner = FakeRunner(entry.info.name)
+        if not self.runners:
+            runner.fail_at_step = self.fail_first_runner_at
+        self.runners.append(runner)
+        return runner
+
+    def cache_stats(self) -> tuple[int, int]:
+        return 0, 0
+
+    def shutdown(self) -> None:
+        self.shut_down = True

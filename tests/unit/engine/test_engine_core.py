@@ -1,0 +1,94 @@
+"""The engine's pure-Python parts over a fake backend: no mlx, no model."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from mlxd.engine import Engine, EngineConfig, EngineRequest
+from mlxd.errors import EngineBusy, InvalidRequest
+from mlxd.types import FinishReason, SamplingParams, TokenEvent
+
+from .fake_backend import FakeBackend
+
+
+def make(backend: FakeBackend, **overrides) -> Engine:
+    overrides.setdefault("max_batch", 4)
+    return Engine(EngineConfig.from_settings(**overrides), backend=backend)
+
+
+def req(model: str, prompt: list[int], **params) -> EngineRequest:
+    return EngineRequest(model, prompt, SamplingParams(**params))
+
+
+def test_tokens_stop_and_length_through_the_fake() -> None:
+    backend = FakeBackend()
+    with make(backend) as engine:
+        engine.load_model("/fake/a", name="a")
+        tokens, fin = engine.submit(req("a", [10, 20], max_tokens=3)).collect()
+        assert (tokens, fin.reason) == ([21, 22, 23], FinishReason.LENGTH)
+        tokens, fin = engine.submit(req("a", [10, 20], stop_token_ids=(23,))).collect()
+        assert (tokens, fin.reason, fin.usage.completion_tokens) == ([21, 22], FinishReason.STOP, 3)
+    assert backend.shut_down and "mlx" not in sys.modules
+
+
+def test_default_budget_is_the_rest_of_the_window() -> None:
+    with make(FakeBackend(context_window=16)) as engine:
+        engine.load_model("/fake/a", name="a")
+        tokens, fin = engine.submit(req("a", list(range(1, 11)))).collect()
+        assert len(tokens) == 6 and fin.reason is FinishReason.LENGTH
+
+
+def test_model_swap_waits_for_running_requests() -> None:
+    backend = FakeBackend()
+    with make(backend) as engine:
+        engine.load_model("/fake/a", name="a")
+        engine.load_model("/fake/b", name="b")
+        handles = [engine.submit(req(m, [i * 10 + 5], max_tokens=5)) for i, m in enumerate("aabba")]
+        results = [h.collect() for h in handles]
+        assert [len(t) for t, _ in results] == [5] * 5
+        assert [r.model for r in backend.runners] == ["a", "b", "a"]
+        assert all(r.closed for r in backend.runners[:2])
+
+
+def test_failed_step_fails_the_batch_but_not_the_engine() -> None:
+    backend = FakeBackend(fail_first_runner_at=5)
+    with make(backend) as engine:
+        engine.load_model("/fake/a", name="a")
+        handle = engine.submit(req("a", [1], max_tokens=50))
+        events = list(handle)
+        tokens = [t for e in events if isinstance(e, TokenEvent) for t in e.token_ids]
+        assert tokens == [2, 3, 4]  # three decode steps before the failing fifth
+        fin = events[-1]
+        assert fin.reason is FinishReason.ERROR and "fake step failure" in (fin.error or "")
+        assert engine.health().ok
+        tokens, fin = engine.submit(req("a", [1], max_tokens=2)).collect()
+        assert (tokens, fin.reason) == ([2, 3], FinishReason.LENGTH)
+        assert len(backend.runners) == 2  # a fresh batch after the failure
+
+
+def test_max_queue_zero_refuses_everything() -> None:
+    with make(FakeBackend(), max_queue=0) as engine:
+        engine.load_model("/fake/a", name="a")
+        with pytest.raises(EngineBusy):
+            engine.submit(req("a", [1], max_tokens=1))
+
+
+@pytest.mark.parametrize(
+    "overrides", [dict(max_batch=0), dict(prefill_chunk=0), dict(watchdog_seconds=0)]
+)
+def test_bad_engine_config_is_refused(overrides) -> None:
+    with pytest.raises(InvalidRequest):
+        EngineConfig.from_settings(**overrides)
+
+
+def test_config_reads_settings_and_kwargs_override(monkeypatch) -> None:
+    monkeypatch.setenv("MLXD_MAX_BATCH", "3")
+    monkeypatch.setenv("MLXD_MAX_TOKENS_CEILING", "0")
+    cfg = EngineConfig.from_settings(max_queue=5)
+    assert (cfg.max_batch, cfg.max_queue, cfg.max_tokens_ceiling) == (3, 5, None)
+    monkeypatch.setenv("MLXD_MAX_TOKENS_CEILING", "100")
+    assert EngineConfig.from_settings().max_tokens_ceiling == 100
+    with pytest.raises(TypeError):
+        EngineConfig.from_settings(bogus=1)
