@@ -49,7 +49,7 @@ class PtySession:
         self.raw += data.decode("utf-8", "replace")
         return True
 
-    def expect(self, pattern: str, timeout: float = 60) -> re.Match[str]:
+    def expect(self, pattern: str, timeout: float = 30) -> re.Match[str]:
         """Wait until `pattern` (a regex) appears after the last match; fail with the output."""
         deadline = time.monotonic() + timeout
         regex = re.compile(pattern)

@@ -12,7 +12,7 @@ import pytest
 from tests.e2e.cli.cli_helpers import MLXD
 from tests.e2e.cli.pty_session import PtySession
 
-PROMPT = r">>> "
+PROMPT = r">>>"
 
 
 @pytest.fixture
@@ -32,11 +32,21 @@ def chat(cli_env: dict[str, str]) -> Iterator:
         session.close()
 
 
+def command(session: PtySession, line: str, reply: str) -> re.Match[str]:
+    """Type a line at the prompt, wait for `reply`, then for the next prompt (typing before
+    the prompt is back would hit the terminal in cooked mode)."""
+    session.send(line + "\r")
+    match = session.expect(reply)
+    session.expect(PROMPT)
+    return match
+
+
 def stats(session: PtySession) -> re.Match[str]:
-    session.send("/stats\r")
-    return session.expect(
+    return command(
+        session,
+        "/stats",
         r"last answer: prompt (\d+) tokens \((\d+) cached\).*\n"
-        r"session: (\d+) answers, prompt (\d+) tokens"
+        r"session: (\d+) answers, prompt (\d+) tokens",
     )
 
 
@@ -48,8 +58,7 @@ def test_ctrl_c_cancels_the_answer_and_keeps_the_model(chat, long_chat_model: Pa
     session.expect(r"\[answer cancelled\]")
     session.expect(PROMPT)
     assert session.alive()
-    session.send("/stats\r")
-    session.expect("no answer yet")  # the cancelled turn is not part of the conversation
+    command(session, "/stats", "no answer yet")  # the cancelled turn was dropped
     session.send("\x04")  # Ctrl-D at an empty prompt
     session.expect("Bye")
     assert session.wait() == 0
@@ -57,32 +66,24 @@ def test_ctrl_c_cancels_the_answer_and_keeps_the_model(chat, long_chat_model: Pa
 
 def test_turns_stats_clear_and_multiline(chat, tiny_chat_model: Path) -> None:
     session = chat(str(tiny_chat_model), "--max-tokens", "4")
-    session.send("Hello there\r")
-    session.expect(PROMPT)
+    command(session, "Hello there", r"Hello there\n")
     first = stats(session)
-    session.expect(PROMPT)
-    session.send("And then?\r")
-    session.expect(PROMPT)
+    command(session, "And then?", r"And then\?\n")
     second = stats(session)
-    session.expect(PROMPT)
     assert int(second.group(3)) == 2
     assert int(second.group(1)) > int(first.group(1))  # the history is in the prompt
     assert int(second.group(2)) > 0  # ... and came from the prefix cache
 
-    session.send("/clear\r")
-    session.expect("New conversation")
-    session.send('"""\r')
-    session.expect(r"\.\.\. ")
-    session.send("line one\r")
-    session.send("line two\r")
-    session.send('"""\r')
-    session.expect(PROMPT)
+    command(session, "/clear", "New conversation")
+    for line in ('"""', "line one", "line two"):
+        session.send(line + "\r")
+        session.expect(r"\.\.\.")
+    command(session, '"""', r"\n")
     fenced = stats(session)
     assert int(fenced.group(3)) == 3  # three lines, one message
     assert int(fenced.group(1)) < int(second.group(1))  # /clear dropped the history
 
-    session.send("first\x1b\rsecond\r")  # Esc+Enter: a new line inside one message
-    session.expect(PROMPT)
+    command(session, "first\x1b\rsecond", r"second\n")  # Esc+Enter: a new line, one message
     assert int(stats(session).group(3)) == 4
     session.send("\x03")  # Ctrl-C at an empty prompt leaves
     session.expect("Bye")
@@ -91,15 +92,12 @@ def test_turns_stats_clear_and_multiline(chat, tiny_chat_model: Path) -> None:
 
 def test_slash_commands(chat, tiny_chat_model: Path) -> None:
     session = chat(str(tiny_chat_model), "--max-tokens", "2")
-    session.send("/help\r")
-    session.expect("/reasoning on\\|off")
-    session.send("/system Be brief.\r")
-    session.expect("System prompt set")
-    session.send("/reasoning off\r")
-    session.expect("Reasoning off")
-    session.send("/nonsense\r")
-    session.expect("unknown command /nonsense")
+    command(session, "/help", r"/reasoning on\|off")
+    command(session, "/system Be brief.", "System prompt set")
+    command(session, "/reasoning off", "Reasoning off")
+    command(session, "/nonsense", "unknown command /nonsense")
     session.send("/bye\r")
+    session.expect("Bye")
     assert session.wait() == 0
 
 
