@@ -73,3 +73,22 @@ def engine() -> Iterator[Any]:
     eng = Engine(EngineConfig.from_settings(max_batch=4))
     yield eng
     eng.close()
+
+
+HARMONY_SCRIPT = [
+    "<|channel|>",
+    "analysis",
+    "<|message|>",
+    "Need the weather.",
+    "<|end|>",
+    # One chunk (the script's tokens must be distinct): the header of a function call.
+    "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>",
+    '{"city": "Paris"}',
+    "<|call|>",
+]
+
+
+@pytest.fixture(scope="session")
+def scripted_harmony_model(checkpoints_dir: Path) -> Path:
+    """Harmony channel tokens in the vocabulary: detection picks GPT-OSS harmony parsing."""
+    return make_scripted_checkpoint(checkpoints_dir / "scripted-harmony", HARMONY_SCRIPT)

@@ -135,3 +135,15 @@ def test_chat_session_bad_options_fail_before_submit(engine, scripted):
     with pytest.raises(InvalidRequest) as info:
         start_chat(engine, scripted, [{"role": "nobody"}], options={})
     assert info.value.param == "messages[0].role"
+
+
+def test_chat_session_harmony_channels_and_function_call(engine, scripted_harmony_model):
+    info = engine.load_model(scripted_harmony_model)
+    reasoning, text, calls, finish = _split(
+        list(start_chat(engine, info, USER, options={}, tools=TOOLS))
+    )
+    assert (reasoning, text) == ("Need the weather.", "")
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [
+        ("get_weather", {"city": "Paris"})
+    ]
+    assert finish.reason == FinishReason.TOOL_CALLS

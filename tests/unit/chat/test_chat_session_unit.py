@@ -1,0 +1,121 @@
+"""ChatStream and the submit rules against a small fake engine (the real engine is exercised in
+tests/integration/chat/test_chat_session.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mlxd.chat.session import start_chat, start_completion
+from mlxd.types import Finish, FinishEvent, FinishReason, TextDelta, TokenEvent, Usage
+
+
+class FakeTokenizer:
+    """Characters are tokens (id = code point); enough for the builder and the filter."""
+
+    chat_template = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}A:"
+    bos_token = None
+    eos_token_ids = {0}
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return [ord(c) for c in text]
+
+    def get_vocab(self) -> dict[str, int]:
+        return {}
+
+    @property
+    def detokenizer(self) -> Any:
+        return FakeDetokenizer()
+
+
+class FakeDetokenizer:
+    def __init__(self) -> None:
+        self.text, self.offset = "", 0
+
+    def add_token(self, token: int) -> None:
+        self.text += chr(token)
+
+    def finalize(self) -> None:
+        pass
+
+    @property
+    def last_segment(self) -> str:
+        seg, self.offset = self.text[self.offset :], len(self.text)
+        return seg
+
+
+@dataclass
+class FakeHandle:
+    events: list[Any]
+    request_id: str = "req-1"
+    cancels: int = 0
+
+    def cancel(self) -> None:
+        self.cancels += 1
+
+    def __iter__(self):
+        yield from self.events
+
+
+@dataclass
+class FakeEngine:
+    events: list[Any]
+    requests: list[Any] = field(default_factory=list)
+    handles: list[FakeHandle] = field(default_factory=list)
+
+    def submit(self, request: Any) -> FakeHandle:
+        self.requests.append(request)
+        self.handles.append(FakeHandle(list(self.events)))
+        return self.handles[-1]
+
+
+@dataclass
+class FakeInfo:
+    name: str = "fake"
+    tokenizer: Any = field(default_factory=FakeTokenizer)
+    context_window: int = 1000
+    generation_defaults: dict[str, Any] = field(default_factory=lambda: {"temperature": 0.5})
+    vocab_size: int = 0
+
+
+def _tokens(text: str) -> TokenEvent:
+    return TokenEvent(tuple(ord(c) for c in text))
+
+
+DONE = FinishEvent(FinishReason.STOP, Usage(5, 3))
+USER = [{"role": "user", "content": "hi"}]
+
+
+def test_chat_session_server_defaults_cap_max_tokens_at_half_the_window():
+    engine = FakeEngine([_tokens("ok"), DONE])
+    list(start_chat(engine, FakeInfo(), USER, options={}, server_defaults=True))
+    list(start_chat(engine, FakeInfo(), USER, options={}, server_defaults=False))
+    list(start_chat(engine, FakeInfo(), USER, options={"max_tokens": 7}, server_defaults=True))
+    caps = [(r.max_tokens_cap, r.params.max_tokens) for r in engine.requests]
+    assert caps == [(500, None), (None, None), (None, 7)]
+    assert engine.requests[0].model == "fake"
+    assert engine.requests[0].prompt_ids == [ord(c) for c in "user: hi\nA:"]
+    assert engine.requests[0].params.temperature == 0.5  # the model's default
+
+
+def test_chat_session_stop_cancels_the_engine_and_drains_to_finish():
+    engine = FakeEngine([_tokens("abc"), _tokens("dXY"), _tokens("more"), DONE])
+    stream = start_completion(engine, FakeInfo(), "p", options={"stop": ["XY"]})
+    events = list(stream)
+    assert events == [TextDelta("abc"), TextDelta("d"), Finish(FinishReason.STOP, Usage(5, 3))]
+    assert engine.handles[0].cancels >= 1
+
+
+def test_chat_session_missing_finish_is_an_error_finish():
+    engine = FakeEngine([_tokens("abc")])
+    events = list(start_completion(engine, FakeInfo(), "p", options={}))
+    assert events[0] == TextDelta("abc")
+    assert isinstance(events[-1], Finish) and events[-1].reason == FinishReason.ERROR
+
+
+def test_chat_session_breaking_out_cancels():
+    engine = FakeEngine([_tokens("abc"), _tokens("def"), DONE])
+    stream = start_completion(engine, FakeInfo(), "p", options={})
+    for _ in stream:
+        break
+    assert engine.handles[0].cancels == 1
