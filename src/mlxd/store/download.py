@@ -197,6 +197,11 @@ def hub_error(e: BaseException, repo_id: str, revision: str | None) -> Exception
         if status in (401, 403):
             return DownloadError(f"{what}: access denied ({status}); it may be private or gated")
         return DownloadError(f"hub error pulling {what} (HTTP {status}): {_first_line(e)}")
+    if "httpx" in type(e).__module__ and any(
+        word in type(e).__name__ for word in ("Connect", "Timeout", "Network", "Protocol")
+    ):
+        where = hub_endpoint() or "https://huggingface.co"
+        return DownloadError(f"cannot reach the hub at {where}: {_first_line(e)}")
     if isinstance(e, ValueError | OSError | ConnectionError) or "httpx" in type(e).__module__:
         return DownloadError(f"download of {what} failed: {_first_line(e) or type(e).__name__}")
     return DownloadError(f"download of {what} failed: {type(e).__name__}: {_first_line(e)}")

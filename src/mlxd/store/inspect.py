@@ -9,7 +9,7 @@ from typing import Any
 from mlxd.errors import ModelBroken
 from mlxd.store import facts
 from mlxd.store.files import file_size, model_files
-from mlxd.store.health import HealthReport, Severity, check, check_runnable
+from mlxd.store.health import HealthReport, check, check_runnable
 from mlxd.store.model_ref import ModelRef
 from mlxd.store.resolve import resolve
 from mlxd.store.safetensors_meta import count_parameters
@@ -89,7 +89,7 @@ def describe(ref: str | ModelRef) -> ModelDescription:
         ref=model,
         architecture=str(archs[0]) if archs else config.get("model_type"),
         model_type=config.get("model_type"),
-        parameters=count_parameters(headers, _bits(quant)) if headers else None,
+        parameters=count_parameters(headers, _quant_block(config)) if headers else None,
         dtype=facts.dtype(config, dtypes),
         quantization=quant,
         context_window=facts.context_window(config, tok_config),
@@ -106,9 +106,9 @@ def describe(ref: str | ModelRef) -> ModelDescription:
     )
 
 
-def _bits(quant: dict[str, Any] | None) -> int | None:
-    bits = (quant or {}).get("bits")
-    return bits if isinstance(bits, int) and 0 < bits <= 32 else None
+def _quant_block(config: dict[str, Any]) -> dict[str, Any] | None:
+    q = config.get("quantization") or config.get("quantization_config")
+    return q if isinstance(q, dict) else None
 
 
 def _runnable(root: Path, report: HealthReport) -> tuple[bool, str | None]:
@@ -118,8 +118,7 @@ def _runnable(root: Path, report: HealthReport) -> tuple[bool, str | None]:
         check_runnable(root)
     except ModelBroken as e:  # includes ModelRefused
         return False, e.message
-    refused = [p for p in report.problems if p.severity is Severity.REFUSED]
-    return True, refused[0].message if refused else None
+    return True, None
 
 
 def _vocab_markers(tokenizer: dict[str, Any]) -> set[str]:

@@ -93,22 +93,25 @@ def _tensors(path: Path, header: dict) -> tuple[tuple[TensorInfo, ...], int]:
     return tuple(tensors), end
 
 
-def count_parameters(headers: list[SafetensorsHeader], quant_bits: int | None) -> int:
-    """Logical parameter count: packed quantized weights (uint32 holding 32/bits values)
-    are unpacked, and their per-group scales and biases are not parameters."""
+def count_parameters(headers: list[SafetensorsHeader], quantization: dict | None) -> int:
+    """Logical parameter count: packed quantized weights (uint32 words holding 32/bits values)
+    are unpacked, and their per-group scales and biases are not parameters. `quantization` is
+    the config's block: global "bits", optionally overridden per layer path (mixed precision)."""
     names = {t.name for h in headers for t in h.tensors}
     total = 0
     for h in headers:
         for t in h.tensors:
             stem = t.name.rsplit(".", 1)[0]
-            if (
-                t.name.endswith((".scales", ".biases"))
-                and f"{stem}.weight" in names
-                and (f"{stem}.scales" in names)
-            ):
+            quantized = f"{stem}.scales" in names
+            if quantized and t.name.endswith((".scales", ".biases")):
                 continue  # quantization metadata, not parameters
-            if quant_bits and t.dtype == "U32" and f"{stem}.scales" in names:
-                total += t.numel * (32 // quant_bits)
-            else:
-                total += t.numel
+            bits = _bits_for(stem, quantization) if quantized and t.dtype == "U32" else None
+            total += t.numel * (32 // bits) if bits else t.numel
     return total
+
+
+def _bits_for(stem: str, quantization: dict | None) -> int | None:
+    q = quantization or {}
+    layer = q.get(stem) or q.get(stem.removeprefix("model.")) or q.get(f"model.{stem}")
+    bits = layer.get("bits") if isinstance(layer, dict) else q.get("bits")
+    return bits if isinstance(bits, int) and 0 < bits <= 32 else None

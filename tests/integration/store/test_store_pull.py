@@ -8,6 +8,7 @@ import signal
 import socket
 import struct
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -122,6 +123,7 @@ def test_network_failure_is_one_line(tmp_path: Path) -> None:
     result = mlxd(tmp_path, "pull", "org/tiny", endpoint=f"http://127.0.0.1:{port}")
     assert result.code == DownloadError.exit_code
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert f"cannot reach the hub at http://127.0.0.1:{port}" in result.stderr
 
 
 def test_ctrl_c_exits_130_and_next_pull_resumes(hub: HubServer, tmp_path: Path) -> None:
@@ -130,6 +132,8 @@ def test_ctrl_c_exits_130_and_next_pull_resumes(hub: HubServer, tmp_path: Path) 
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
         assert hub.half_sent.wait(60), "the download never started"
+        others = {n for n in hub.repos["org/tiny"].files if n not in EXTRAS} - {"model.safetensors"}
+        _wait_for_files(repo_dir(tmp_path, "org/tiny") / "snapshots", others)
         os.kill(proc.pid, signal.SIGINT)
         _, stderr = proc.communicate(timeout=30)
     finally:
@@ -150,6 +154,17 @@ def test_ctrl_c_exits_130_and_next_pull_resumes(hub: HubServer, tmp_path: Path) 
     assert not list((repo_dir(tmp_path, "org/tiny") / "blobs").glob("*.incomplete"))
     fetched = {r[1].rsplit("/", 1)[-1] for r in hub.requests[before:] if r[0] == "GET"}
     assert "model.safetensors" in fetched and "tokenizer.json" not in fetched  # kept
+
+
+def _wait_for_files(snapshots: Path, names: set[str]) -> None:
+    """Block until the other files of the pull are complete, so the interrupt hits a
+    known state: those files done, model.safetensors half-way."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if {p.name for p in snapshots.glob("*/*")} >= names:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"files {names} never completed")
 
 
 def _safetensors_blob(n: int) -> bytes:

@@ -89,9 +89,11 @@ def test_header_roundtrip_and_quantized_count(tmp_path: Path) -> None:
     })  # fmt: skip
     header = read_header(f)
     assert [t.name for t in header.tensors][0] == "q.weight"
-    assert count_parameters([header], quant_bits=4) == 8 * 32 + 8
+    assert count_parameters([header], {"bits": 4, "group_size": 32}) == 8 * 32 + 8
+    mixed = {"bits": 4, "group_size": 32, "q": {"bits": 8, "group_size": 32}}
+    assert count_parameters([header], mixed) == 8 * 16 + 8
     # bits unknown: packed words are counted as stored; scales/biases are never parameters
-    assert count_parameters([header], quant_bits=None) == 32 + 8
+    assert count_parameters([header], None) == 32 + 8
 
 
 @pytest.mark.parametrize(
@@ -164,3 +166,19 @@ def test_context_window_and_quant_label() -> None:
     cfg = {"quantization": {"bits": 8, "group_size": 64}}
     assert facts.quant_label(cfg, "float16") == "8-bit g64"
     assert facts.quant_label({}, "bfloat16") == "bfloat16"
+
+
+def test_disk_space_is_checked_before_download(isolated_home: Path, monkeypatch) -> None:
+    import shutil as real_shutil
+    from collections import namedtuple
+
+    from mlxd.errors import DownloadError
+    from mlxd.store import download
+
+    plan = download.PullPlan("org/big", None, "f" * 40, (("model.safetensors", 10_000),))
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(real_shutil, "disk_usage", lambda p: usage(0, 0, 9_999))
+    with pytest.raises(DownloadError, match="not enough disk space"):
+        download.check_disk_space(plan)
+    monkeypatch.setattr(real_shutil, "disk_usage", lambda p: usage(0, 0, 10_000))
+    download.check_disk_space(plan)
