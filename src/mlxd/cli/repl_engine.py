@@ -5,6 +5,7 @@ as the server does. Heavy imports (engine, mlx) happen only when a model is open
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -47,15 +48,21 @@ class LoadedModel:
         self.engine.close()
 
 
-def resolve_model(ref: str | None) -> Any:
-    """A ModelRef for `ref`, or the embedded default model when ref is None."""
+def resolve_model(ref: str | None, *, quiet: bool = False) -> Any:
+    """A ModelRef for `ref`, or the embedded default model when ref is None (its first use
+    imports it into the store, announced on stderr unless quiet)."""
     if ref is None:
         from mlxd.store.default_model import default_model
 
-        return default_model()
+        return default_model(notify=None if quiet else _notify)
     from mlxd.store.resolve import resolve
 
     return resolve(ref)
+
+
+def _notify(message: str) -> None:
+    sys.stderr.write(f"mlxd: {message}\n")
+    sys.stderr.flush()
 
 
 @contextmanager

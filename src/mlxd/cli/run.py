@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         return run_repl(args, inv.model_ref or inv.model)
     from mlxd.cli.repl_engine import open_model, resolve_model
 
-    ref = inv.model_ref or resolve_model(inv.model)
+    ref = inv.model_ref or resolve_model(inv.model, quiet=args.json)
     with open_model(ref, trust_remote_code=args.trust_remote_code) as loaded:
         answer = ask_once(loaded, messages_for(prompt, args.system), options, args)
     if args.json:

@@ -1,0 +1,80 @@
+"""The one-engine contract: for the same chat request under greedy decoding, `mlxd run
+--json` content equals the server's /v1/chat/completions content byte for byte."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import openai
+import pytest
+from tests.e2e.cli.cli_helpers import one_json_line, run_mlxd
+from tests.e2e.cli.serve_helper import mlxd_server
+
+REQUESTS = [
+    {"prompt": "Hello, how are you today?", "system": "Answer briefly.", "max_tokens": 16},
+    {"prompt": "café naïve 日本語 😀", "system": None, "max_tokens": 20},
+]
+
+
+def offline_env(home: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    env.update(
+        HF_HOME=str(home / "hf"),
+        MLXD_HOME=str(home / "mlxd"),
+        HF_HUB_OFFLINE="1",
+        HF_HUB_DISABLE_TELEMETRY="1",
+    )
+    return env
+
+
+@pytest.fixture(scope="module")
+def server(
+    tiny_chat_model: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[openai.OpenAI, dict[str, str]]]:
+    env = offline_env(tmp_path_factory.mktemp("parity-home"))
+    with mlxd_server(tiny_chat_model, env) as base_url:
+        yield openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0), env
+
+
+def messages(request: dict) -> list[dict[str, str]]:
+    head = [{"role": "system", "content": request["system"]}] if request["system"] else []
+    return head + [{"role": "user", "content": request["prompt"]}]
+
+
+def cli_args(request: dict) -> list[str]:
+    system = ["--system", request["system"]] if request["system"] else []
+    return [
+        request["prompt"],
+        *system,
+        "--max-tokens",
+        str(request["max_tokens"]),
+        "--temperature",
+        "0",
+    ]
+
+
+@pytest.mark.parametrize("request_", REQUESTS, ids=["system", "unicode"])
+def test_run_json_equals_server_content(
+    server: tuple[openai.OpenAI, dict[str, str]], tiny_chat_model: Path, request_: dict
+) -> None:
+    client, env = server
+    reply = client.chat.completions.create(
+        model="default",
+        messages=messages(request_),
+        max_tokens=request_["max_tokens"],
+        temperature=0,
+    )
+    proc = run_mlxd("run", str(tiny_chat_model), *cli_args(request_), "--json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    body = one_json_line(proc.stdout)
+    choice = reply.choices[0]
+    assert body["content"] == (choice.message.content or "")
+    assert (body["reasoning"] or None) == (
+        getattr(choice.message, "reasoning_content", None) or None
+    )
+    assert body["finish_reason"] == choice.finish_reason
+    assert body["usage"]["completion_tokens"] == reply.usage.completion_tokens
+    assert body["usage"]["prompt_tokens"] == reply.usage.prompt_tokens
