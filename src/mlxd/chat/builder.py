@@ -150,7 +150,11 @@ def _encode(tokenizer: Any, text: str, *, add_special_tokens: bool) -> list[int]
 
 
 def _ends_in_reasoning(tokenizer: Any, text: str) -> bool:
-    markers = detect_reasoning(tokenizer)
+    return ends_in_reasoning(text, detect_reasoning(tokenizer))
+
+
+def ends_in_reasoning(text: str, markers: tuple[str, str] | None) -> bool:
+    """The prompt ends inside an open reasoning block: `start` last, unclosed, then blanks."""
     if markers is None:
         return False
     start, end = markers

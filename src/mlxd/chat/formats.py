@@ -55,7 +55,7 @@ def detect_formats(
     elif reasoning is None:
         markers = None
     else:
-        markers = _explicit_markers(reasoning)
+        markers = explicit_markers(reasoning)
     tool = None if harmony else detect_tool_format(tokenizer, vocab, template, tools)
     return Formats(reasoning=markers, harmony=harmony and reasoning == "auto", tool=tool)
 
@@ -192,7 +192,7 @@ def _mentions(vocab: dict[str, int], template: str, marker: str) -> bool:
     return marker in vocab or marker in template
 
 
-def _explicit_markers(reasoning: object) -> tuple[str, str]:
+def explicit_markers(reasoning: object) -> tuple[str, str]:
     if (
         isinstance(reasoning, tuple | list)
         and len(reasoning) == 2

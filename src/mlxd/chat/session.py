@@ -11,8 +11,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
-from mlxd.chat.builder import BuiltPrompt, build_chat_prompt, build_text_prompt
+from mlxd.chat.builder import (
+    BuiltPrompt,
+    build_chat_prompt,
+    build_text_prompt,
+    ends_in_reasoning,
+)
 from mlxd.chat.filter import StreamFilter
+from mlxd.chat.formats import explicit_markers
 from mlxd.chat.messages import normalize_tools
 from mlxd.chat.options import sampling_params, stop_strings
 from mlxd.config import SERVER_DEFAULT_MAX_TOKENS_FRACTION
@@ -106,13 +112,22 @@ def start_chat(
     server_defaults: bool = False,
     reasoning: object = "auto",
 ) -> ChatStream:
-    """Build the chat prompt and start generating; raises InvalidRequest/TemplateError early."""
+    """Build the chat prompt and start generating; raises InvalidRequest/TemplateError early.
+
+    reasoning: "auto" (markers detected from the tokenizer), None (no reasoning split) or a
+    custom (start, end) marker pair.
+    """
     tool_list = normalize_tools(tools)
     prompt = build_chat_prompt(info.tokenizer, messages, tool_list, template_kwargs)
+    reasoning_open = prompt.reasoning_open
+    if isinstance(reasoning, tuple | list):  # custom markers: is the prompt inside them?
+        reasoning_open = ends_in_reasoning(prompt.text, explicit_markers(reasoning))
+    elif reasoning is None:
+        reasoning_open = False
     stream_filter = StreamFilter(
         info.tokenizer,
         stop=stop_strings(options),
-        reasoning_open=prompt.reasoning_open,
+        reasoning_open=reasoning_open,
         tools=tool_list or False,
         reasoning=reasoning,
     )

@@ -7,7 +7,7 @@ import asyncio
 import json
 
 import pytest
-from tests.integration.chat.conftest import SCRIPT, TOOLS
+from tests.integration.chat.conftest import CALL, SCRIPT, TOOLS
 
 from mlxd.chat.session import start_chat, start_completion
 from mlxd.errors import InvalidRequest
@@ -147,3 +147,16 @@ def test_chat_session_harmony_channels_and_function_call(engine, scripted_harmon
         ("get_weather", {"city": "Paris"})
     ]
     assert finish.reason == FinishReason.TOOL_CALLS
+
+
+def test_chat_session_custom_markers_and_no_split(engine, scripted_open_model, scripted):
+    info = engine.load_model(scripted_open_model)
+    explicit = start_chat(engine, info, USER, options={}, reasoning=("<think>", "</think>"))
+    assert _split(list(explicit))[:2] == ("Plan.", "Done.")
+    plain = start_chat(engine, info, USER, options={}, reasoning=None)
+    assert _split(list(plain))[:2] == ("", "Plan.</think>Done.")
+    custom = start_chat(engine, scripted, USER, options={}, reasoning=("Let me see.", " is"))
+    assert _split(list(custom))[:2] == (
+        "</think>The answer",
+        "<think><tool_call>" + CALL + "</tool_call>",
+    )
