@@ -10,6 +10,7 @@ json_tools parser requires a template spelling ("tool_call.name") many templates
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -61,7 +62,7 @@ def detect_formats(
 
 
 def detect_reasoning(
-    tokenizer: Any, vocab: dict[str, int] | None = None, template: str | None = None
+    tokenizer: Any, vocab: frozenset[str] | None = None, template: str | None = None
 ) -> tuple[str, str] | None:
     """Think markers: mlx-lm's inference from the vocabulary, else <think> in vocab/template."""
     start = getattr(tokenizer, "think_start", None) if _is_wrapper(tokenizer) else None
@@ -77,7 +78,7 @@ def detect_reasoning(
 
 def detect_tool_format(
     tokenizer: Any,
-    vocab: dict[str, int],
+    vocab: frozenset[str],
     template: str,
     tools: list[dict[str, Any]] | None = None,
 ) -> ToolFormat | None:
@@ -173,12 +174,30 @@ def _is_wrapper(tokenizer: Any) -> bool:
     return hasattr(type(tokenizer), "detokenizer")
 
 
-def _vocab(tokenizer: Any) -> dict[str, int]:
+# Every vocabulary entry detection asks about; only these are kept per tokenizer.
+_MARKERS = frozenset(
+    {*THINK, *HARMONY_MARKERS, "<tool_call>", "[TOOL_CALLS]", "<|python_tag|>", "<|eot_id|>"}
+)
+_VOCAB_CACHE: weakref.WeakKeyDictionary[Any, frozenset[str]] = weakref.WeakKeyDictionary()
+
+
+def _vocab(tokenizer: Any) -> frozenset[str]:
+    """The detection markers in the vocabulary, computed once per tokenizer (get_vocab()
+    builds a dict of the whole vocabulary, too slow to repeat per request)."""
+    try:
+        return _VOCAB_CACHE[tokenizer]
+    except (KeyError, TypeError):
+        pass
     try:
         vocab = tokenizer.get_vocab()
     except Exception:  # a tokenizer without get_vocab: detection falls back to the template
-        return {}
-    return vocab if isinstance(vocab, dict) else {}
+        vocab = {}
+    found = frozenset(m for m in _MARKERS if isinstance(vocab, dict) and m in vocab)
+    try:
+        _VOCAB_CACHE[tokenizer] = found
+    except TypeError:  # not weak-referenceable: no cache
+        pass
+    return found
 
 
 def _template_text(tokenizer: Any) -> str:
@@ -188,7 +207,7 @@ def _template_text(tokenizer: Any) -> str:
     return template if isinstance(template, str) else ""
 
 
-def _mentions(vocab: dict[str, int], template: str, marker: str) -> bool:
+def _mentions(vocab: frozenset[str], template: str, marker: str) -> bool:
     return marker in vocab or marker in template
 
 
