@@ -1,39 +1,49 @@
 """Collector: the per-request mailbox between the engine thread and one consumer.
 
-The engine thread only appends (never blocks on the consumer); a consumer that falls behind
-receives the tokens produced meanwhile merged into one TokenEvent. Sync consumers wait on a
-Condition; async consumers on an asyncio.Event set through `loop.call_soon_threadsafe`.
+The engine thread appends to a deque (atomic, lock-free) and takes the lock only when a
+consumer is actually asleep, so it never waits on a consumer holding the lock; a consumer
+that falls behind receives everything produced meanwhile merged into one TokenEvent. Sync
+consumers sleep on a Condition; async ones on an asyncio.Event set via
+`loop.call_soon_threadsafe`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from collections import deque
 
 from mlxd.types import EngineEvent, FinishEvent, TokenEvent, TokenLogprob
 
 
 class Collector:
-    __slots__ = ("_cond", "_tokens", "_logprobs", "_finish", "_delivered", "_waiters")
+    __slots__ = ("_cond", "_items", "_finish", "_delivered", "_sleeping", "_waiters")
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
-        self._tokens: list[int] = []
-        self._logprobs: list[TokenLogprob] = []
+        self._items: deque[tuple[int, TokenLogprob | None]] = deque()
         self._finish: FinishEvent | None = None
         self._delivered = False  # the FinishEvent has been handed to the consumer
+        self._sleeping = False  # a sync consumer waits on _cond
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
 
     # ---- producer side (engine thread, or any thread failing the request) ----
 
-    def push(self, token: int, logprob: TokenLogprob | None) -> None:
-        with self._cond:
-            if self._finish is not None:
-                return
-            self._tokens.append(token)
-            if logprob is not None:
-                self._logprobs.append(logprob)
-            self._wake()
+    def push(self, token: int, logprob: TokenLogprob | None, *, wake: bool = True) -> None:
+        """Append one token. The engine passes wake=False and calls `wake()` once at the end
+        of its step, so consumers are woken together rather than in the middle of it."""
+        if self._finish is not None:
+            return
+        self._items.append((token, logprob))
+        if wake:
+            self.wake()
+
+    def wake(self) -> None:
+        # Checked after the append: a consumer going to sleep re-checks _items under the
+        # lock after setting these flags, so no wake-up is lost.
+        if self._sleeping or self._waiters:
+            with self._cond:
+                self._wake()
 
     def finish(self, event: FinishEvent) -> bool:
         """Set the final event; the first call wins. Returns whether this call set it."""
@@ -67,33 +77,51 @@ class Collector:
 
     def take(self, timeout: float | None = None) -> list[EngineEvent]:
         """Block until there is something (or `timeout` passes); return pending events."""
+        events = self._drain()
+        if events or self._delivered:
+            return events
         with self._cond:
-            if not self._tokens and self._finish is None and not self._delivered:
-                self._cond.wait(timeout)
-            return self._drain()
+            self._sleeping = True
+            try:
+                if not self._items and self._finish is None:
+                    self._cond.wait(timeout)
+            finally:
+                self._sleeping = False
+        return self._drain()
 
     def poll(self) -> list[EngineEvent]:
-        with self._cond:
-            return self._drain()
+        return self._drain()
 
     async def take_async(self) -> list[EngineEvent]:
         """Wait without blocking the event loop; return pending events."""
         while True:
+            events = self._drain()
+            if events or self._delivered:
+                return events
+            ev = asyncio.Event()
             with self._cond:
-                events = self._drain()
-                if events or self._delivered:
-                    return events
-                ev = asyncio.Event()
+                if self._items or self._finish is not None:
+                    continue
                 self._waiters.append((asyncio.get_running_loop(), ev))
             await ev.wait()
 
     def _drain(self) -> list[EngineEvent]:
+        """Single consumer: pops what is there now (tokens first, then the finish)."""
+        finish = self._finish  # read before popping: tokens pushed before it are included
         events: list[EngineEvent] = []
-        if self._tokens:
-            events.append(TokenEvent(tuple(self._tokens), tuple(self._logprobs)))
-            self._tokens = []
-            self._logprobs = []
-        if self._finish is not None and not self._delivered:
-            events.append(self._finish)
+        items = self._items
+        if items:
+            tokens: list[int] = []
+            logprobs: list[TokenLogprob] = []
+            for _ in range(len(items)):
+                token, lp = items.popleft()
+                tokens.append(token)
+                if lp is not None:
+                    logprobs.append(lp)
+            events.append(TokenEvent(tuple(tokens), tuple(logprobs)))
+        if finish is not None and not self._delivered:
+            if items:  # pushed between the reads: deliver them first, finish next time
+                return events
+            events.append(finish)
             self._delivered = True
         return events

@@ -212,23 +212,25 @@ class EngineCore:
             if request is not None and request.status is RequestStatus.WAITING:
                 request.status = RequestStatus.PREFILLING
         now = time.monotonic()
-        generated = 0
+        streaming: list[Request] = []
         for out in result.tokens:
             request = running.get(out.uid)
             if request is None or request.error is not None:
                 continue
-            generated += 1
             request.completion_tokens += 1
             if request.first_token_at is None:
                 request.first_token_at = now
                 request.status = RequestStatus.DECODING
             if out.finish is None:
-                request.collector.push(out.token, out.logprob)
+                request.collector.push(out.token, out.logprob, wake=False)
+                streaming.append(request)
                 continue
             if out.finish == "length":  # the stop token itself is never emitted
-                request.collector.push(out.token, out.logprob)
+                request.collector.push(out.token, out.logprob, wake=False)
             self.finish(request, FINISH_BY_BACKEND[out.finish], in_backend=False)
-        self.counters.generation_tokens_total += generated
+        self.counters.generation_tokens_total += len(result.tokens)
+        for request in streaming:
+            request.collector.wake()
         if self._faulted:
             faulted, self._faulted = self._faulted, []
             for request in faulted:
