@@ -3,7 +3,7 @@ huggingface_hub 2.4 uses to download a model (point it there with HF_ENDPOINT):
 
   GET  /api/models/{repo}[/revision/{rev}]      model info with siblings (?blobs=true)
   GET  /api/models/{repo}/tree/{rev}            recursive file listing
-  HEAD /{repo}/resolve/{rev}/{file}             X-Repo-Commit, ETag, Content-Length
+  HEAD /{repo}/resolve/{rev}/{file}             X-Repo-Commit, ETag, Content-Length, X-Linked-*
   GET  /{repo}/resolve/{rev}/{file}             body, with Range support
 
 Fault injection: gated repos (401/403), drop a connection mid-file once, hold a transfer
@@ -136,6 +136,9 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             self.send_response(206 if start else 200)
             self.send_header("X-Repo-Commit", repo.commit)
             self.send_header("ETag", f'"{etag(name, data)}"')
+            if name.endswith(".safetensors"):  # the hub describes LFS files with these
+                self.send_header("X-Linked-Etag", f'"{etag(name, data)}"')
+                self.send_header("X-Linked-Size", str(len(data)))
             self.send_header("Accept-Ranges", "bytes")
             self.send_header("Content-Length", str(len(body)))
             if start:
