@@ -181,15 +181,14 @@ class Engine:
         with self._lock:
             if self._state == "closed":
                 return
-            if self._state in ("ready", "draining"):
-                self._state, self._detail = "closed", "engine closed"
-            else:
-                self._state = "closed"
+            # A stalled thread may never come back: do not wait long for it.
+            join_s = 30.0 if self._state in ("ready", "draining") else 1.0
+            self._state, self._detail = "closed", "engine closed"
         self._fail_all("engine closed", EngineUnavailable.code)
         self._inbox.put(Shutdown())
         self._stop.set()
         if threading.current_thread() is not self._thread:
-            self._thread.join(timeout=30)
+            self._thread.join(timeout=join_s)
         self._watchdog.join(timeout=5)
 
     def __enter__(self) -> Engine:
