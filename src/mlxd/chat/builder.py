@@ -60,7 +60,9 @@ def build_chat_prompt(
     tool_list = normalize_tools(tools)
     kwargs = check_template_kwargs(template_kwargs)
     text = render_chat_text(tokenizer, msgs, tool_list, kwargs)
-    ids = _encode(tokenizer, text, add_special_tokens=False)
+    # Templates write their own BOS (as HF's apply_chat_template assumes); the fallback does
+    # not, so it gets the tokenizer's special tokens like a raw prompt.
+    ids = _encode(tokenizer, text, add_special_tokens=_uses_fallback(tokenizer))
     return BuiltPrompt(token_ids=ids, text=text, reasoning_open=_ends_in_reasoning(tokenizer, text))
 
 
@@ -127,6 +129,12 @@ def fallback_prompt(messages: list[dict[str, Any]], tools: list[dict[str, Any]] 
         blocks.append(f"{label}: {text}")
     blocks.append("Assistant:")
     return "\n\n".join(blocks)
+
+
+def _uses_fallback(tokenizer: Any) -> bool:
+    return not callable(getattr(tokenizer, "_chat_template", None)) and (
+        _template_source(tokenizer) is None
+    )
 
 
 def _template_source(tokenizer: Any) -> str | None:

@@ -16,6 +16,7 @@ from mlxd.types import (
     TokenLogprob,
     ToolCall,
     Usage,
+    Warning,
 )
 
 OUTPUTS = [
@@ -115,3 +116,34 @@ def test_chat_filter_skips_eos_and_attaches_logprobs_to_text(chat_tokenizer):
     attached = [lp.token_id for e in answer for lp in e.logprobs]
     assert attached[-len(text) :] == text or attached[-len(text) - 1 : -1] == text
     assert not set(attached) & set(think[:-1])  # reasoning tokens' logprobs are not answer's
+
+
+def _wrapped(tiny_chat_model, module_name):
+    """The tiny tokenizer wrapped as mlx-lm wraps a model whose template it recognizes."""
+    import importlib
+
+    from mlx_lm.tokenizer_utils import BPEStreamingDetokenizer, TokenizerWrapper
+    from transformers import AutoTokenizer
+
+    module = importlib.import_module(f"mlx_lm.tool_parsers.{module_name}")
+    return TokenizerWrapper(
+        AutoTokenizer.from_pretrained(tiny_chat_model),
+        BPEStreamingDetokenizer,
+        tool_call_start=module.tool_call_start,
+        tool_call_end=module.tool_call_end,
+        tool_parser=module.parse_tool_call,
+    )
+
+
+def test_chat_filter_reuses_mlx_lm_tool_parsers(tiny_chat_model):
+    tok = _wrapped(tiny_chat_model, "pythonic")
+    text = 'Checking.<|tool_call_start|>[get_weather(city="Paris")]<|tool_call_end|>'
+    ids = tok.encode(text, add_special_tokens=False)
+    events, finish = _drive(tok, ids, 1, tools=True)
+    assert events == [TextDelta("Checking."), ToolCall("x", "get_weather", '{"city": "Paris"}', 0)]
+    assert finish.reason == FinishReason.TOOL_CALLS
+    bad = tok.encode("<|tool_call_start|>nonsense<|tool_call_end|>", add_special_tokens=False)
+    events, finish = _drive(tok, bad, 1, tools=True)
+    assert [type(e) for e in events] == [Warning, TextDelta]
+    assert events[1].text == "<|tool_call_start|>nonsense<|tool_call_end|>"
+    assert finish.reason == FinishReason.STOP

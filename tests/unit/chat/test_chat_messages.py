@@ -144,3 +144,25 @@ def test_chat_messages_fallback_format():
         'Tools (reply with JSON {"name": ..., "arguments": ...}):\n{"name": "get_weather"'
     )
     assert with_tools.endswith("User: U\n\nAssistant:")
+
+
+class _BosTokenizer:
+    """Characters are tokens; BOS (id 1, text "<s>") is added when add_special_tokens."""
+
+    bos_token = "<s>"
+    chat_template = None
+
+    def encode(self, text, add_special_tokens=True):
+        body = [1] if text.startswith("<s>") else []
+        body += [ord(c) for c in text.removeprefix("<s>")]
+        return ([1] if add_special_tokens else []) + body
+
+
+def test_chat_builder_text_prompt_adds_bos_once():
+    from mlxd.chat.builder import build_chat_prompt, build_text_prompt
+
+    tok = _BosTokenizer()
+    assert build_text_prompt(tok, "hi").token_ids == [1, ord("h"), ord("i")]
+    assert build_text_prompt(tok, "<s>hi").token_ids == [1, ord("h"), ord("i")]
+    chat = build_chat_prompt(tok, [{"role": "user", "content": "x"}])  # the fallback adds BOS
+    assert chat.text == "User: x\n\nAssistant:" and chat.token_ids[:2] == [1, ord("U")]
