@@ -234,6 +234,7 @@ def _make_env() -> _BudgetedEnvironment:
     env.globals["strftime_now"] = _strftime_now
     env.globals["namespace"] = _SafeNamespace
     env.globals["range"] = _range
+    del env.globals["lipsum"]  # lipsum(n=10**6) builds megabytes in one call; unused by templates
     return env
 
 

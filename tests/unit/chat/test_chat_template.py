@@ -31,6 +31,7 @@ def test_chat_template_escapes_fail_safely(source):
 def test_chat_template_unsafe_attributes_are_undefined_not_leaked():
     # Jinja's sandbox turns function internals into Undefined: it renders empty, leaks nothing.
     assert render_template("{{ raise_exception.__globals__ }}{{ strftime_now.__code__ }}", {}) == ""
+    assert render_template("{{ lipsum }}", {}) == ""  # removed: one call builds megabytes
 
 
 BUDGET_BUSTERS = [
