@@ -117,9 +117,13 @@ class Repl:
     def answer(self, text: str) -> None:
         """One turn. Ctrl-C cancels it; a request error is reported and the chat goes on."""
         renderer = Renderer(Answer(model=self.loaded.name), show_reasoning=self.conv.show_reasoning)
-        stream = self.loaded.ask(
-            self.conv.messages(text), self.options, self.conv.template_kwargs()
-        )
+        try:
+            stream = self.loaded.ask(
+                self.conv.messages(text), self.options, self.conv.template_kwargs()
+            )
+        except MlxdError as e:  # refused before generation (e.g. too long): keep chatting
+            _print_error(e)
+            return
         try:
             renderer.consume(stream)
         except KeyboardInterrupt:

@@ -19,9 +19,9 @@ PROMPT = r">>>"
 def chat(cli_env: dict[str, str]) -> Iterator:
     sessions: list[PtySession] = []
 
-    def start(*args: str) -> PtySession:
+    def start(*args: str, command: str = "chat") -> PtySession:
         env = cli_env | {"TERM": "xterm", "PROMPT_TOOLKIT_NO_CPR": "1"}
-        session = PtySession([*MLXD[1:], "chat", *args], env)
+        session = PtySession([*MLXD[1:], command, *args], env)
         sessions.append(session)
         session.expect(r"Chatting with .*/help")
         session.expect(PROMPT)
@@ -90,8 +90,8 @@ def test_turns_stats_clear_and_multiline(chat, tiny_chat_model: Path) -> None:
     assert session.wait() == 0
 
 
-def test_slash_commands(chat, tiny_chat_model: Path) -> None:
-    session = chat(str(tiny_chat_model), "--max-tokens", "2")
+def test_run_without_prompt_on_a_terminal_chats(chat, tiny_chat_model: Path) -> None:
+    session = chat(str(tiny_chat_model), "--max-tokens", "2", command="run")
     command(session, "/help", r"/reasoning on\|off")
     command(session, "/system Be brief.", "System prompt set")
     command(session, "/reasoning off", "Reasoning off")
@@ -102,14 +102,17 @@ def test_slash_commands(chat, tiny_chat_model: Path) -> None:
 
 
 def test_piped_chat_ends_at_end_of_input(tiny_chat_model: Path, cli_env: dict[str, str]) -> None:
+    too_long = "Paris " * 3000  # more tokens than the 2048-token window
     proc = subprocess.run(
         [*MLXD, "chat", str(tiny_chat_model), "--max-tokens", "3"],
-        input='hello\n"""\ntwo\nlines\n"""\n/stats\n',
+        input=f'hello\n{too_long}\n"""\ntwo\nlines\n"""\n/stats\n',
         capture_output=True,
         text=True,
         env=cli_env,
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
-    assert "session: 2 answers" in proc.stdout
+    assert "session: 2 answers" in proc.stdout  # the refused turn did not end the chat
     assert ">>>" not in proc.stdout
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("mlxd: error:")]
+    assert len(errors) == 1 and "context" in errors[0].lower(), proc.stderr
