@@ -95,6 +95,14 @@ def _message(m: object, where: str) -> dict[str, Any]:
         if not isinstance(tcid, str) or not tcid:
             raise InvalidRequest("tool messages need a tool_call_id", param=f"{where}.tool_call_id")
         out["tool_call_id"] = tcid
+    reasoning = m.get("reasoning_content")
+    if reasoning is not None and role == "assistant":
+        # Earlier reasoning sent back by the client; templates such as Qwen3's render it.
+        if not isinstance(reasoning, str):
+            raise InvalidRequest(
+                "reasoning_content must be a string", param=f"{where}.reasoning_content"
+            )
+        out["reasoning_content"] = reasoning
     name = m.get("name")
     if name is not None:
         if not isinstance(name, str):

@@ -51,7 +51,17 @@ def test_chat_messages_normalize_openai_shapes():
     ]
 
 
+def test_chat_messages_keep_assistant_reasoning_content():
+    msgs = normalize_messages([{"role": "assistant", "content": "A", "reasoning_content": "R"}])
+    assert msgs == [{"role": "assistant", "content": "A", "reasoning_content": "R"}]
+
+
 BAD_MESSAGES = [
+    (
+        [{"role": "assistant", "content": "A", "reasoning_content": 1}],
+        "messages[0].reasoning_content",
+        "string",
+    ),
     ([], "messages", "non-empty"),
     ("hi", "messages", "non-empty"),
     (["hi"], "messages[0]", "object"),
