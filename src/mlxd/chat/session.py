@@ -54,6 +54,8 @@ class ChatStream:
         self.handle.cancel()
 
     def __iter__(self) -> Iterator[ChatEvent]:
+        if self._done:  # iterated already: the one Finish was given
+            return
         try:
             for event in self.handle:
                 events = self._on_engine_event(event)
@@ -67,6 +69,8 @@ class ChatStream:
                 self.handle.cancel()
 
     async def __aiter__(self) -> AsyncIterator[ChatEvent]:
+        if self._done:
+            return
         try:
             async for event in self.handle:
                 for chat_event in self._on_engine_event(event):

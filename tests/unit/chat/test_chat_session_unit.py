@@ -119,3 +119,10 @@ def test_chat_session_breaking_out_cancels():
     for _ in stream:
         break
     assert engine.handles[0].cancels == 1
+
+
+def test_chat_session_second_iteration_yields_nothing():
+    engine = FakeEngine([_tokens("abc"), DONE])
+    stream = start_completion(engine, FakeInfo(), "p", options={})
+    assert len(list(stream)) == 2
+    assert list(stream) == []
