@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from mlxd.engine import Engine, ModelInfo
+from mlxd.engine import Engine, ModelInfo, RequestHandle, RequestStatus
 from mlxd.types import FinishReason, TokenEvent
 
 from .engine_helpers import collect_events, random_prompts, request
@@ -148,3 +148,32 @@ def test_async_iteration_does_not_block_the_loop(chat: tuple[Engine, ModelInfo])
     results, ticks = asyncio.run(main())
     assert results == expected
     assert ticks > 1  # the loop kept running other tasks while we waited for tokens
+
+
+def test_first_come_first_served_prefill_streams_early(make_engine, tiny_chat_model) -> None:
+    """With chunked FCFS prefill the first request decodes while later prompts still
+    prefill; a whole-wave prefill (all prompts side by side) starts everyone together."""
+
+    def overlap_seen(prefill_batch: int) -> bool:
+        handles: list[RequestHandle] = []
+        seen: list[bool] = []
+
+        def hook(site: str, request_id: str | None) -> None:
+            if site == "step" and len(handles) == 3:
+                first, last = handles[0].status, handles[2].status
+                decoding = RequestStatus.DECODING
+                seen.append(
+                    first is decoding and last in (RequestStatus.WAITING, RequestStatus.PREFILLING)
+                )
+
+        engine = make_engine(prefill_chunk=16, prefill_batch=prefill_batch, fault_hook=hook)
+        info = engine.load_model(tiny_chat_model)
+        prompts = random_prompts(3, info.vocab_size, (200, 201), seed=20)
+        handles.extend(
+            engine.submit(request(info, p, max_tokens=40, ignore_eos=True)) for p in prompts
+        )
+        assert all(len(h.collect()[0]) == 40 for h in handles)
+        return any(seen)
+
+    assert overlap_seen(prefill_batch=1) is True
+    assert overlap_seen(prefill_batch=3) is False
