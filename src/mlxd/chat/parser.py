@@ -228,7 +228,7 @@ class OutputParser:
         if self.mode == TOOL:
             self._finish_tool(terminated=self.tool is not None and self.tool.end is None)
         elif self.mode == H_BODY and self._is_harmony_tool():
-            self._finish_harmony_tool(closer="")
+            self._finish_harmony_tool()
         if self._lead_ws and not self._strip:
             self._text(self._lead_ws)
         self._lead_ws = ""
@@ -271,11 +271,11 @@ class OutputParser:
             self._strip = False
             return
         if self._is_harmony_tool():
-            self._finish_harmony_tool(closer=marker)
+            self._finish_harmony_tool()
         self.mode, self._header = H_HEADER, (marker if marker in _H_OPENERS else "")
         self._channel, self._recipient = "final", ""
 
-    def _finish_harmony_tool(self, closer: str) -> None:
+    def _finish_harmony_tool(self) -> None:
         name = self._recipient.removeprefix("functions.")
         body, self._tool_buf = self._tool_buf, ""
         try:
