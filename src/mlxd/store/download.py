@@ -18,6 +18,7 @@ from typing import Any
 from mlxd.errors import DownloadError, InvalidRequest, ModelNotFound, ModelRefused
 from mlxd.store import files as F
 from mlxd.store.hfcache import hub_cache_dir, locks_folder, repo_folder
+from mlxd.store.resume import resume_partials
 
 _REVISION = re.compile(r"[A-Za-z0-9._/-]{1,200}")
 
@@ -125,7 +126,7 @@ def download(plan: PullPlan) -> Path:
 
     disable_progress_bars()  # the CLI draws its own bar from bytes on disk
     with _repo_lock(plan.repo_id):
-        _drop_stale_partials(plan.repo_id)
+        resume_partials(plan.repo_id, plan.commit, hub_endpoint())
         try:
             path = snapshot_download(
                 plan.repo_id,
@@ -161,14 +162,6 @@ def _repo_lock(repo_id: str) -> Any:
     folder = locks_folder(repo_id)
     folder.mkdir(parents=True, exist_ok=True)
     return FileLock(str(folder / "mlxd-pull.lock"))
-
-
-def _drop_stale_partials(repo_id: str) -> None:
-    # huggingface_hub >= 2 writes process-unique `<etag>.<uuid>.incomplete` files and never
-    # reuses them, so those left by a killed pull are garbage once we hold the repo lock.
-    blobs = repo_folder(repo_id) / "blobs"
-    for partial in blobs.glob("*.incomplete") if blobs.is_dir() else []:
-        partial.unlink(missing_ok=True)
 
 
 def hub_error(e: BaseException, repo_id: str, revision: str | None) -> Exception:

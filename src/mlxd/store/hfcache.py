@@ -124,3 +124,18 @@ def expected_files(repo: CachedRepo, commit: str) -> dict[str, int] | None:
         return {name: int(info["size"]) for name, info in data["files"].items()}
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def lfs_files(repo: CachedRepo, commit: str) -> dict[str, tuple[str, int]]:
+    """sha256 -> (name, size) of the LFS files of `commit` per the recorded tree; the sha256
+    is also the blob's name (its ETag) in the cache."""
+    try:
+        data = json.loads((repo.folder / "trees" / f"{commit}.json").read_text())
+        files = data["files"].items()
+        return {
+            str(info["lfs_sha256"]): (name, int(info["size"]))
+            for name, info in files
+            if info.get("lfs_sha256")
+        }
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}

@@ -116,10 +116,12 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                 return
             entries = [(n, len(d), etag(n, d)) for n, d in repo.files.items()]
             if tail and tail[0] == "tree":
-                body = [{"type": "file", "path": n, "size": s, "oid": e} for n, s, e in entries]
+                body = [{"type": "file", "path": n, "size": s, "oid": e} | _lfs(n, s, e, "oid")
+                        for n, s, e in entries]  # fmt: skip
                 self._json(body)
                 return
-            siblings = [{"rfilename": n, "size": s, "blobId": e} for n, s, e in entries]
+            siblings = [{"rfilename": n, "size": s, "blobId": e} | _lfs(n, s, e, "sha256")
+                        for n, s, e in entries]  # fmt: skip
             self._json({"id": repo_id, "modelId": repo_id, "sha": repo.commit,
                         "private": False, "gated": False, "siblings": siblings})  # fmt: skip
 
@@ -185,6 +187,13 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(raw)
 
     return Handler
+
+
+def _lfs(name: str, size: int, sha: str, key: str) -> dict[str, object]:
+    """The hub's LFS block for weights (tree listings say "oid", model info "sha256")."""
+    if not name.endswith(".safetensors"):
+        return {}
+    return {"lfs": {key: sha, "size": size, "pointerSize": 134}}
 
 
 def _range_start(header: str | None) -> int:

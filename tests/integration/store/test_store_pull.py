@@ -126,14 +126,21 @@ def test_network_failure_is_one_line(tmp_path: Path) -> None:
     assert f"cannot reach the hub at http://127.0.0.1:{port}" in result.stderr
 
 
-def test_ctrl_c_exits_130_and_next_pull_resumes(hub: HubServer, tmp_path: Path) -> None:
-    hub.hold.add("model.safetensors")
-    proc = subprocess.Popen(command("pull", "org/tiny"), env=cli_env(tmp_path, hub.url),
+@pytest.mark.parametrize("damage_partial", [False, True])
+def test_ctrl_c_exits_130_and_next_pull_resumes(
+    hub: HubServer, tmp_path: Path, tiny_chat_model: Path, damage_partial: bool
+) -> None:
+    big = _safetensors_blob(24 << 20)  # > 10 MiB: huggingface_hub writes 10 MiB chunks
+    hub.repos["org/big"] = FixtureRepo.from_dir(tiny_chat_model, {"padding.safetensors": big})
+    hub.hold.add("padding.safetensors")
+    folder = repo_dir(tmp_path, "org/big")
+    proc = subprocess.Popen(command("pull", "org/big"), env=cli_env(tmp_path, hub.url),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
         assert hub.half_sent.wait(60), "the download never started"
-        others = {n for n in hub.repos["org/tiny"].files if n not in EXTRAS} - {"model.safetensors"}
-        _wait_for_files(repo_dir(tmp_path, "org/tiny") / "snapshots", others)
+        others = set(hub.repos["org/big"].files) - {"padding.safetensors"}
+        _wait_until(lambda: {p.name for p in folder.glob("snapshots/*/*")} >= others)
+        _wait_until(lambda: any(p.stat().st_size for p in folder.glob("blobs/*.incomplete")))
         os.kill(proc.pid, signal.SIGINT)
         _, stderr = proc.communicate(timeout=30)
     finally:
@@ -141,30 +148,39 @@ def test_ctrl_c_exits_130_and_next_pull_resumes(hub: HubServer, tmp_path: Path) 
     assert proc.returncode == 130
     assert stderr.count("\n") == 1 and "interrupted" in stderr
     listed = {e["id"]: e for e in mlxd(tmp_path, "list", "--json").json()}
-    assert listed["org/tiny"]["status"] == "incomplete"
-    health = mlxd(tmp_path, "health", "org/tiny", "--json")
+    assert listed["org/big"]["status"] == "incomplete"
+    health = mlxd(tmp_path, "health", "org/big", "--json")
     assert health.code != 0 and json.loads(health.stdout)[0]["status"] == "incomplete"
+    (partial,) = folder.glob("blobs/*.incomplete")
+    kept = partial.stat().st_size
+    if damage_partial:  # resumed bytes that fail the sha256 check are thrown away
+        partial.write_bytes(b"\xff" * partial.stat().st_size)
 
     hub.hold.clear()
     hub.release.set()
     before = len(hub.requests)
-    result = mlxd(tmp_path, "pull", "org/tiny", "--json", endpoint=hub.url)
+    result = mlxd(tmp_path, "pull", "org/big", "--json", endpoint=hub.url)
     assert result.code == 0, result.stderr
     assert result.json()["health"]["status"] == "ok"
-    assert not list((repo_dir(tmp_path, "org/tiny") / "blobs").glob("*.incomplete"))
-    fetched = {r[1].rsplit("/", 1)[-1] for r in hub.requests[before:] if r[0] == "GET"}
-    assert "model.safetensors" in fetched and "tokenizer.json" not in fetched  # kept
+    assert (Path(result.json()["path"]) / "padding.safetensors").read_bytes() == big
+    assert not list(folder.glob("blobs/*.incomplete"))
+    gets = [r for r in hub.requests[before:] if r[0] == "GET" and "/resolve/" in r[1]]
+    assert {r[1].rsplit("/", 1)[-1] for r in gets} == {"padding.safetensors"}  # others kept
+    ranges = [r[2] for r in gets]
+    if damage_partial:
+        assert ranges[-1] is None  # fetched afresh
+    else:
+        assert ranges == [f"bytes={kept}-"] and kept > 0  # resumed where it stopped
 
 
-def _wait_for_files(snapshots: Path, names: set[str]) -> None:
-    """Block until the other files of the pull are complete, so the interrupt hits a
-    known state: those files done, model.safetensors half-way."""
-    deadline = time.monotonic() + 60
+def _wait_until(condition, timeout: float = 60) -> None:
+    """Poll a condition (not a timing assertion: the limit only guards against hangs)."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if {p.name for p in snapshots.glob("*/*")} >= names:
+        if condition():
             return
         time.sleep(0.05)
-    raise AssertionError(f"files {names} never completed")
+    raise AssertionError("condition never held")
 
 
 def _safetensors_blob(n: int) -> bytes:
