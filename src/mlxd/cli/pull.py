@@ -26,7 +26,7 @@ def cmd_pull(args: argparse.Namespace) -> int:
     repo_id, revision = D.parse_repo_ref(args.repo)  # before any network call
     plan = D.preflight(repo_id, revision)
     D.check_disk_space(plan)
-    path = _download_interruptibly(plan, show_bar=sys.stderr.isatty() and not args.json)
+    path = _download_interruptibly(plan, args.json, show_bar=sys.stderr.isatty() and not args.json)
     report = check(path)
     result = {
         "name": plan.repo_id,
@@ -46,10 +46,11 @@ def cmd_pull(args: argparse.Namespace) -> int:
     return 0
 
 
-def _download_interruptibly(plan: Any, show_bar: bool) -> Any:
+def _download_interruptibly(plan: Any, json_mode: bool, show_bar: bool) -> Any:
     """Run the download in a worker thread so the main thread keeps Ctrl-C: on interrupt we
     exit 130 at once (huggingface_hub's thread pool would otherwise finish every file in
-    flight); completed files stay in the cache and the next pull skips them."""
+    flight); completed files stay in the cache, and the next pull skips them and resumes
+    the partial ones (store/resume.py)."""
     from mlxd.store import download as D
 
     outcome: dict[str, Any] = {}
@@ -65,7 +66,8 @@ def _download_interruptibly(plan: Any, show_bar: bool) -> Any:
         worker.start()
         _wait(worker, plan, show_bar)
     except KeyboardInterrupt:
-        print_error(MlxdError(f"interrupted; run `mlxd pull {plan.repo_id}` again to resume"))
+        message = f"interrupted; run `mlxd pull {plan.repo_id}` again to resume"
+        print_error(MlxdError(message), json_mode=json_mode)
         sys.stdout.flush()
         os._exit(130)
     if "error" in outcome:
