@@ -77,12 +77,11 @@ class _BudgetedEnvironment(ImmutableSandboxedEnvironment):
 
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
         _budget.check_time()
-        if __obj is not _range:  # range() reports its own, clearer error
+        # str.format arrives wrapped by the sandbox; its __wrapped__ is the bound method.
+        target = getattr(getattr(__obj, "__wrapped__", __obj), "__self__", None)
+        if isinstance(target, str | list | tuple):  # a method that may build a big string
             _precheck_args(args, kwargs)
-            # str.format arrives wrapped by the sandbox; its __wrapped__ is the bound method.
-            target = getattr(getattr(__obj, "__wrapped__", __obj), "__self__", None)
-            if isinstance(target, str | list | tuple):
-                _budget.check_size(_estimate(getattr(__obj, "__name__", ""), target, args))
+            _budget.check_size(_estimate(getattr(__obj, "__name__", ""), target, args))
         result = super().call(__context, __obj, *args, **kwargs)
         _check_result(result)
         return result
@@ -103,7 +102,7 @@ def _precheck_binop(operator: str, left: Any, right: Any) -> None:
 
 
 def _precheck_args(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
-    # A huge integer argument (center(10**9), "{:>1000000000}") would build a huge string.
+    # On a string or list, a huge integer argument (center(10**9)) means a huge result.
     for value in (*args, *kwargs.values()):
         if isinstance(value, int) and not isinstance(value, bool):
             _budget.check_size(abs(value))
@@ -157,11 +156,11 @@ def _budgeted_filter(func: Any) -> Any:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         _budget.check_time()
-        _precheck_args(args, kwargs)
         values = [a for a in args if isinstance(a, str | list | tuple)]
         if values:  # the filtered value: the first string/list argument (after any context)
-            rest = args[args.index(values[0]) + 1 :]
-            _budget.check_size(_estimate(func.__name__, values[0], tuple(rest)))
+            rest = tuple(args[args.index(values[0]) + 1 :])
+            _precheck_args(rest, kwargs)
+            _budget.check_size(_estimate(func.__name__, values[0], rest))
         result = func(*args, **kwargs)
         _check_result(result)
         return result

@@ -97,6 +97,11 @@ def test_chat_template_hf_helpers_work():
     assert out == '[{"name": "é"}]|"<b>"|{\n  "a": 1\n}|3|4|[0, 1, 2]|a-b'
 
 
+def test_chat_template_big_numbers_alone_are_fine():
+    source = "{{ 1000000000 | string }} {{ 10**9 }} {{ dict(a=10**9).a }} {{ 'ab'.center(6) }}"
+    assert render_template(source, {}) == "1000000000 1000000000 1000000000   ab  "
+
+
 def test_chat_template_budget_is_configurable(monkeypatch):
     monkeypatch.setenv("MLXD_TEMPLATE_BYTES", "10")
     with pytest.raises(TemplateError, match="10 bytes"):
