@@ -169,15 +169,19 @@ class EngineCore:
         if self.runner is None:
             return
         for request in self.scheduler.admissible(self.model):
-            self.on_dequeue()
             request.admitted_at = time.monotonic()
-            uid, cached = self.runner.insert(
-                request.prompt_ids,
-                request.params,
-                request.max_new,
-                request.request_id,
-                self._error_sink(request),
-            )
+            try:
+                uid, cached = self.runner.insert(
+                    request.prompt_ids,
+                    request.params,
+                    request.max_new,
+                    request.request_id,
+                    self._error_sink(request),
+                )
+            except Exception as exc:  # this request cannot start; the others can
+                self.fail(request, f"request failed: {_one_line(exc)}", "engine_error")
+                continue
+            self.on_dequeue()
             request.cached_tokens = cached
             self.scheduler.start(request, uid)
             c = self.counters

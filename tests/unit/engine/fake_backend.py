@@ -42,6 +42,8 @@ class FakeRunner:
         request_id: str,
         on_error: Callable[[BaseException], None],
     ) -> tuple[int, int]:
+        if prompt_ids[0] == 666:
+            raise ValueError("fake insert failure")
         uid, self.next_uid = self.next_uid, self.next_uid + 1
         self.seqs[uid] = FakeSeq(uid, list(prompt_ids), max_new, set(params.stop_token_ids))
         return uid, 0

@@ -68,6 +68,17 @@ def test_failed_step_fails_the_batch_but_not_the_engine() -> None:
         assert len(backend.runners) == 2  # a fresh batch after the failure
 
 
+def test_failed_insert_fails_only_that_request() -> None:
+    with make(FakeBackend(), max_queue=4) as engine:
+        engine.load_model("/fake/a", name="a")
+        bad = engine.submit(req("a", [666], max_tokens=2))
+        good = engine.submit(req("a", [1], max_tokens=2))
+        _, fin = bad.collect()
+        assert fin.reason is FinishReason.ERROR and "fake insert failure" in (fin.error or "")
+        assert good.collect()[0] == [2, 3]
+        assert engine.stats().waiting == 0 and engine.health().ok
+
+
 def test_max_queue_zero_refuses_everything() -> None:
     with make(FakeBackend(), max_queue=0) as engine:
         engine.load_model("/fake/a", name="a")
