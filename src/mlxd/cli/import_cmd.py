@@ -26,6 +26,12 @@ def add_parser(sub: Any) -> None:
         default="float32",
         help="weight dtype (default float32: fastest on CPU; float16/bfloat16 halve the size)",
     )
+    p.add_argument(
+        "--keep-quantized",
+        action="store_true",
+        help="keep Q4_0/Q4_1/Q8_0 weights quantized as MLX affine (exact, 4-8x smaller; "
+        "fast on Apple GPUs, slow on CPUs)",
+    )
     p.add_argument("--force", action="store_true", help="replace an existing entry of that name")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=cmd_import)
@@ -43,6 +49,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             args.name,
             dtype=args.dtype,
             replace=args.force,
+            keep_quantized=args.keep_quantized,
             progress=progress,
         )
     if args.json:
@@ -52,8 +59,8 @@ def cmd_import(args: argparse.Namespace) -> int:
         sys.stderr.write(f"mlxd: warning: {warning}\n")
     print(
         f"imported {result.source.name} as {result.name}: {result.parameters / 1e6:.1f}M "
-        f"parameters, {result.dtype}, {human_size(result.bytes)} in {result.seconds:.1f}s "
-        f"-> {result.path}"
+        f"parameters, {'quantized + ' if result.quantized else ''}{result.dtype}, "
+        f"{human_size(result.bytes)} in {result.seconds:.1f}s -> {result.path}"
     )
     return 0
 

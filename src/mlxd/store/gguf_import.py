@@ -23,7 +23,14 @@ from mlxd.store.gguf_config import hf_config, read_hparams
 from mlxd.store.gguf_format import IMPORT_FORMAT, INFO_KEY, TMP_PREFIX
 from mlxd.store.gguf_reader import open_gguf
 from mlxd.store.gguf_tokenizer import build_tokenizer
-from mlxd.store.gguf_weights import DTYPES, ProgressFn, plan_weights, write_safetensors
+from mlxd.store.gguf_weights import (
+    DTYPES,
+    ProgressFn,
+    plan_weights,
+    planned_bytes,
+    quantization_config,
+    write_safetensors,
+)
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
@@ -38,6 +45,7 @@ class ImportResult:
     bytes: int
     seconds: float
     context_window: int
+    quantized: bool = False
     warnings: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
@@ -67,10 +75,13 @@ def import_gguf(
     dtype: str = "float32",
     store: Path | None = None,
     replace: bool = False,
+    keep_quantized: bool = False,
     progress: ProgressFn | None = None,
 ) -> ImportResult:
     """Import `source` as store entry `name` (default: slug of GGUF general.name).
 
+    Weights are dequantized to `dtype`; with `keep_quantized`, Q4_0/Q4_1/Q8_0 tensors stay
+    quantized (MLX affine, exact) and only their scales/biases and other tensors use `dtype`.
     Raises ModelNotFound (no file), ModelBroken (corrupt/unsupported GGUF), InvalidRequest
     (bad name/dtype, or the entry exists and `replace` is false).
     """
@@ -89,10 +100,13 @@ def import_gguf(
     target = _check_free(store, name, replace)
     n_params = sum(p.source.n_elements for p in plans)
     store.mkdir(parents=True, exist_ok=True)
-    _check_space(store, n_params * DTYPES[dtype][1])
+    _check_space(store, planned_bytes(plans, dtype, keep_quantized))
     _remove_stale_temps(store)
 
     model_config = hf_config(hp, dtype, tokenizer.special_ids)
+    quantization = quantization_config(plans, keep_quantized)
+    if quantization:  # mlx-lm writes both keys; it reads "quantization"
+        model_config["quantization"] = model_config["quantization_config"] = quantization
     model_config[INFO_KEY] = {
         "format": IMPORT_FORMAT,
         "source": source.name,
@@ -102,7 +116,7 @@ def import_gguf(
     tmp = store / f"{TMP_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
     try:
         tmp.mkdir()
-        size = write_safetensors(tmp / "model.safetensors", plans, dtype, progress)
+        size = write_safetensors(tmp / "model.safetensors", plans, dtype, progress, keep_quantized)
         _write_json(tmp / "config.json", model_config)
         _write_json(tmp / "tokenizer_config.json", tokenizer.tokenizer_config)
         _write_json(tmp / "generation_config.json", tokenizer.special_ids)
@@ -119,6 +133,7 @@ def import_gguf(
         bytes=size,
         seconds=round(time.monotonic() - started, 3),
         context_window=hp.context_length,
+        quantized=quantization is not None,
         warnings=tuple(tokenizer.warnings),
     )
 

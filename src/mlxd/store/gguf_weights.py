@@ -2,8 +2,9 @@
 
 Names are mapped (blk.N.attn_q -> model.layers.N.self_attn.q_proj, ...), shapes checked
 against the hyperparameters before anything is written, blocks dequantized to float32 with
-`gguf.quants.dequantize`, q/k un-permuted back to the HF rotary layout, and each tensor
-streamed to disk in the requested dtype so peak memory stays at about one tensor.
+`gguf.quants.dequantize` (or kept as MLX affine quantization, see gguf_quant), q/k
+un-permuted back to the HF rotary layout, and each tensor streamed to disk in the requested
+dtype so peak memory stays at about one tensor.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from gguf.quants import dequantize
 
 from mlxd.errors import InvalidRequest, ModelBroken
 from mlxd.store.gguf_config import LlamaHParams
+from mlxd.store.gguf_quant import GROUP_SIZE, affine_parts, kept_bits, pack
 from mlxd.store.gguf_reader import SUPPORTED_TYPES, GgufFile, GgufTensor
 
 DTYPES = {"float32": ("F32", 4), "float16": ("F16", 2), "bfloat16": ("BF16", 2)}
+_TAG_WIDTH = {"F32": 4, "F16": 2, "BF16": 2, "U32": 4}
 
 _GLOBAL_NAMES = {
     "token_embd.weight": "model.embed_tokens.weight",
@@ -149,11 +152,68 @@ def to_dtype(w: np.ndarray, dtype: str) -> np.ndarray:
     return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
 
 
+@dataclass(frozen=True, slots=True)
+class OutTensor:
+    """One safetensors entry: name, shape and safetensors dtype tag (F32/F16/BF16/U32)."""
+
+    name: str
+    shape: tuple[int, ...]
+    tag: str
+
+
+def out_tensors(plan: WeightPlan, dtype: str, keep_quantized: bool) -> list[OutTensor]:
+    """What `plan` becomes: one weight, or packed weight + scales + biases when kept quantized."""
+    tag = DTYPES[dtype][0]
+    bits = kept_bits(plan.source.qtype, plan.shape) if keep_quantized else 0
+    if not bits:
+        return [OutTensor(plan.target, plan.shape, tag)]
+    rows, cols = plan.shape
+    base = plan.target.removesuffix(".weight")
+    groups = (rows, cols // GROUP_SIZE)
+    return [
+        OutTensor(plan.target, (rows, cols * bits // 32), "U32"),
+        OutTensor(f"{base}.scales", groups, tag),
+        OutTensor(f"{base}.biases", groups, tag),
+    ]
+
+
+def out_arrays(plan: WeightPlan, dtype: str, keep_quantized: bool) -> list[np.ndarray]:
+    """The arrays of `out_tensors(plan, ...)`, in the same order."""
+    src = plan.source
+    bits = kept_bits(src.qtype, plan.shape) if keep_quantized else 0
+    if not bits:
+        return [to_dtype(load_tensor(plan), dtype)]
+    codes, scales, biases = affine_parts(src.data, src.qtype, plan.shape)
+    if heads := plan.unpermute_heads:  # blocks lie within rows: rows move with their groups
+        codes, scales, biases = (unpermute(codes, heads), unpermute(scales, heads),
+                                 unpermute(biases, heads))  # fmt: skip
+    if not (np.isfinite(scales).all() and np.isfinite(biases).all()):
+        raise ModelBroken(f"tensor {src.name} has NaN or infinite block scales")
+    return [pack(codes, bits), to_dtype(scales, dtype), to_dtype(biases, dtype)]
+
+
+def quantization_config(plans: list[WeightPlan], keep_quantized: bool) -> dict | None:
+    """config.json `quantization` for kept tensors: the common bits plus one entry per layer."""
+    per_layer: dict[str, object] = {}
+    for plan in plans:
+        if len(plan.shape) != 2:
+            continue
+        bits = kept_bits(plan.source.qtype, plan.shape) if keep_quantized else 0
+        layer = plan.target.removesuffix(".weight")
+        per_layer[layer] = {"group_size": GROUP_SIZE, "bits": bits} if bits else False
+    kept = [v["bits"] for v in per_layer.values() if isinstance(v, dict)]
+    if not kept:
+        return None
+    common = max(set(kept), key=kept.count)
+    return {"group_size": GROUP_SIZE, "bits": common, "mode": "affine", **per_layer}
+
+
 def write_safetensors(
     path: Path,
     plans: list[WeightPlan],
     dtype: str,
     progress: ProgressFn | None = None,
+    keep_quantized: bool = False,
 ) -> int:
     """Stream every planned tensor into `path`; return the number of bytes written.
 
@@ -162,22 +222,38 @@ def write_safetensors(
     """
     if dtype not in DTYPES:
         raise InvalidRequest(f"unsupported dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
-    tag, width = DTYPES[dtype]
+    layout = [out_tensors(p, dtype, keep_quantized) for p in plans]
     with path.open("wb") as f:
-        f.write(_encode_header([(p.target, p.shape) for p in plans], tag, width))
-        for done, plan in enumerate(plans, 1):
-            f.write(np.ascontiguousarray(to_dtype(load_tensor(plan), dtype)).tobytes())
+        f.write(_encode_header([t for entries in layout for t in entries]))
+        for done, (plan, entries) in enumerate(zip(plans, layout, strict=True), 1):
+            for entry, array in zip(entries, out_arrays(plan, dtype, keep_quantized), strict=True):
+                blob = np.ascontiguousarray(array).tobytes()
+                assert len(blob) == _nbytes(entry), entry.name  # header and data agree
+                f.write(blob)
             if progress:
                 progress(done, len(plans), plan.target)
         return f.tell()
 
 
-def _encode_header(items: list[tuple[str, tuple[int, ...]]], tag: str, width: int) -> bytes:
+def planned_bytes(plans: list[WeightPlan], dtype: str, keep_quantized: bool) -> int:
+    """Size of the tensor data `write_safetensors` will write."""
+    return sum(_nbytes(t) for p in plans for t in out_tensors(p, dtype, keep_quantized))
+
+
+def _nbytes(entry: OutTensor) -> int:
+    return int(np.prod(entry.shape, dtype=np.int64)) * _TAG_WIDTH[entry.tag]
+
+
+def _encode_header(entries: list[OutTensor]) -> bytes:
     header: dict[str, object] = {"__metadata__": {"format": "mlx"}}
     offset = 0
-    for name, shape in items:
-        size = int(np.prod(shape, dtype=np.int64)) * width
-        header[name] = {"dtype": tag, "shape": list(shape), "data_offsets": [offset, offset + size]}
+    for entry in entries:
+        size = _nbytes(entry)
+        header[entry.name] = {
+            "dtype": entry.tag,
+            "shape": list(entry.shape),
+            "data_offsets": [offset, offset + size],
+        }
         offset += size
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)  # data starts 8-byte aligned, as the format recommends

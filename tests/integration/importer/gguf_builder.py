@@ -71,9 +71,11 @@ def build_gguf(
     name: str = "Tiny Llama Test",
     add_bos: bool = False,
     overrides: tuple[tuple[str, int], ...] = (),
+    embed_qtype: str | None = None,
     seed: int = 1,
 ) -> BuiltGguf:
-    """`overrides` replace config sizes in the GGUF metadata only (to make broken files)."""
+    """`overrides` replace config sizes in the GGUF metadata only (to make broken files);
+    `embed_qtype` encodes the embedding differently (SmolLM2: Q8_0 embedding, Q4_1 rest)."""
     config = json.loads((checkpoint / "config.json").read_text())
     saved = load_file(checkpoint / "model.safetensors")
     weights = {k: v.astype(np.float32) for k, v in saved.items()}
@@ -91,7 +93,8 @@ def build_gguf(
     for hf, w in sorted(weights.items()):
         n_heads = heads.get(hf.split(".")[-2], 0)
         stored = permute(w, n_heads) if n_heads else w
-        data, encoding = _encode(stored, qtype if w.ndim == 2 else "F32")
+        kind = (embed_qtype or qtype) if hf == "model.embed_tokens.weight" else qtype
+        data, encoding = _encode(stored, kind if w.ndim == 2 else "F32")
         writer.add_tensor(gguf_name(hf), data, raw_dtype=encoding)
         decoded = dequantize(data, encoding).astype(np.float32).reshape(w.shape)
         if hf == "model.layers.0.self_attn.q_proj.weight":
