@@ -119,3 +119,67 @@ def test_chat_builder_model_template_failures(tiny_chat_model, tmp_path, templat
     with pytest.raises(TemplateError) as info:
         build_chat_prompt(tok, msgs)
     assert why in info.value.message
+
+
+# Written for this test: the Jinja features real templates (Qwen3, Llama 3.1, Mistral) use.
+RICH_TEMPLATE = """
+{%- set ns = namespace(last_user=-1, sys='') -%}
+{%- for m in messages[::-1] %}{% set i = (messages | length - 1) - loop.index0 %}
+{%- if ns.last_user < 0 and m.role == 'user' %}{% set ns.last_user = i %}{% endif %}{% endfor %}
+{%- if messages[0]['role'] == 'system' %}{% set ns.sys = messages[0]['content'] | trim %}{% endif %}
+{{- bos_token if bos_token is defined and bos_token else '' -}}
+[SYS]{{ ns.sys }} today={{ strftime_now('%Y') | length }}[/SYS]
+{%- if tools is not none and tools %}[TOOLS]
+{{- tools | map(attribute='function') | map(attribute='name') | join(',') }}|
+{{- tools[0] | tojson }}[/TOOLS]{% endif %}
+{%- for m in messages %}
+  {%- if m.role == 'system' %}{% continue %}{% endif %}
+  {%- if m.role == 'assistant' %}
+    {%- set content = m.content %}
+    {%- if '</think>' in content %}
+      {%- set content = content.split('</think>')[-1].lstrip('\\n') %}{% endif %}
+    {%- if m.reasoning_content is string and loop.index0 > ns.last_user %}
+      {{- '<think>' + m.reasoning_content.strip() + '</think>' }}{% endif %}
+    <A>{{ content }}
+    {%- if m.tool_calls is defined %}{% for tc in m.tool_calls %}
+      {%- if tc.function is defined %}{% set tc = tc.function %}{% endif %}
+      <call name="{{ tc.name }}">{{ tc.arguments | tojson }}</call>
+    {%- endfor %}{% endif %}</A>
+  {%- elif m.role == 'tool' %}<T id="{{ m.tool_call_id }}">{{ m.content }}</T>
+  {%- elif m.content.startswith('!') and m.content.endswith('!') %}
+    {{- '<U loud>' + m.content[1:-1] | upper + '</U>' }}
+  {%- else %}<U>{{ m.content }}</U>{% endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<A>
+  {%- if enable_thinking is defined and not enable_thinking %}<think></think>{% endif %}{% endif %}
+"""
+
+
+def test_chat_builder_rich_template_matches_transformers(tiny_chat_model, tmp_path):
+    tok = _with_template(tiny_chat_model, tmp_path / "rich", RICH_TEMPLATE)
+    messages = [
+        {"role": "system", "content": "  Be brief.  "},
+        {"role": "user", "content": "!hello!"},
+        {"role": "assistant", "content": "<think>x</think>\nHi", "reasoning_content": "r"},
+        {"role": "user", "content": "Weather?"},
+        {
+            "role": "assistant",
+            "content": "",
+            "reasoning_content": " plan ",
+            "tool_calls": [
+                {
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": {"city": "P"}},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+    ]
+    kwargs = {"enable_thinking": False}
+    built = build_chat_prompt(tok, messages, tools=TOOLS, template_kwargs=kwargs)
+    expected = tok._tokenizer.apply_chat_template(
+        messages, tools=TOOLS, add_generation_prompt=True, tokenize=False, **kwargs
+    )
+    assert built.text == expected
+    assert "<U loud>HELLO</U>" in built.text and "<think>plan</think>" in built.text
+    assert "[TOOLS]get_weather|" in built.text and built.text.endswith("<A><think></think>")
