@@ -160,9 +160,9 @@ def cmd_health(args: argparse.Namespace) -> int:
 
     if args.model:
         ref = resolve(args.model)
-        results = [(ref.name, check(ref.path))]
+        results = [(ref.name, check(ref.path, deep=True))]
     else:
-        results = [(e.id, check(e.path)) for e in list_models()]
+        results = [(e.id, check(e.path, deep=True)) for e in list_models()]
     bad = [name for name, report in results if not report.ok]
     if args.json:
         print_json([{"name": n, "path": str(r.path)} | r.to_dict() for n, r in results])

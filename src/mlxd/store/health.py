@@ -73,8 +73,11 @@ def check_runnable(path: Path, trust_remote_code: bool = False) -> None:
         raise ModelRefused(f"model at {path} is refused: {refused[0].message}{hint}")
 
 
-def check(path: Path) -> HealthReport:
-    """Every problem of the model directory at `path` (never raises for a bad model)."""
+def check(path: Path, deep: bool = False) -> HealthReport:
+    """Every problem of the model directory at `path` (never raises for a bad model).
+
+    `deep` also loads tokenizer.json with `tokenizers` (about a second for big vocabularies,
+    so `list` skips it and `health` does it)."""
     path = Path(path)
     if not path.is_dir():
         return _report(path, [_broken("missing", f"{path} is not a directory")])
@@ -100,7 +103,7 @@ def check(path: Path) -> HealthReport:
     problems += _check_remote_code(config, tok_config)
     headers, weight_problems = _check_weights(path, names, skip)
     problems += weight_problems
-    problems += _check_tokenizer(path, skip)
+    problems += _check_tokenizer(path, skip, deep)
     return HealthReport(path, tuple(problems), tuple(headers))
 
 
@@ -249,11 +252,12 @@ def _check_index(root: Path, present: set[str], skip: set[Path]) -> list[Problem
     return problems
 
 
-def _check_tokenizer(root: Path, skip: set[Path]) -> list[Problem]:
+def _check_tokenizer(root: Path, skip: set[Path], deep: bool) -> list[Problem]:
     tok = root / "tokenizer.json"
     if tok.exists() and tok not in skip:
         problems: list[Problem] = []
-        _load_json(tok, problems, skip, required=True)
+        if _load_json(tok, problems, skip, required=True) is not None and deep:
+            problems += _load_tokenizer(tok)
         return problems
     alternatives = ["tokenizer.model", "vocab.json", "tokenizer.tiktoken"]
     if any((root / a).exists() for a in alternatives) or list(root.glob("*.tiktoken")):
@@ -261,6 +265,17 @@ def _check_tokenizer(root: Path, skip: set[Path]) -> list[Problem]:
     if tok in skip:
         return []
     return [_broken("no_tokenizer", "no tokenizer files (tokenizer.json, tokenizer.model, ...)")]
+
+
+def _load_tokenizer(tok: Path) -> list[Problem]:
+    from tokenizers import Tokenizer  # Rust parser: loads data, runs no model code
+
+    try:
+        Tokenizer.from_file(str(tok))
+    except Exception as e:  # noqa: BLE001 - any failure means it does not load
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return [_broken("bad_tokenizer", f"tokenizer.json does not load: {reason}")]
+    return []
 
 
 def model_type_supported(model_type: str) -> bool:

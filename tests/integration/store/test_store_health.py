@@ -29,7 +29,7 @@ def model_copy(tmp_path: Path, tiny_chat_model: Path) -> Path:
 @pytest.mark.parametrize("fixture", ["tiny_chat_model", "tiny_base_model", "tiny_quant_model"])
 def test_good_models_are_healthy(fixture: str, request: pytest.FixtureRequest) -> None:
     path = request.getfixturevalue(fixture)
-    report = check(path)
+    report = check(path, deep=True)
     assert report.status == "ok", report.problems
     assert report.headers and report.headers[0].tensors
     check_runnable(path)
@@ -137,3 +137,10 @@ def test_model_type_support_follows_mlx_lm() -> None:
     assert health.model_type_supported("llama")
     assert health.model_type_supported("mistral")  # via mlx-lm's remapping table
     assert not health.model_type_supported("no_such_architecture")
+
+
+def test_deep_check_loads_the_tokenizer(model_copy: Path) -> None:
+    (model_copy / "tokenizer.json").write_text('{"model": {"type": "Nonsense"}}')
+    assert check(model_copy).status == "ok"  # fast check: valid JSON
+    report = check(model_copy, deep=True)
+    assert [p.code for p in report.problems] == ["bad_tokenizer"]
