@@ -86,7 +86,8 @@ def detect_tool_format(
     mlx_parser = getattr(tokenizer, "tool_parser", None) if _is_wrapper(tokenizer) else None
     if isinstance(start, str) and start and mlx_parser is not None and start != "<tool_call>":
         end = getattr(tokenizer, "tool_call_end", None) or None
-        return ToolFormat("mlx_lm", start, end, _wrap_mlx_parser(mlx_parser, tools))
+        name = str(getattr(mlx_parser, "__module__", "mlx_lm")).rsplit(".", 1)[-1]
+        return ToolFormat(name, start, end, _wrap_mlx_parser(mlx_parser, tools))
     if _mentions(vocab, template, "<tool_call>"):
         if "<function=" in template and start == "<tool_call>" and mlx_parser is not None:
             return ToolFormat(

@@ -145,5 +145,6 @@ def test_chat_filter_reuses_mlx_lm_tool_parsers(tiny_chat_model):
     bad = tok.encode("<|tool_call_start|>nonsense<|tool_call_end|>", add_special_tokens=False)
     events, finish = _drive(tok, bad, 1, tools=True)
     assert [type(e) for e in events] == [Warning, TextDelta]
+    assert events[0].message.startswith("could not parse a pythonic tool call")
     assert events[1].text == "<|tool_call_start|>nonsense<|tool_call_end|>"
     assert finish.reason == FinishReason.STOP
