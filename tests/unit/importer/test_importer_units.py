@@ -236,3 +236,26 @@ def test_importer_check_name_accepts(name: str) -> None:
 def test_importer_check_name_refuses(name: str) -> None:
     with pytest.raises(InvalidRequest, match="invalid model name"):
         check_name(name)
+
+
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q4_1", "Q8_0"])
+def test_importer_affine_parts_equal_gguf_dequantize(qtype: str) -> None:
+    """scale * code + bias reproduces gguf's own dequantization exactly, and codes pack
+    32/bits to a uint32 with the first code in the lowest bits."""
+    from gguf.quants import dequantize, quantize
+
+    from mlxd.store.gguf_quant import KEEPABLE_BITS, affine_parts, pack
+
+    encoding = GGMLQuantizationType[qtype]
+    w = np.random.default_rng(3).normal(size=(6, 96)).astype(np.float32)
+    data = quantize(w, encoding)
+    codes, scales, biases = affine_parts(data, encoding, w.shape)
+    bits = KEEPABLE_BITS[encoding]
+    assert codes.max() < (1 << bits)
+    rebuilt = np.repeat(scales, 32, axis=1) * codes + np.repeat(biases, 32, axis=1)
+    np.testing.assert_array_equal(rebuilt, dequantize(data, encoding))
+    packed = pack(codes, bits)
+    per = 32 // bits
+    assert packed.dtype == np.uint32 and packed.shape == (6, 96 // per)
+    unpacked = [(packed >> np.uint32(bits * i)) & np.uint32((1 << bits) - 1) for i in range(per)]
+    np.testing.assert_array_equal(np.stack(unpacked, axis=-1).reshape(codes.shape), codes)
