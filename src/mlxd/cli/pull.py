@@ -27,7 +27,7 @@ def cmd_pull(args: argparse.Namespace) -> int:
     plan = D.preflight(repo_id, revision)
     D.check_disk_space(plan)
     path = _download_interruptibly(plan, args.json, show_bar=sys.stderr.isatty() and not args.json)
-    report = check(path)
+    report = check(path, deep=True)
     result = {
         "name": plan.repo_id,
         "revision": plan.commit,

@@ -68,11 +68,12 @@ class ModelDescription:
         return out
 
 
-def describe(ref: str | ModelRef) -> ModelDescription:
-    """Resolve (if needed) and describe a model; a broken model is described, not raised."""
+def describe(ref: str | ModelRef, deep: bool = True) -> ModelDescription:
+    """Resolve (if needed) and describe a model; a broken model is described, not raised.
+    `deep` runs the full health check (see health.check)."""
     model = resolve(ref) if isinstance(ref, str) else ref
     root = model.path
-    report = check(root)
+    report = check(root, deep=deep)
     config = facts.read_json(root / "config.json")
     tok_config = facts.read_json(root / "tokenizer_config.json")
     gen_config = facts.read_json(root / "generation_config.json")
@@ -118,7 +119,7 @@ def _runnable(root: Path, report: HealthReport) -> tuple[bool, str | None]:
         check_runnable(root)
     except ModelBroken as e:  # includes ModelRefused
         return False, e.message
-    return True, None
+    return False, report.problems[0].message  # only the deep check found it
 
 
 def _vocab_markers(tokenizer: dict[str, Any]) -> set[str]:
