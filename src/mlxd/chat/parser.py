@@ -106,6 +106,8 @@ class OutputParser:
         self._tool_buf = ""
         self._tool_marker = ""
         self._lead_ws = ""  # Llama 3 JSON: whitespace held until the first real character
+        self._ws_tail = ""  # trailing whitespace held back: dropped if a marker follows
+        self._ws_kind: type[TextDelta] | type[ReasoningDelta] = TextDelta
         self._at_start = True
         if formats.harmony:
             self.mode, self._header, self._channel, self._recipient = H_BODY, "", "final", ""
@@ -171,6 +173,7 @@ class OutputParser:
 
     def _on_marker(self, marker: str) -> None:
         self.markers_seen += 1
+        self._ws_tail = ""  # whitespace right before a marker is layout, not content
         if self.mode in (H_BODY, H_HEADER):
             self._on_harmony_marker(marker)
         elif self.mode == CONTENT and self.tool is not None and marker == self.tool.start:
@@ -196,7 +199,7 @@ class OutputParser:
                 return
             self._strip = False
         if self.mode == REASONING or (self.mode == H_BODY and self._channel == "analysis"):
-            self._events.append(ReasoningDelta(text))
+            self._deliver(ReasoningDelta, text)
         elif self.tool is not None and self.tool.json_at_start and self._at_start:
             self._content_at_start(text)
         else:
@@ -216,7 +219,15 @@ class OutputParser:
         self._lead_ws = ""
 
     def _text(self, text: str) -> None:
-        self._events.append(TextDelta(text))
+        self._deliver(TextDelta, text)
+
+    def _deliver(self, kind: type[TextDelta] | type[ReasoningDelta], text: str) -> None:
+        """Emit `text`, holding trailing whitespace until we know no marker follows it."""
+        full = self._ws_tail + text
+        body = full.rstrip()
+        self._ws_tail, self._ws_kind = full[len(body) :], kind
+        if body:
+            self._events.append(kind(body))
 
     def _take(self) -> list[ChatEvent]:
         events, self._events = merge_events(self._events), []
@@ -232,6 +243,9 @@ class OutputParser:
         if self._lead_ws and not self._strip:
             self._text(self._lead_ws)
         self._lead_ws = ""
+        if self._ws_tail:  # the output ended with whitespace: it was content after all
+            self._events.append(self._ws_kind(self._ws_tail))
+            self._ws_tail = ""
 
     def _finish_tool(self, *, terminated: bool) -> None:
         assert self.tool is not None

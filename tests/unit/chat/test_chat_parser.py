@@ -54,6 +54,13 @@ CASES: list[tuple[str, Formats, dict, str, list[ChatEvent]]] = [
     ),
     ("think", F_THINK, {}, "<think>\nhmm\nok</think>\n\nAnswer.", [R("hmm\nok"), T("Answer.")]),
     (
+        "whitespace around markers is layout",
+        F_THINK,
+        {"tools": True},
+        f"<think>\n plan \n</think>\n\n Sure. \n<tool_call>{CALL}</tool_call>\n tail \n",
+        [R("plan"), T("Sure."), TC(0, "get_weather", ARGS), T("tail \n")],
+    ),
+    (
         "reasoning open",
         F_THINK,
         {"reasoning_open": True},
@@ -94,7 +101,7 @@ CASES: list[tuple[str, Formats, dict, str, list[ChatEvent]]] = [
         F_THINK,
         {"tools": True},
         f"Let me check.\n<tool_call>{CALL}</tool_call>\n<tool_call>{CALL}</tool_call>\n",
-        [T("Let me check.\n"), TC(0, "get_weather", ARGS), TC(1, "get_weather", ARGS)],
+        [T("Let me check."), TC(0, "get_weather", ARGS), TC(1, "get_weather", ARGS)],
     ),
     (
         "think then call",
@@ -303,11 +310,12 @@ def _prefix_match(got: list[ChatEvent], expected: list[ChatEvent]) -> bool:
 
 def test_chat_parser_stop_sets_stopped_and_ignores_later_text():
     parser = OutputParser(F_PLAIN, stop=["END"])
-    assert parser.feed("abc E") == [T("abc ")]
+    assert parser.feed("abc E") == [T("abc")]  # " " waits: a marker could follow it
     assert not parser.stopped
     assert parser.feed("ND more") == []
     assert parser.stopped
-    assert parser.feed("even more") == [] and parser.flush() == []
+    assert parser.feed("even more") == []
+    assert parser.flush() == [T(" ")]  # no marker came: the space was content
 
 
 def test_chat_parser_holds_back_only_possible_marker_prefixes():
@@ -315,9 +323,9 @@ def test_chat_parser_holds_back_only_possible_marker_prefixes():
     assert holdback("Hello <tx", ["<think>"]) == 0
     assert holdback("abc", []) == 0
     parser = OutputParser(F_THINK, stop=["STOP"])
-    assert parser.feed("one S") == [T("one ")]  # "S" may start STOP: held back
-    assert parser.feed("x <") == [T("Sx ")]  # "<" may start <think>: held back
-    assert parser.flush() == [T("<")]
+    assert parser.feed("one S") == [T("one")]  # "S" may start STOP; " " may precede a marker
+    assert parser.feed("x <") == [T(" Sx")]  # "<" may start <think>: held back
+    assert parser.flush() == [T(" <")]
 
 
 def test_chat_parser_tool_call_ids_are_unique_by_default():
