@@ -31,6 +31,7 @@ class LoadedModel:
         messages: list[dict[str, Any]],
         options: dict[str, object],
         template_kwargs: dict[str, object] | None = None,
+        tools: list[dict[str, Any]] | None = None,
     ) -> Any:
         """Submit one chat request; returns the chat layer's ChatStream (iterable, cancel())."""
         from mlxd.chat.session import start_chat
@@ -40,6 +41,7 @@ class LoadedModel:
             self.info,
             messages,
             options=options,
+            tools=tools,
             template_kwargs=template_kwargs,
             server_defaults=False,  # the CLI's budget is the whole remaining window
         )

@@ -46,6 +46,11 @@ def add_parser(subparsers: Any) -> None:
         help="print one JSON object: model, content, reasoning, tool_calls, finish_reason, "
         "usage, timings (errors: one JSON object on stderr)",
     )
+    parser.add_argument(
+        "--tools",
+        metavar="JSON|FILE",
+        help="OpenAI tool definitions (a JSON list, inline or in a file) [request field: tools]",
+    )
     add_generation_flags(parser)
     parser.set_defaults(func=run)
 
@@ -120,6 +125,7 @@ def messages_for(prompt: str, system: str | None) -> list[dict[str, Any]]:
 
 def run(args: argparse.Namespace) -> int:
     options = checked_options_from_args(args)
+    tools = load_tools(args.tools)
     inv = parse_positionals(list(args.words), args.model)
     prompt = read_prompt(inv, sys.stdin)
     if prompt is None:
@@ -130,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
 
     ref = inv.model_ref or resolve_model(inv.model, quiet=args.json)
     with open_model(ref, trust_remote_code=args.trust_remote_code) as loaded:
-        answer = ask_once(loaded, messages_for(prompt, args.system), options, args)
+        answer = ask_once(loaded, messages_for(prompt, args.system), options, args, tools)
     if args.json:
         _print_json_line(answer.to_json())
     return 0
@@ -141,6 +147,7 @@ def ask_once(
     messages: list[dict[str, Any]],
     options: dict[str, object],
     args: argparse.Namespace,
+    tools: list[dict[str, Any]] | None = None,
 ) -> Any:
     """Stream one answer to the terminal (or collect it for --json); raise its error if any."""
     from mlxd.cli.repl_engine import drain
@@ -152,7 +159,7 @@ def ask_once(
         quiet=args.json,
         show_reasoning=not args.hide_reasoning,
     )
-    stream = loaded.ask(messages, options, template_kwargs_from(args.no_think))
+    stream = loaded.ask(messages, options, template_kwargs_from(args.no_think), tools)
     try:
         renderer.consume(stream)
     except BaseException:
@@ -162,6 +169,30 @@ def ask_once(
         raise
     check_finish(renderer.answer)
     return renderer.answer
+
+
+def load_tools(value: str | None) -> list[dict[str, Any]] | None:
+    """--tools: inline JSON (starts with `[`) or a file holding it; checked by the chat layer."""
+    if value is None:
+        return None
+    import json
+    from pathlib import Path
+
+    text = value
+    if not value.lstrip().startswith(("[", "{")):
+        try:
+            text = Path(value).expanduser().read_text()
+        except OSError as e:
+            raise InvalidRequest(
+                f"--tools: cannot read {value}: {e.strerror}", param="tools"
+            ) from None
+    try:
+        tools = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InvalidRequest(f"--tools: invalid JSON ({e.msg})", param="tools") from None
+    from mlxd.chat.messages import normalize_tools
+
+    return normalize_tools(tools)
 
 
 def _print_json_line(obj: dict[str, Any]) -> None:
