@@ -25,6 +25,15 @@ from mlxd.chat.messages import check_template_kwargs, normalize_messages, normal
 from mlxd.chat.template import render_template
 from mlxd.errors import InvalidRequest, TemplateError
 
+__all__ = [
+    "BuiltPrompt",
+    "build_chat_prompt",
+    "build_text_prompt",
+    "ends_in_reasoning",
+    "fallback_prompt",
+    "render_chat_text",
+]
+
 _SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "pad_token")
 
 

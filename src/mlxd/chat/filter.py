@@ -21,6 +21,8 @@ from mlxd.types import (
     TokenLogprob,
 )
 
+__all__ = ["StreamFilter"]
+
 
 class StreamFilter:
     """Per-request cursor over shared, immutable format detection.

@@ -17,6 +17,21 @@ from typing import Any
 
 from mlxd.errors import InvalidRequest
 
+__all__ = [
+    "Formats",
+    "ToolFormat",
+    "detect_formats",
+    "detect_reasoning",
+    "detect_tool_format",
+    "explicit_markers",
+    "parse_json_call",
+    "parse_llama3",
+    "parse_mistral",
+    "HERMES",
+    "LLAMA3",
+    "MISTRAL",
+]
+
 THINK = ("<think>", "</think>")
 HARMONY_MARKERS = ("<|channel|>", "<|message|>")
 

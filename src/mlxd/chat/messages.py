@@ -13,6 +13,13 @@ from typing import Any
 
 from mlxd.errors import InvalidRequest
 
+__all__ = [
+    "TEMPLATE_KWARGS_ALLOWED",
+    "check_template_kwargs",
+    "normalize_messages",
+    "normalize_tools",
+]
+
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
 # chat_template_kwargs a request may set: switches templates read, never ones that rename

@@ -17,6 +17,8 @@ from mlxd.config import LIMITS, SAMPLING_DEFAULTS, setting_int
 from mlxd.errors import InvalidRequest
 from mlxd.types import SamplingParams
 
+__all__ = ["OPTIONS", "Option", "sampling_params", "stop_strings", "validate_option"]
+
 # Option kinds: how a value is parsed and checked.
 FLOAT, INT, BOOL, SEED, LOGIT_BIAS, STOP = "float", "int", "bool", "seed", "logit_bias", "stop"
 

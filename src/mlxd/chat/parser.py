@@ -18,6 +18,16 @@ from typing import Any
 from mlxd.chat.formats import Formats, ToolFormat
 from mlxd.types import ChatEvent, ReasoningDelta, TextDelta, ToolCall, Warning
 
+__all__ = [
+    "OutputParser",
+    "StopMatcher",
+    "holdback",
+    "merge_events",
+    "new_call_id",
+    "parse_output",
+    "split_at_marker",
+]
+
 CONTENT, REASONING, TOOL = "content", "reasoning", "tool"
 H_HEADER, H_BODY = "harmony-header", "harmony-body"
 _H_CLOSERS = ("<|end|>", "<|call|>", "<|return|>")

@@ -31,6 +31,8 @@ from mlxd.types import (
     Usage,
 )
 
+__all__ = ["ChatStream", "start_chat", "start_completion"]
+
 
 class ChatStream:
     """Chat events of one request; iterate once, sync (`for`) or async (`async for`).

@@ -27,6 +27,8 @@ from jinja2.utils import Namespace
 from mlxd.config import setting
 from mlxd.errors import TemplateError
 
+__all__ = ["render_template"]
+
 _MAX_RANGE = 100_000  # jinja2.sandbox.MAX_RANGE: one range() may not be longer
 _MAX_POW_BITS = 4096  # `x ** y` results larger than this are refused before computing
 _BIG_WIDTH = re.compile(r"\d{7,}")  # a format width of a million chars or more
