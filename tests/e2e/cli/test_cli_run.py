@@ -128,3 +128,22 @@ def test_model_with_remote_code_is_refused(
     proc = run_mlxd("run", str(model), "hi", "--json", env=cli_env)
     assert proc.returncode == 4
     assert one_json_line(proc.stderr)["error"]["code"] == "model_refused"
+
+
+def test_ctrl_c_stops_run_with_one_line(long_chat_model: Path, cli_env: dict[str, str]) -> None:
+    import signal
+
+    proc = subprocess.Popen(
+        [*MLXD, "run", str(long_chat_model), "Hello", "--ignore-eos", "--max-tokens", "60000",
+         "--hide-reasoning"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=cli_env,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None and proc.stdout.read(1)  # the answer is streaming
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
+    assert err.decode().splitlines()[-1] == "mlxd: error: interrupted"
+    assert "Traceback" not in err.decode()
