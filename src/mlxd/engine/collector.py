@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
+from collections.abc import Callable
 
 from mlxd.types import EngineEvent, FinishEvent, TokenEvent, TokenLogprob
 
@@ -38,12 +39,14 @@ class Collector:
         if wake:
             self.wake()
 
-    def wake(self) -> None:
+    def wake(self, batch: WakeBatch | None = None) -> None:
+        """Wake a sleeping consumer. With `batch`, async wake-ups are gathered so that the
+        engine sends one `call_soon_threadsafe` per event loop per step, not one per request."""
         # Checked after the append: a consumer going to sleep re-checks _items under the
         # lock after setting these flags, so no wake-up is lost.
         if self._sleeping or self._waiters:
             with self._cond:
-                self._wake()
+                self._wake(batch)
 
     def finish(self, event: FinishEvent) -> bool:
         """Set the final event; the first call wins. Returns whether this call set it."""
@@ -54,14 +57,14 @@ class Collector:
             self._wake()
             return True
 
-    def _wake(self) -> None:
+    def _wake(self, batch: WakeBatch | None = None) -> None:
         self._cond.notify_all()
         if self._waiters:
             for loop, ev in self._waiters:
-                try:
-                    loop.call_soon_threadsafe(ev.set)
-                except RuntimeError:  # that consumer's loop is closed: nobody to wake
-                    pass
+                if batch is not None:
+                    batch.add(loop, ev)
+                else:
+                    _call_soon(loop, ev.set)
             self._waiters.clear()
 
     # ---- consumer side ----
@@ -125,3 +128,33 @@ class Collector:
             events.append(finish)
             self._delivered = True
         return events
+
+
+class WakeBatch:
+    """asyncio.Events to set, grouped by event loop; `send()` once per engine step."""
+
+    __slots__ = ("_by_loop",)
+
+    def __init__(self) -> None:
+        self._by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Event]] = {}
+
+    def add(self, loop: asyncio.AbstractEventLoop, event: asyncio.Event) -> None:
+        self._by_loop.setdefault(loop, []).append(event)
+
+    def send(self) -> None:
+        """Wake the gathered async consumers: one call per event loop."""
+        for loop, events in self._by_loop.items():
+            _call_soon(loop, _set_all, events)
+        self._by_loop.clear()
+
+
+def _set_all(events: list[asyncio.Event]) -> None:
+    for event in events:
+        event.set()
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., object], *args: object) -> None:
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:  # that consumer's loop is closed: nobody to wake
+        pass

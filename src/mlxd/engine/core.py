@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from mlxd.backend.outputs import StepResult
+from mlxd.engine.collector import WakeBatch
 from mlxd.engine.config import EngineConfig
 from mlxd.engine.messages import Cancel, LoadModel, Message, Submit
 from mlxd.engine.registry import Entry, ModelRegistry
@@ -99,6 +100,7 @@ class EngineCore:
         self.last_progress = time.monotonic()
         self.loading = False
         self._faulted: list[Request] = []
+        self._wakes = WakeBatch()
 
     @property
     def has_work(self) -> bool:
@@ -233,8 +235,10 @@ class EngineCore:
                 request.collector.push(out.token, out.logprob, wake=False)
             self.finish(request, FINISH_BY_BACKEND[out.finish], in_backend=False)
         self.counters.generation_tokens_total += len(result.tokens)
+        wakes = self._wakes
         for request in streaming:
-            request.collector.wake()
+            request.collector.wake(wakes)
+        wakes.send()
         if self._faulted:
             faulted, self._faulted = self._faulted, []
             for request in faulted:
