@@ -68,3 +68,16 @@ def test_importer_finds_installed_demo_without_importing_it() -> None:
     assert path is not None and path.name == config.DEMO_GGUF
     assert path.parent.name == config.DEMO_PACKAGE
     assert config.DEMO_PACKAGE not in sys.modules
+
+
+def test_importer_default_model_concurrent_first_use(
+    fake_package: Path, isolated_home: Path
+) -> None:
+    """Two first uses at once (say `mlxd serve` and `mlxd run`): both get the one entry."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        refs = list(pool.map(lambda _: default_model(), range(2)))
+    assert refs[0] == refs[1]
+    assert sorted(p.name for p in config.store_dir().iterdir()) == [config.DEFAULT_MODEL_NAME]
+    assert (refs[0].path / "model.safetensors").is_file()
