@@ -120,14 +120,14 @@ def download(plan: PullPlan) -> Path:
 
     Completed files of an earlier, interrupted pull are kept and skipped. Raises
     DownloadError with one line on any failure."""
-    from huggingface_hub import snapshot_download
-    from huggingface_hub._revision import ResolvedRevision
+    from huggingface_hub import ResolvedRevision, snapshot_download
     from huggingface_hub.utils import disable_progress_bars
 
     disable_progress_bars()  # the CLI draws its own bar from bytes on disk
     with _repo_lock(plan.repo_id):
         resume_partials(plan.repo_id, plan.commit, hub_endpoint())
         try:
+            # A resolved revision makes huggingface_hub download exactly the preflighted commit.
             path = snapshot_download(
                 plan.repo_id,
                 revision=ResolvedRevision(plan.commit, initial=plan.revision, repo_id=plan.repo_id),

@@ -108,7 +108,7 @@ def test_pickle_only_repo_is_refused(hub: HubServer, tmp_path: Path) -> None:
     assert not repo_dir(tmp_path, "org/pickles").exists()
 
 
-@pytest.mark.parametrize("bad", ["../x", "org/na..me", "/etc/passwd", "a/b/c", "org/x@../../y"])
+@pytest.mark.parametrize("bad", ["../x", "org/na..me", "org/x@../../y"])  # more: unit tests
 def test_invalid_repo_id_makes_no_network_call(hub: HubServer, tmp_path: Path, bad: str) -> None:
     result = mlxd(tmp_path, "pull", bad, "--json", endpoint=hub.url)
     assert result.code == InvalidRequest.exit_code
