@@ -18,17 +18,27 @@ def cli_env(isolated_home: Path) -> dict[str, str]:
     return env
 
 
-@pytest.fixture(scope="session")
-def long_chat_model(tiny_chat_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny chat model with a 64k window: with --ignore-eos it answers for many seconds,
-    long enough to interrupt or to outlive a closed pipe."""
-    path = tmp_path_factory.mktemp("long") / "tiny-long"
-    shutil.copytree(tiny_chat_model, path)
+def with_window(source: Path, target: Path, window: int) -> Path:
+    """A copy of a checkpoint whose context window is `window` tokens."""
+    shutil.copytree(source, target)
     for name, key in (
         ("config.json", "max_position_embeddings"),
         ("tokenizer_config.json", "model_max_length"),
     ):
-        config = json.loads((path / name).read_text())
-        config[key] = 1 << 16
-        (path / name).write_text(json.dumps(config))
-    return path
+        config = json.loads((target / name).read_text())
+        config[key] = window
+        (target / name).write_text(json.dumps(config))
+    return target
+
+
+@pytest.fixture(scope="session")
+def long_chat_model(tiny_chat_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny chat model with a 64k window: with --ignore-eos it answers for many seconds,
+    long enough to interrupt or to outlive a closed pipe."""
+    return with_window(tiny_chat_model, tmp_path_factory.mktemp("long") / "tiny-long", 1 << 16)
+
+
+@pytest.fixture(scope="session")
+def short_chat_model(tiny_chat_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny chat model with a 96-token window, to see the budget end at the window."""
+    return with_window(tiny_chat_model, tmp_path_factory.mktemp("short") / "tiny-short", 96)

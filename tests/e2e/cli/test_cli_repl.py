@@ -64,7 +64,9 @@ def test_ctrl_c_cancels_the_answer_and_keeps_the_model(chat, long_chat_model: Pa
     assert session.wait() == 0
 
 
-def test_turns_stats_clear_and_multiline(chat, tiny_chat_model: Path) -> None:
+def test_turns_stats_clear_and_multiline(
+    chat, tiny_chat_model: Path, cli_env: dict[str, str]
+) -> None:
     session = chat(str(tiny_chat_model), "--max-tokens", "4")
     command(session, "Hello there", r"Hello there\n")
     first = stats(session)
@@ -88,6 +90,8 @@ def test_turns_stats_clear_and_multiline(chat, tiny_chat_model: Path) -> None:
     session.send("\x03")  # Ctrl-C at an empty prompt leaves
     session.expect("Bye")
     assert session.wait() == 0
+    history = Path(cli_env["MLXD_HOME"]) / "chat_history"
+    assert "Hello there" in history.read_text()  # kept for the next session
 
 
 def test_run_without_prompt_on_a_terminal_chats(chat, tiny_chat_model: Path) -> None:

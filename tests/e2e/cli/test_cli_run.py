@@ -48,6 +48,15 @@ def test_json_streamed_and_unstreamed_agree(tiny_chat_model: Path, cli_env: dict
     assert system["usage"]["prompt_tokens"] > usage["prompt_tokens"]
 
 
+def test_budget_defaults_to_the_rest_of_the_window(
+    short_chat_model: Path, cli_env: dict[str, str]
+) -> None:
+    body = answer_json(short_chat_model, cli_env, "Hello", "--ignore-eos")
+    usage = body["usage"]
+    assert body["finish_reason"] == "length"
+    assert usage["prompt_tokens"] + usage["completion_tokens"] == 96
+
+
 def test_stdin_dash_and_piped_prompt(tiny_chat_model: Path, cli_env: dict[str, str]) -> None:
     args = ("--max-tokens", "10")
     direct = answer_json(tiny_chat_model, cli_env, "notes here\n\nsummarize this", *args)
