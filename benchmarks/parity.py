@@ -62,7 +62,10 @@ def server_answer(base: str, prompt: str, max_tokens: int) -> dict[str, Any]:
         "temperature": 0,
         "max_tokens": max_tokens,
     }
-    reply = httpx.post(f"{base}/v1/chat/completions", json=request, timeout=900)
+    try:
+        reply = httpx.post(f"{base}/v1/chat/completions", json=request, timeout=900)
+    except httpx.HTTPError as e:
+        return {"error": f"{type(e).__name__}: {e}"}
     if reply.status_code != 200:
         return {"error": reply.text}
     choice = reply.json()["choices"][0]
@@ -76,13 +79,13 @@ def server_answer(base: str, prompt: str, max_tokens: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def start_server(model: str, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(model: str, env: dict[str, str], log: Path) -> tuple[subprocess.Popen[bytes], str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
         [*MLXD, "serve", "--model", model, "--port", str(port)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=env, stdout=subprocess.DEVNULL, stderr=log.open("wb"),
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 600
@@ -94,11 +97,13 @@ def start_server(model: str, env: dict[str, str]) -> tuple[subprocess.Popen[byte
             pass
         time.sleep(0.3)
     proc.kill()
-    raise SystemExit("mlxd serve did not become ready")
+    raise SystemExit(f"mlxd serve did not become ready: {log.read_text()[-2000:]}")
 
 
-def compare(model: str, prompts: list[str], max_tokens: int, env: dict[str, str]) -> dict:
-    proc, base = start_server(model, env)
+def compare(
+    model: str, prompts: list[str], max_tokens: int, env: dict[str, str], log: Path
+) -> dict:
+    proc, base = start_server(model, env, log)
     mismatches = []
     try:
         for prompt in prompts:
@@ -107,9 +112,12 @@ def compare(model: str, prompts: list[str], max_tokens: int, env: dict[str, str]
             if served != local:
                 mismatches.append({"prompt": prompt, "cli": local, "server": served})
     finally:
+        server_exit = proc.poll()
         proc.terminate()
         proc.wait(timeout=60)
     return {
+        "server_exited_early": server_exit,
+        "server_log_tail": log.read_text()[-1500:] if server_exit is not None else None,
         "model": model,
         "max_tokens": max_tokens,
         "prompts": len(prompts),
@@ -131,7 +139,7 @@ def main() -> None:
         env = dict(os.environ, HF_HUB_OFFLINE="1")
         env.setdefault("MLXD_HOME", str(Path(tmp) / "home"))
         model = args.model or str(_tiny_model(Path(tmp)))
-        result = compare(model, prompts, args.max_tokens, env)
+        result = compare(model, prompts, args.max_tokens, env, Path(tmp) / "serve.log")
     print(json.dumps(result, indent=2, ensure_ascii=False))
     sys.exit(1 if result["mismatches"] else 0)
 
