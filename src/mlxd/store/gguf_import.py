@@ -19,13 +19,14 @@ from typing import Any
 
 from mlxd import config
 from mlxd.errors import InvalidRequest, MlxdError
-from mlxd.store.gguf_config import hf_config, read_hparams
+from mlxd.store.gguf_config import LlamaHParams, hf_config, read_hparams
 from mlxd.store.gguf_format import IMPORT_FORMAT, INFO_KEY, TMP_PREFIX
-from mlxd.store.gguf_reader import open_gguf
-from mlxd.store.gguf_tokenizer import build_tokenizer
+from mlxd.store.gguf_reader import GgufFile, open_gguf
+from mlxd.store.gguf_tokenizer import TokenizerFiles, build_tokenizer
 from mlxd.store.gguf_weights import (
     DTYPES,
     ProgressFn,
+    WeightPlan,
     plan_weights,
     planned_bytes,
     quantization_config,
@@ -92,35 +93,16 @@ def import_gguf(
     if name is not None:
         _check_free(store, check_name(name), replace)  # fail before the slow parse
     source = Path(source).expanduser()
-    gguf = open_gguf(source)
-    hp = read_hparams(gguf)
-    plans = plan_weights(gguf, hp)
-    tokenizer = build_tokenizer(gguf, hp)
-    name = name or slugify(str(gguf.metadata.get("general.name") or source.stem))
+    plan = _Conversion.read(source, dtype, keep_quantized)
+    name = name or slugify(str(plan.gguf.metadata.get("general.name") or source.stem))
     target = _check_free(store, name, replace)
-    n_params = sum(p.source.n_elements for p in plans)
     store.mkdir(parents=True, exist_ok=True)
-    _check_space(store, planned_bytes(plans, dtype, keep_quantized))
+    _check_space(store, planned_bytes(plan.weights, dtype, keep_quantized))
     _remove_stale_temps(store)
-
-    model_config = hf_config(hp, dtype, tokenizer.special_ids)
-    quantization = quantization_config(plans, keep_quantized)
-    if quantization:  # mlx-lm writes both keys; it reads "quantization"
-        model_config["quantization"] = model_config["quantization_config"] = quantization
-    model_config[INFO_KEY] = {
-        "format": IMPORT_FORMAT,
-        "source": source.name,
-        "gguf_name": gguf.metadata.get("general.name"),
-        "gguf_file_type": gguf.metadata.get("general.file_type"),
-    }
     tmp = store / f"{TMP_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
     try:
         tmp.mkdir()
-        size = write_safetensors(tmp / "model.safetensors", plans, dtype, progress, keep_quantized)
-        _write_json(tmp / "config.json", model_config)
-        _write_json(tmp / "tokenizer_config.json", tokenizer.tokenizer_config)
-        _write_json(tmp / "generation_config.json", tokenizer.special_ids)
-        (tmp / "tokenizer.json").write_text(tokenizer.tokenizer_json, encoding="utf-8")
+        size = plan.write(tmp, dtype, keep_quantized, progress)
         _install(tmp, target, replace)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -129,13 +111,54 @@ def import_gguf(
         path=target,
         source=source,
         dtype=dtype,
-        parameters=n_params,
+        parameters=sum(p.source.n_elements for p in plan.weights),
         bytes=size,
         seconds=round(time.monotonic() - started, 3),
-        context_window=hp.context_length,
-        quantized=quantization is not None,
-        warnings=tuple(tokenizer.warnings),
+        context_window=plan.hparams.context_length,
+        quantized="quantization" in plan.config,
+        warnings=tuple(plan.tokenizer.warnings),
     )
+
+
+@dataclass(slots=True)
+class _Conversion:
+    """Everything read and validated from the GGUF, before anything is written."""
+
+    gguf: GgufFile
+    hparams: LlamaHParams
+    weights: list[WeightPlan]
+    tokenizer: TokenizerFiles
+    config: dict[str, Any]
+
+    @classmethod
+    def read(cls, source: Path, dtype: str, keep_quantized: bool) -> _Conversion:
+        gguf = open_gguf(source)
+        hp = read_hparams(gguf)
+        weights = plan_weights(gguf, hp)
+        tokenizer = build_tokenizer(gguf, hp)
+        model_config = hf_config(hp, dtype, tokenizer.special_ids)
+        quantization = quantization_config(weights, keep_quantized)
+        if quantization:  # mlx-lm writes both keys; it reads "quantization"
+            model_config["quantization"] = model_config["quantization_config"] = quantization
+        model_config[INFO_KEY] = {
+            "format": IMPORT_FORMAT,
+            "source": source.name,
+            "gguf_name": gguf.metadata.get("general.name"),
+            "gguf_file_type": gguf.metadata.get("general.file_type"),
+        }
+        return cls(gguf, hp, weights, tokenizer, model_config)
+
+    def write(
+        self, folder: Path, dtype: str, keep_quantized: bool, progress: ProgressFn | None
+    ) -> int:
+        """Write the checkpoint files into `folder`; return the weights' size in bytes."""
+        weights = folder / "model.safetensors"
+        size = write_safetensors(weights, self.weights, dtype, progress, keep_quantized)
+        _write_json(folder / "config.json", self.config)
+        _write_json(folder / "tokenizer_config.json", self.tokenizer.tokenizer_config)
+        _write_json(folder / "generation_config.json", self.tokenizer.special_ids)
+        (folder / "tokenizer.json").write_text(self.tokenizer.tokenizer_json, encoding="utf-8")
+        return size
 
 
 def _check_free(store: Path, name: str, replace: bool) -> Path:
