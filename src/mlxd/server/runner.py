@@ -93,8 +93,10 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def load_default(engine: Any, model: str | None, trust_remote_code: bool) -> Any:
-    """Resolve and load the model to preload; raise MlxdError with the reason if it cannot."""
+def resolve_default(model: str | None, trust_remote_code: bool) -> tuple[Any, str]:
+    """(ModelRef, served name) of the model to preload; raises MlxdError with the reason.
+
+    Runs before the engine starts, so a bad --model fails in about a second."""
     from mlxd.store.health import check_runnable
     from mlxd.store.resolve import resolve
 
@@ -106,8 +108,7 @@ def load_default(engine: Any, model: str | None, trust_remote_code: bool) -> Any
         ref = resolve(model)
     check_runnable(ref.path, trust_remote_code=trust_remote_code)
     # A directory given on the command line is served under its folder name, not its path.
-    name = ref.path.name if ref.source == "path" else ref.name
-    return engine.load_model(ref.path, name)
+    return ref, ref.path.name if ref.source == "path" else ref.name
 
 
 def serve(settings: ServerSettings, model: str | None, engine_overrides: dict[str, Any]) -> int:
@@ -116,9 +117,14 @@ def serve(settings: ServerSettings, model: str | None, engine_overrides: dict[st
 
     warn_if_exposed(settings)
     sock = bind_socket(settings.host, settings.port)
-    engine = Engine(EngineConfig.from_settings(**engine_overrides))
     try:
-        info = load_default(engine, model, settings.trust_remote_code)
+        ref, name = resolve_default(model, settings.trust_remote_code)
+        engine = Engine(EngineConfig.from_settings(**engine_overrides))
+    except BaseException:
+        sock.close()
+        raise
+    try:
+        info = engine.load_model(ref.path, name)
         app = create_app(engine, settings, default_model=info)
         config = uvicorn.Config(
             app,

@@ -1,13 +1,15 @@
 """Fixtures for the server's end-to-end tests: real `mlxd serve` processes on free ports.
 
-One server per test module (module-scoped) keeps the suite fast; every process gets its own
+One shared server for the package (package-scoped) keeps the suite fast; every process gets its own
 MLXD_HOME and HF_HOME and no network.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -107,15 +109,21 @@ def launch(args: list[str], env: dict[str, str], wait_ready: bool = True) -> Ser
     raise RuntimeError("mlxd serve never became healthy:\n" + "".join(server.stderr))
 
 
-@pytest.fixture(scope="module")
-def server_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An MLXD_HOME whose store holds a scripted tool-calling model named 'scripted'."""
+@pytest.fixture(scope="package")
+def server_home(tmp_path_factory: pytest.TempPathFactory, tiny_chat_model: Path) -> Path:
+    """An MLXD_HOME whose store holds 'scripted' (thinks, then calls get_weather) and
+    'tiny-long' (tiny-chat with a 64k window, so one request can decode for seconds)."""
     home = tmp_path_factory.mktemp("serve-home")
-    make_scripted_checkpoint(home / "mlxd" / "models" / "scripted", TOOL_SCRIPT)
+    store = home / "mlxd" / "models"
+    make_scripted_checkpoint(store / "scripted", TOOL_SCRIPT)
+    shutil.copytree(tiny_chat_model, store / "tiny-long")
+    config = json.loads((store / "tiny-long" / "config.json").read_text())
+    config["max_position_embeddings"] = 65536
+    (store / "tiny-long" / "config.json").write_text(json.dumps(config))
     return home
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def server(tiny_chat_model: Path, server_home: Path) -> Iterator[ServerProcess]:
     """One `mlxd serve --model tiny-chat` for the whole module."""
     srv = launch(["--model", str(tiny_chat_model), "--max-batch", "16"], server_env(server_home))
@@ -123,8 +131,23 @@ def server(tiny_chat_model: Path, server_home: Path) -> Iterator[ServerProcess]:
     srv.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def client(server: ServerProcess):  # type: ignore[no-untyped-def]
     import openai
 
     return openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="package")
+def http(server: ServerProcess) -> Iterator[httpx.Client]:
+    """A keep-alive client on the shared server (a fresh httpx client per call costs ~0.1 s)."""
+    with httpx.Client(base_url=server.base_url, timeout=120) as c:
+        yield c
+
+
+def metric(text: str, name: str) -> float:
+    """The value of one sample line `name value` in Prometheus text (0 when absent)."""
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    return 0.0
