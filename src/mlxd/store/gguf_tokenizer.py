@@ -1,7 +1,8 @@
 """Rebuild a Hugging Face `tokenizer.json` + `tokenizer_config.json` from GGUF metadata.
 
-Only byte-level BPE vocabularies (`tokenizer.ggml.model` = gpt2) are supported. The
-pre-tokenizer follows `tokenizer.ggml.pre`, the name llama.cpp gives each regex family.
+Byte-level BPE vocabularies (`tokenizer.ggml.model` = gpt2) get the pre-tokenizer named by
+`tokenizer.ggml.pre`, llama.cpp's name for each regex family; SentencePiece ones (llama)
+are rebuilt in gguf_spm.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_token
 from mlxd.errors import ModelBroken
 from mlxd.store.gguf_config import LlamaHParams
 from mlxd.store.gguf_reader import GgufFile
+from mlxd.store.gguf_spm import spm_tokenizer
 
 # llama.cpp token types (gguf.TokenType): which ids become HF added tokens.
 _UNKNOWN, _CONTROL, _USER_DEFINED = 2, 3, 4
@@ -41,9 +43,10 @@ class TokenizerFiles:
 def build_tokenizer(gguf: GgufFile, hp: LlamaHParams) -> TokenizerFiles:
     """Raise ModelBroken for an unsupported or inconsistent GGUF vocabulary."""
     kind = gguf.value("tokenizer.ggml.model", str, "(none)")
-    if kind != "gpt2":
+    if kind not in ("gpt2", "llama"):
         raise ModelBroken(
-            f"unsupported GGUF tokenizer {kind!r}: mlxd rebuilds byte-level BPE (gpt2) only"
+            f"unsupported GGUF tokenizer {kind!r}: mlxd rebuilds byte-level BPE (gpt2) "
+            "and SentencePiece (llama) vocabularies"
         )
     tokens = _str_list(gguf, "tokenizer.ggml.tokens")
     if not tokens or len(tokens) > hp.vocab_size:
@@ -52,15 +55,35 @@ def build_tokenizer(gguf: GgufFile, hp: LlamaHParams) -> TokenizerFiles:
     if len(types) != len(tokens):
         raise ModelBroken("GGUF token_type and tokens lists differ in length")
     warnings: list[str] = []
-    tok = _bpe_tokenizer(gguf, tokens, warnings)
     special = _special_tokens(gguf, tokens)
-    add_bos = gguf.value("tokenizer.ggml.add_bos_token", bool, False)
+    spm = kind == "llama"
+    if spm:
+        tok = _spm_tokenizer(gguf, tokens, types, special)
+    else:
+        tok = _bpe_tokenizer(gguf, tokens, warnings)
+    # llama.cpp's defaults when the file does not say: SentencePiece vocabularies add a BOS.
+    add_bos = gguf.value("tokenizer.ggml.add_bos_token", bool, spm)
     add_eos = gguf.value("tokenizer.ggml.add_eos_token", bool, False)
     tok.add_special_tokens(_added(tokens, types, (_UNKNOWN, _CONTROL), special=True))
     tok.add_tokens(_added(tokens, types, (_USER_DEFINED,), special=False))
-    tok.post_processor = _post_processor(special, tokens, add_bos, add_eos)
+    processor = _post_processor(special, tokens, add_bos, add_eos)
+    if processor is not None or spm:
+        tok.post_processor = processor
+    else:
+        tok.post_processor = processors.ByteLevel(trim_offsets=False)
     config = _tokenizer_config(gguf, tokens, types, special, hp, add_bos, add_eos)
     return TokenizerFiles(tok.to_str(), config, _special_ids(special), warnings)
+
+
+def _spm_tokenizer(
+    gguf: GgufFile, tokens: list[str], types: list[int], special: dict[str, int]
+) -> Tokenizer:
+    scores = gguf.value("tokenizer.ggml.scores", list)
+    if not all(isinstance(v, int | float) for v in scores):
+        raise ModelBroken("GGUF metadata tokenizer.ggml.scores is not a list of numbers")
+    unk = tokens[special["unk"]] if "unk" in special else None
+    space_prefix = gguf.value("tokenizer.ggml.add_space_prefix", bool, True)
+    return spm_tokenizer(tokens, [float(v) for v in scores], types, unk, space_prefix)
 
 
 def _bpe_tokenizer(gguf: GgufFile, tokens: list[str], warnings: list[str]) -> Tokenizer:
@@ -141,9 +164,10 @@ def _added(
 def _post_processor(
     special: dict[str, int], tokens: list[str], add_bos: bool, add_eos: bool
 ) -> Any:
+    """A template adding BOS/EOS as the GGUF asks, or None when it adds neither."""
     pieces = [("bos", add_bos), ("eos", add_eos)]
     if not any(flag and role in special for role, flag in pieces):
-        return processors.ByteLevel(trim_offsets=False)
+        return None
     bos = f"{tokens[special['bos']]} " if add_bos and "bos" in special else ""
     eos = f" {tokens[special['eos']]}" if add_eos and "eos" in special else ""
     used = [(tokens[special[r]], special[r]) for r, flag in pieces if flag and r in special]

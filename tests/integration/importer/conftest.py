@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from tests.integration.importer.gguf_builder import BuiltGguf, GgufFactory, build_gguf
 
 

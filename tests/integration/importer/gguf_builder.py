@@ -72,10 +72,12 @@ def build_gguf(
     add_bos: bool = False,
     overrides: tuple[tuple[str, int], ...] = (),
     embed_qtype: str | None = None,
+    spm_model: bytes | None = None,
     seed: int = 1,
 ) -> BuiltGguf:
     """`overrides` replace config sizes in the GGUF metadata only (to make broken files);
-    `embed_qtype` encodes the embedding differently (SmolLM2: Q8_0 embedding, Q4_1 rest)."""
+    `embed_qtype` encodes the embedding differently (SmolLM2: Q8_0 embedding, Q4_1 rest);
+    `spm_model` (a serialized SentencePiece model) replaces the BPE vocabulary."""
     config = json.loads((checkpoint / "config.json").read_text())
     saved = load_file(checkpoint / "model.safetensors")
     weights = {k: v.astype(np.float32) for k, v in saved.items()}
@@ -86,7 +88,10 @@ def build_gguf(
         config = config | {"tie_word_embeddings": False}
     writer = GGUFWriter(str(out), arch)
     _add_hparams(writer, config | dict(overrides), name)
-    _add_tokenizer(writer, checkpoint, pre, tokenizer_model, add_bos)
+    if spm_model is None:
+        _add_tokenizer(writer, checkpoint, pre, tokenizer_model, add_bos)
+    else:
+        _add_spm_tokenizer(writer, spm_model)
     reference: dict[str, np.ndarray] = {}
     raw_q = np.zeros(0)
     heads = {"q_proj": config["num_attention_heads"], "k_proj": config["num_key_value_heads"]}
@@ -172,3 +177,34 @@ def _add_tokenizer(
         writer.add_bos_token_id(vocab["<|endoftext|>"])
     if "chat_template" in tok_config:
         writer.add_chat_template(tok_config["chat_template"])
+
+
+def _add_spm_tokenizer(writer: GGUFWriter, model: bytes) -> None:
+    """As llama.cpp's converter writes a SentencePiece vocabulary (its _set_vocab_sentencepiece)."""
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_proto=model)
+    kinds = []
+    for i in range(sp.get_piece_size()):
+        if sp.is_unknown(i):
+            kinds.append(TokenType.UNKNOWN)
+        elif sp.is_control(i):
+            kinds.append(TokenType.CONTROL)
+        elif sp.is_byte(i):
+            kinds.append(TokenType.BYTE)
+        elif sp.is_unused(i):
+            kinds.append(TokenType.UNUSED)
+        elif sp.id_to_piece(i).startswith("<|"):  # the trainer's user_defined_symbols
+            kinds.append(TokenType.USER_DEFINED)
+        else:
+            kinds.append(TokenType.NORMAL)
+    writer.add_tokenizer_model("llama")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list([sp.id_to_piece(i) for i in range(sp.get_piece_size())])
+    writer.add_token_scores([sp.get_score(i) for i in range(sp.get_piece_size())])
+    writer.add_token_types(kinds)
+    writer.add_bos_token_id(sp.bos_id())
+    writer.add_eos_token_id(sp.eos_id())
+    writer.add_unk_token_id(sp.unk_id())
+    writer.add_add_bos_token(True)
+    writer.add_add_space_prefix(True)

@@ -6,10 +6,10 @@ import struct
 from pathlib import Path
 
 import pytest
-from tests.integration.importer.gguf_builder import GgufFactory
 
 from mlxd.errors import InvalidRequest, ModelBroken, ModelNotFound
 from mlxd.store.gguf_import import import_gguf
+from tests.integration.importer.gguf_builder import GgufFactory
 
 
 def store_entries(store: Path) -> list[str]:
@@ -60,7 +60,8 @@ def test_importer_huge_length_fields_fail_fast(tmp_path: Path, store: Path) -> N
     ("options", "message"),
     [
         ({"arch": "qwen2"}, "unsupported architecture 'qwen2'"),
-        ({"tokenizer_model": "llama"}, "unsupported GGUF tokenizer 'llama'"),
+        ({"tokenizer_model": "bert"}, "unsupported GGUF tokenizer 'bert'"),
+        ({"tokenizer_model": "llama"}, "lacks required metadata 'tokenizer.ggml.scores'"),
         ({"overrides": (("num_hidden_layers", 1),)}, "unexpected tensor 'blk.1"),
         ({"overrides": (("num_hidden_layers", 3),)}, "lacks 9 tensors"),
         (

@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.integration.importer.gguf_builder import GgufFactory
 
 from mlxd import config
 from mlxd.errors import ModelNotFound
 from mlxd.store.default_model import default_model, find_demo_gguf
+from tests.integration.importer.gguf_builder import GgufFactory
 
 
 @pytest.fixture

@@ -10,11 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mlx_lm.tokenizer_utils import BPEStreamingDetokenizer
 from mlx_lm.tokenizer_utils import load as load_tokenizer
-from tests.checkpoints import CHATML_TEMPLATE, SPECIAL_TOKENS
-from tests.integration.importer.gguf_builder import GgufFactory
 from tokenizers import Tokenizer, pre_tokenizers
 
 from mlxd.store.gguf_import import import_gguf
+from tests.checkpoints import CHATML_TEMPLATE, SPECIAL_TOKENS
+from tests.integration.importer.gguf_builder import GgufFactory
 
 TEXTS = [
     "The capital of France is Paris.",
