@@ -117,8 +117,8 @@ class Renderer:
     show_reasoning: bool = True
     out: TextIO = field(default_factory=lambda: sys.stdout)
     err: TextIO = field(default_factory=lambda: sys.stderr)
-    _last_out: str = "\n"
-    _reasoning_open: bool = False
+    _last_out: str = field(default="\n", init=False)  # so a finish can end the line
+    _reasoning_open: bool = field(default=False, init=False)
 
     def consume(self, events: Iterable[ChatEvent]) -> Answer:
         """Render every event; return the answer once its Finish arrived."""
