@@ -15,7 +15,8 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from tests.e2e.server.conftest import ServerProcess, launch, metric, server_env
+
+from tests.e2e.server.serverproc import ServerProcess, launch, metric, server_env
 
 USER = [{"role": "user", "content": "Tell me a story."}]
 # Seconds of decoding: 'tiny-long' has a 64k window (see conftest); tests cancel it early.

@@ -1,0 +1,98 @@
+"""Helpers for the server's end-to-end tests: start real `mlxd serve` processes."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+READY = re.compile(r"mlxd serve: (\S+) on (http://\S+)/v1")
+START_TIMEOUT_S = 120.0  # generous: the first start on a cold, busy CI machine imports mlx
+
+
+@dataclass
+class ServerProcess:
+    proc: subprocess.Popen[str]
+    url: str = ""
+    model: str = ""
+    stderr: list[str] = field(default_factory=list)
+
+    @property
+    def base_url(self) -> str:
+        return self.url + "/v1"
+
+    def stop(self, timeout: float = 30.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        return self.proc.wait(timeout=timeout)
+
+
+def server_env(home: Path, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        MLXD_HOME=str(home / "mlxd"),
+        HF_HOME=str(home / "hf"),
+        HF_HUB_OFFLINE="1",
+        HF_HUB_DISABLE_TELEMETRY="1",
+        PYTHONUNBUFFERED="1",
+    )
+    env.pop("MLXD_API_KEY", None)
+    env.update(extra)
+    return env
+
+
+def launch(args: list[str], env: dict[str, str], wait_ready: bool = True) -> ServerProcess:
+    """Start `mlxd serve ARGS --port 0`; wait for its ready line and a 200 from /health."""
+    cmd = [sys.executable, "-m", "mlxd.cli.main", "serve", "--port", "0", *args]
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    server = ServerProcess(proc)
+    ready = threading.Event()
+
+    def pump() -> None:  # keep stderr drained for the process's whole life
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            server.stderr.append(line)
+            m = READY.search(line)
+            if m and not ready.is_set():
+                server.model, server.url = m.group(1), m.group(2)
+                ready.set()
+        ready.set()
+
+    threading.Thread(target=pump, daemon=True).start()
+    if not wait_ready:
+        return server
+    if not ready.wait(START_TIMEOUT_S) or not server.url:
+        proc.kill()
+        raise RuntimeError("mlxd serve did not start:\n" + "".join(server.stderr))
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(server.url + "/health", timeout=5).status_code == 200:
+                return server
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("mlxd serve never became healthy:\n" + "".join(server.stderr))
+
+
+def metric(text: str, name: str) -> float:
+    """The value of one sample line `name value` in Prometheus text (0 when absent)."""
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    return 0.0
