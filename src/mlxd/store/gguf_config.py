@@ -32,17 +32,7 @@ class LlamaHParams:
 
 def read_hparams(gguf: GgufFile) -> LlamaHParams:
     """Raise ModelBroken("unsupported architecture ...") unless `gguf` is a plain llama."""
-    arch = gguf.architecture
-    if arch not in SUPPORTED_ARCHITECTURES:
-        raise ModelBroken(
-            f"unsupported architecture {arch or '(none)'!r} in {gguf.path.name}: "
-            f"mlxd imports {', '.join(SUPPORTED_ARCHITECTURES)} GGUF files"
-        )
-    if gguf.value("llama.expert_count", int, 0) > 0:
-        raise ModelBroken("unsupported architecture: mixture-of-experts llama GGUF files")
-    if "rope_freqs.weight" in gguf.tensors:
-        raise ModelBroken("unsupported GGUF: llama3-style rope frequency factors (rope_freqs)")
-
+    check_supported(gguf)
     n_heads = _dim(gguf, "llama.attention.head_count")
     hidden = _dim(gguf, "llama.embedding_length")
     head_dim = _dim(gguf, "llama.attention.key_length", hidden // n_heads)
@@ -69,6 +59,25 @@ def read_hparams(gguf: GgufFile) -> LlamaHParams:
         tied_embeddings="output.weight" not in gguf.tensors,
         rope_scaling=_rope_scaling(gguf),
     )
+
+
+def check_supported(gguf: GgufFile) -> None:
+    """Refuse, with the reason, what the importer cannot convert faithfully."""
+    arch = gguf.architecture
+    if arch not in SUPPORTED_ARCHITECTURES:
+        raise ModelBroken(
+            f"unsupported architecture {arch or '(none)'!r} in {gguf.path.name}: "
+            f"mlxd imports {', '.join(SUPPORTED_ARCHITECTURES)} GGUF files"
+        )
+    if gguf.value("split.count", int, 0) > 1:
+        raise ModelBroken(
+            f"{gguf.path.name} is one part of a split GGUF: merge the parts first "
+            "(llama.cpp's `llama-gguf-split --merge`)"
+        )
+    if gguf.value("llama.expert_count", int, 0) > 0:
+        raise ModelBroken("unsupported architecture: mixture-of-experts llama GGUF files")
+    if "rope_freqs.weight" in gguf.tensors:
+        raise ModelBroken("unsupported GGUF: llama3-style rope frequency factors (rope_freqs)")
 
 
 def hf_config(hp: LlamaHParams, dtype: str, special: dict[str, Any]) -> dict[str, Any]:

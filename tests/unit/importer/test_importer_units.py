@@ -191,6 +191,7 @@ def test_importer_hparams_defaults_and_rope_scaling() -> None:
     [
         ({"general.architecture": "gemma"}, (), "unsupported architecture 'gemma'"),
         ({"llama.expert_count": 8}, (), "mixture-of-experts"),
+        ({"split.count": 3}, (), "one part of a split GGUF"),
         ({}, ("rope_freqs.weight",), "rope_freqs"),
         ({"llama.rope.dimension_count": 8}, (), "partial rotary"),
         ({"llama.rope.scaling.type": "yarn"}, (), "rope scaling 'yarn'"),
