@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from tests.checkpoints import CHATML_TEMPLATE
 from tests.integration.chat.scripted import make_scripted_checkpoint
 

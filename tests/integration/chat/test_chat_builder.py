@@ -7,10 +7,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from tests.integration.chat.conftest import TOOLS
 
 from mlxd.chat.builder import build_chat_prompt, build_text_prompt
 from mlxd.errors import InvalidRequest, TemplateError
+from tests.integration.chat.conftest import TOOLS
 
 MESSAGES = [
     {"role": "system", "content": "Be brief."},

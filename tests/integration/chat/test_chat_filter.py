@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from tests.integration.chat.conftest import CALL
 
 from mlxd.chat.filter import StreamFilter
 from mlxd.chat.formats import detect_formats
@@ -18,6 +17,7 @@ from mlxd.types import (
     Usage,
     Warning,
 )
+from tests.integration.chat.conftest import CALL
 
 OUTPUTS = [
     "Unicode: café naïve 日本語 😀 — “quotes”.",

@@ -7,11 +7,11 @@ import asyncio
 import json
 
 import pytest
-from tests.integration.chat.conftest import CALL, SCRIPT, TOOLS
 
 from mlxd.chat.session import start_chat, start_completion
 from mlxd.errors import InvalidRequest
 from mlxd.types import Finish, FinishReason, ReasoningDelta, TextDelta, ToolCall, Warning
+from tests.integration.chat.conftest import CALL, SCRIPT, TOOLS
 
 USER = [{"role": "user", "content": "What is the weather in Paris?"}]
 
