@@ -20,6 +20,7 @@ START_TIMEOUT_S = 120.0  # generous: the first start on a cold, busy CI machine 
 @dataclass
 class ServerProcess:
     proc: subprocess.Popen[str]
+    env: dict[str, str] = field(default_factory=dict)
     url: str = ""
     model: str = ""
     stderr: list[str] = field(default_factory=list)
@@ -59,7 +60,7 @@ def launch(args: list[str], env: dict[str, str], wait_ready: bool = True) -> Ser
         stderr=subprocess.PIPE,
         text=True,
     )
-    server = ServerProcess(proc)
+    server = ServerProcess(proc, env)
     ready = threading.Event()
 
     def pump() -> None:  # keep stderr drained for the process's whole life

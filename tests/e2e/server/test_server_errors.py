@@ -94,6 +94,13 @@ CASES = [
     ("dotdot-model", chat(model="../models/x"), 400, "invalid_request", "model"),
     ("home-model", chat(model="~/x"), 400, "invalid_request", "model"),
     ("backslash-model", chat(model="a\\b"), 400, "invalid_request", "model"),
+    (
+        "prompt-over-the-window",
+        {"messages": [{"role": "user", "content": "hello " * 3000}]},
+        400,
+        "context_length_exceeded",
+        None,
+    ),
     ("tool-choice-without-tools", chat(tool_choice="required"), 400, "invalid_request", None),
 ]
 

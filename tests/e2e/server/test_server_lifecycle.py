@@ -139,7 +139,18 @@ def test_metrics_exposition(http: httpx.Client) -> None:
 @pytest.fixture(scope="module")
 def keyed_server(tiny_chat_model: Path, server_home: Path):  # type: ignore[no-untyped-def]
     srv = launch(
-        ["--model", str(tiny_chat_model), "--api-key", "s3cret", "--drain-seconds", "1"],
+        [
+            "--model",
+            str(tiny_chat_model),
+            "--api-key",
+            "s3cret",
+            "--drain-seconds",
+            "1",
+            "--max-batch",
+            "1",
+            "--max-queue",
+            "1",
+        ],
         server_env(server_home),
     )
     yield srv
@@ -159,6 +170,30 @@ def test_api_key_required_except_health(keyed_server: ServerProcess) -> None:
     right = openai.OpenAI(base_url=url, api_key="s3cret", max_retries=0)
     r2 = right.chat.completions.create(model="default", messages=USER, max_tokens=2)
     assert r2.usage is not None and r2.usage.completion_tokens >= 1
+
+
+def test_queue_full_is_429_with_retry_after(keyed_server: ServerProcess) -> None:
+    auth = {"Authorization": "Bearer s3cret"}
+    with httpx.Client(base_url=keyed_server.base_url, headers=auth, timeout=60) as http:
+        cm1, lines1 = stream_until_first_content(http, LONG)  # the one batch slot
+        cm2 = http.stream("POST", "/chat/completions", json={**LONG, "stream": True})
+        r2 = cm2.__enter__()  # the one queue place (its role chunk comes at once)
+        try:
+            r = http.post("/chat/completions", json={"messages": USER, "max_tokens": 2})
+            assert r.status_code == 429
+            assert r.headers["retry-after"] == "1"
+            assert r.json()["error"]["code"] == "queue_full"
+        finally:
+            r2.close()
+            cm2.__exit__(None, None, None)
+            cm1.__exit__(None, None, None)  # type: ignore[attr-defined]
+        wait_for(
+            lambda: (
+                metric(http.get("/../metrics").text, "mlxd_running_requests") == 0
+                and metric(http.get("/../metrics").text, "mlxd_queue_depth") == 0
+            ),
+            "idle",
+        )
 
 
 def test_sigterm_drains_then_exits_zero(keyed_server: ServerProcess) -> None:

@@ -4,6 +4,9 @@ streaming and not, usage, stop strings, seeds, logprobs, models, tool calls and 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import httpx
 import openai
@@ -215,3 +218,31 @@ def test_non_ascii_round_trip(server) -> None:
     assert r.status_code == 200
     assert r.headers["content-type"].startswith("application/json")
     assert r.json()["usage"]["prompt_tokens"] > 0
+
+
+def test_parity_with_mlxd_run(client: openai.OpenAI, tiny_chat_model: Path, server) -> None:
+    """The one-engine contract: same request, greedy, same content from CLI and server."""
+    prompt = USER[0]["content"]
+    cli = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mlxd.cli.main",
+            "run",
+            "-m",
+            str(tiny_chat_model),
+            "--json",
+            "--max-tokens",
+            "16",
+            prompt,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=server.env,
+    )
+    assert cli.returncode == 0, cli.stderr
+    expected = json.loads(cli.stdout)
+    text, reason = chat_text(client, max_tokens=16, temperature=0)
+    assert text == expected["content"]
+    assert reason == expected["finish_reason"]
