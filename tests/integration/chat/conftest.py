@@ -10,19 +10,14 @@ from typing import Any
 import pytest
 
 from tests.checkpoints import CHATML_TEMPLATE
-from tests.integration.chat.scripted import make_scripted_checkpoint
+from tests.integration.chat.scripted import (
+    WEATHER_CALL,
+    WEATHER_SCRIPT,
+    make_scripted_checkpoint,
+)
 
-CALL = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
-SCRIPT = [
-    "<think>",
-    "Let me see.",
-    "</think>",
-    "The answer",
-    " is",
-    "<tool_call>",
-    CALL,
-    "</tool_call>",
-]
+CALL = WEATHER_CALL
+SCRIPT = list(WEATHER_SCRIPT)
 # A template whose generation prompt opens <think>: the output starts inside reasoning.
 OPEN_THINK_TEMPLATE = CHATML_TEMPLATE.replace(
     "{% if add_generation_prompt %}<|im_start|>assistant\n",
