@@ -7,8 +7,10 @@ from typing import Any
 
 from mlxd.errors import ModelBroken
 from mlxd.store.gguf_reader import GgufFile
+from mlxd.store.gguf_rope import rope_scaling_from_freqs
 
 SUPPORTED_ARCHITECTURES = ("llama",)
+ROPE_FREQS = "rope_freqs.weight"  # folded into config.json's rope_scaling, not a weight
 _MAX_DIM = 1 << 20  # sanity bound on any single size field of an untrusted file
 
 
@@ -57,7 +59,7 @@ def read_hparams(gguf: GgufFile) -> LlamaHParams:
         rms_eps=_positive(gguf, "llama.attention.layer_norm_rms_epsilon", 1e-5),
         rope_theta=_positive(gguf, "llama.rope.freq_base", 10000.0),
         tied_embeddings="output.weight" not in gguf.tensors,
-        rope_scaling=_rope_scaling(gguf),
+        rope_scaling=_rope_scaling(gguf, head_dim),
     )
 
 
@@ -76,8 +78,6 @@ def check_supported(gguf: GgufFile) -> None:
         )
     if gguf.value("llama.expert_count", int, 0) > 0:
         raise ModelBroken("unsupported architecture: mixture-of-experts llama GGUF files")
-    if "rope_freqs.weight" in gguf.tensors:
-        raise ModelBroken("unsupported GGUF: llama3-style rope frequency factors (rope_freqs)")
 
 
 def hf_config(hp: LlamaHParams, dtype: str, special: dict[str, Any]) -> dict[str, Any]:
@@ -130,7 +130,10 @@ def _vocab_size(gguf: GgufFile) -> int:
     raise ModelBroken(f"GGUF file {gguf.path.name} has no vocabulary")
 
 
-def _rope_scaling(gguf: GgufFile) -> dict[str, Any] | None:
+def _rope_scaling(gguf: GgufFile, head_dim: int) -> dict[str, Any] | None:
+    if ROPE_FREQS in gguf.tensors:  # Llama 3.1+: per-frequency divisors instead of keys
+        theta = _positive(gguf, "llama.rope.freq_base", 10000.0)
+        return rope_scaling_from_freqs(gguf.tensors[ROPE_FREQS], head_dim, theta)
     kind = gguf.value("llama.rope.scaling.type", str, "none")
     if kind == "none":
         return None

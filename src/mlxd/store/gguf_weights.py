@@ -19,7 +19,7 @@ import numpy as np
 from gguf.quants import dequantize
 
 from mlxd.errors import InvalidRequest, ModelBroken
-from mlxd.store.gguf_config import LlamaHParams
+from mlxd.store.gguf_config import ROPE_FREQS, LlamaHParams
 from mlxd.store.gguf_quant import GROUP_SIZE, affine_parts, kept_bits, pack
 from mlxd.store.gguf_reader import SUPPORTED_TYPES, GgufFile, GgufTensor
 
@@ -97,6 +97,8 @@ def plan_weights(gguf: GgufFile, hp: LlamaHParams) -> list[WeightPlan]:
     expected = expected_shapes(hp)
     plans: dict[str, WeightPlan] = {}
     for tensor in gguf.tensors.values():
+        if tensor.name == ROPE_FREQS:
+            continue
         target = hf_name(tensor.name)
         if target is None or target not in expected:
             raise ModelBroken(f"unexpected tensor {tensor.name!r} for a {hp.n_layers}-layer llama")

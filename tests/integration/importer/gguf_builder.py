@@ -73,11 +73,13 @@ def build_gguf(
     overrides: tuple[tuple[str, int], ...] = (),
     embed_qtype: str | None = None,
     spm_model: bytes | None = None,
+    llama3_rope: tuple[float, float, float, int] | None = None,
     seed: int = 1,
 ) -> BuiltGguf:
     """`overrides` replace config sizes in the GGUF metadata only (to make broken files);
     `embed_qtype` encodes the embedding differently (SmolLM2: Q8_0 embedding, Q4_1 rest);
-    `spm_model` (a serialized SentencePiece model) replaces the BPE vocabulary."""
+    `spm_model` (a serialized SentencePiece model) replaces the BPE vocabulary;
+    `llama3_rope` (factor, low, high, original context) adds llama.cpp's rope_freqs tensor."""
     config = json.loads((checkpoint / "config.json").read_text())
     saved = load_file(checkpoint / "model.safetensors")
     weights = {k: v.astype(np.float32) for k, v in saved.items()}
@@ -105,11 +107,30 @@ def build_gguf(
         if hf == "model.layers.0.self_attn.q_proj.weight":
             raw_q = decoded
         reference[hf] = _unpermute(decoded, n_heads) if n_heads else decoded
+    if llama3_rope:
+        scaling = {"rope_type": "llama3", **dict(zip(_LLAMA3_KEYS, llama3_rope, strict=True))}
+        config = config | {"rope_scaling": scaling}
+        head_dim = config["hidden_size"] // config["num_attention_heads"]
+        factors = rope_factors(head_dim, config["rope_theta"], *llama3_rope)
+        writer.add_tensor("rope_freqs.weight", factors.astype(np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
     return BuiltGguf(out, reference, config, raw_q)
+
+
+_LLAMA3_KEYS = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+
+
+def rope_factors(
+    head_dim: int, theta: float, factor: float, low: float, high: float, context: int
+) -> np.ndarray:
+    """As llama.cpp's converter computes rope_freqs from HF's llama3 rope_scaling."""
+    periods = 2 * np.pi * theta ** (np.arange(0, head_dim, 2) / head_dim)
+    smooth = (context / periods - low) / (high - low)
+    mid = 1 / ((1 - smooth) / factor + smooth)
+    return np.where(periods < context / high, 1.0, np.where(periods > context / low, factor, mid))
 
 
 def write_reference(built: BuiltGguf, checkpoint: Path, out: Path) -> Path:
