@@ -104,3 +104,12 @@ def test_importer_tokenizer_adds_bos_when_gguf_says_so(
     assert imported.encode("Hello there") == [bos, *original.encode("Hello there")]
     config = json.loads((result.path / "config.json").read_text())
     assert config["bos_token_id"] == bos
+
+
+def test_importer_tokenizer_llama3_split(tiny_gguf: GgufFactory, tmp_path: Path) -> None:
+    """pre='llama-bpe' (Llama 3): numbers in groups of up to 3 digits, space kept apart."""
+    result = import_gguf(tiny_gguf("F32", pre="llama-bpe").path, "llama3", store=tmp_path)
+    imported = Tokenizer.from_file(str(result.path / "tokenizer.json"))
+    pieces = [p for p, _ in imported.pre_tokenizer.pre_tokenize_str("Hello world 12345's")]
+    assert pieces == ["Hello", "Ġworld", "Ġ", "123", "45", "'s"]
+    assert json.loads(imported.to_str())["model"]["ignore_merges"] is True
