@@ -109,6 +109,8 @@ class EngineCore:
     # ---- messages -------------------------------------------------------------------
 
     def handle(self, msg: Message) -> None:
+        if not self.has_work:  # idle time is not a stall: the watchdog clock starts now
+            self.last_progress = time.monotonic()
         if isinstance(msg, Submit):
             self.scheduler.add(msg.request)
             self.counters.requests_total += 1

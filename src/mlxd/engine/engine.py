@@ -101,6 +101,7 @@ class Engine:
     def submit(self, req: EngineRequest) -> RequestHandle:
         """Queue a request. Raises at once: EngineBusy, ContextOverflow, InvalidRequest,
         ModelNotFound, EngineUnavailable."""
+        self._check_open()  # again under the lock below; this one gives the clearer error
         info = self.model(req.model)
         validate(req, info.vocab_size)
         max_new = budget(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 
 import pytest
 
@@ -77,6 +78,21 @@ def test_failed_insert_fails_only_that_request() -> None:
         assert fin.reason is FinishReason.ERROR and "fake insert failure" in (fin.error or "")
         assert good.collect()[0] == [2, 3]
         assert engine.stats().waiting == 0 and engine.health().ok
+
+
+def test_idle_time_is_not_a_stall() -> None:
+    def slow_first_step(site: str, request_id: str | None) -> None:
+        if site == "step" and not stepped:
+            stepped.append(True)
+            time.sleep(0.1)  # well inside the watchdog period, but after a long idle time
+
+    stepped: list[bool] = []
+    with make(FakeBackend(), watchdog_seconds=0.5, fault_hook=slow_first_step) as engine:
+        engine.load_model("/fake/a", name="a")
+        time.sleep(1.0)  # idle for two watchdog periods
+        tokens, fin = engine.submit(req("a", [1], max_tokens=3)).collect()
+        assert (tokens, fin.reason) == ([2, 3, 4], FinishReason.LENGTH)
+        assert engine.health().ok
 
 
 def test_max_queue_zero_refuses_everything() -> None:
