@@ -150,6 +150,8 @@ def keyed_server(tiny_chat_model: Path, server_home: Path):  # type: ignore[no-u
             "1",
             "--max-queue",
             "1",
+            "--allowed-origins",
+            "http://ui.example",
         ],
         server_env(server_home),
     )
@@ -170,6 +172,32 @@ def test_api_key_required_except_health(keyed_server: ServerProcess) -> None:
     right = openai.OpenAI(base_url=url, api_key="s3cret", max_retries=0)
     r2 = right.chat.completions.create(model="default", messages=USER, max_tokens=2)
     assert r2.usage is not None and r2.usage.completion_tokens >= 1
+
+
+def test_cors_only_for_allowed_origins(keyed_server: ServerProcess) -> None:
+    url = keyed_server.base_url + "/chat/completions"
+    pre = {
+        "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "authorization",
+    }
+    ok = httpx.options(url, headers={"Origin": "http://ui.example", **pre})
+    assert ok.status_code == 200
+    assert ok.headers["access-control-allow-origin"] == "http://ui.example"
+    bad = httpx.options(url, headers={"Origin": "http://evil.example", **pre})
+    assert "access-control-allow-origin" not in bad.headers
+
+
+def test_burst_of_new_connections_all_served(server: ServerProcess) -> None:
+    """64 clients connect at once (each its own connection): no resets, every one answered."""
+    barrier = threading.Barrier(64)
+
+    def one(_: int) -> int:
+        with httpx.Client(base_url=server.url, timeout=60) as c:
+            barrier.wait()
+            return c.get("/health").status_code
+
+    with ThreadPoolExecutor(64) as pool:
+        assert list(pool.map(one, range(64))) == [200] * 64
 
 
 def test_queue_full_is_429_with_retry_after(keyed_server: ServerProcess) -> None:
