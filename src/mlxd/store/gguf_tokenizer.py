@@ -67,10 +67,10 @@ def build_tokenizer(gguf: GgufFile, hp: LlamaHParams) -> TokenizerFiles:
     tok.add_special_tokens(_added(tokens, types, (_UNKNOWN, _CONTROL), special=True))
     tok.add_tokens(_added(tokens, types, (_USER_DEFINED,), special=False))
     processor = _post_processor(special, tokens, add_bos, add_eos)
-    if processor is not None or spm:
+    if processor is None and not spm:
+        processor = processors.ByteLevel(trim_offsets=False)  # as HF's byte-level tokenizers
+    if processor is not None:
         tok.post_processor = processor
-    else:
-        tok.post_processor = processors.ByteLevel(trim_offsets=False)
     config = _tokenizer_config(gguf, tokens, types, special, hp, add_bos, add_eos)
     return TokenizerFiles(tok.to_str(), config, _special_ids(special), warnings)
 
