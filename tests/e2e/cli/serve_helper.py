@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+
 from tests.e2e.cli.cli_helpers import MLXD
 
 

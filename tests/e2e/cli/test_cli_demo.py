@@ -7,6 +7,7 @@ import os
 
 import openai
 import pytest
+
 from tests.e2e.cli.cli_helpers import one_json_line, run_mlxd
 from tests.e2e.cli.serve_helper import mlxd_server
 

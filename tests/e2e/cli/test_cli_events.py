@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from tests.e2e.cli.cli_helpers import MLXD, one_json_line, run_mlxd
 from tests.integration.chat.scripted import make_scripted_checkpoint
 

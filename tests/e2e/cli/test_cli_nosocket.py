@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from tests.e2e.cli.cli_helpers import MLXD
 
 RECORDER = """

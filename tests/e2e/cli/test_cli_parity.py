@@ -9,6 +9,7 @@ from pathlib import Path
 
 import openai
 import pytest
+
 from tests.e2e.cli.cli_helpers import one_json_line, run_mlxd
 from tests.e2e.cli.serve_helper import mlxd_server
 

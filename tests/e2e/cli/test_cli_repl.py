@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from tests.e2e.cli.cli_helpers import MLXD
 from tests.e2e.cli.pty_session import PtySession
 
