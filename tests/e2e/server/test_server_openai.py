@@ -246,3 +246,12 @@ def test_parity_with_mlxd_run(client: openai.OpenAI, tiny_chat_model: Path, serv
     text, reason = chat_text(client, max_tokens=16, temperature=0)
     assert text == expected["content"]
     assert reason == expected["finish_reason"]
+
+
+def test_default_budget_is_half_the_window(client: openai.OpenAI) -> None:
+    """No max_tokens: the server caps the answer at half of tiny-chat's 2048-token window."""
+    r = client.chat.completions.create(
+        model="default", messages=USER, extra_body={"ignore_eos": True}
+    )
+    assert r.usage is not None and r.usage.completion_tokens == 1024
+    assert r.choices[0].finish_reason == "length"
