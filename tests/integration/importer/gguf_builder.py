@@ -20,8 +20,6 @@ from gguf import GGMLQuantizationType, GGUFWriter, TokenType
 from gguf.quants import dequantize, quantize
 from safetensors.numpy import load_file, save_file
 
-from mlxd.store.gguf_weights import permute
-
 _BLOCK = {
     "input_layernorm": "attn_norm",
     "post_attention_layernorm": "ffn_norm",
@@ -141,6 +139,15 @@ def write_reference(built: BuiltGguf, checkpoint: Path, out: Path) -> Path:
     for file in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(checkpoint / file, out / file)
     return out
+
+
+def permute(weights: np.ndarray, n_head: int) -> np.ndarray:
+    """llama.cpp convert_hf_to_gguf.py's LlamaModel.permute, verbatim in substance."""
+    return (
+        weights.reshape(n_head, 2, weights.shape[0] // n_head // 2, *weights.shape[1:])
+        .swapaxes(1, 2)
+        .reshape(weights.shape)
+    )
 
 
 def _unpermute(w: np.ndarray, n_heads: int) -> np.ndarray:
