@@ -206,7 +206,8 @@ def stats_text(conv: Conversation) -> str:
         f"last answer: prompt {usage.prompt_tokens} tokens ({usage.cached_tokens} cached), "
         f"completion {usage.completion_tokens} tokens, first token {timings.ttft_s:.3f} s, "
         f"{decode_tps(last):.1f} tok/s, finish {last.reason.value}\n"
-        f"session: {conv.answers} answers, prompt {conv.prompt_tokens} tokens "
+        f"session: {conv.answers} answer{'' if conv.answers == 1 else 's'}, "
+        f"prompt {conv.prompt_tokens} tokens "
         f"({conv.cached_tokens} cached), completion {conv.completion_tokens} tokens"
     )
 

@@ -63,5 +63,5 @@ def test_run_and_chat_open_no_socket(
         timeout=120,
     )
     assert run.returncode == 0 and run.stdout.strip(), run.stderr
-    assert chat.returncode == 0 and "session: 1 answers" in chat.stdout, chat.stderr
+    assert chat.returncode == 0 and "session: 1 answer," in chat.stdout, chat.stderr
     assert not log.exists(), log.read_text()

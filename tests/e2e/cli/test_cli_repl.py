@@ -47,7 +47,7 @@ def stats(session: PtySession) -> re.Match[str]:
         session,
         "/stats",
         r"last answer: prompt (\d+) tokens \((\d+) cached\).*\n"
-        r"session: (\d+) answers, prompt (\d+) tokens",
+        r"session: (\d+) answers?, prompt (\d+) tokens",
     )
 
 
