@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from tests.integration.importer.gguf_builder import build_gguf
 
 
