@@ -39,16 +39,21 @@ class MlxdServer(uvicorn.Server):
     are aborted with an error event, then uvicorn shuts down. A second signal: at once.
     """
 
-    def __init__(self, config: uvicorn.Config, lifecycle: Lifecycle, drain_seconds: float) -> None:
+    def __init__(
+        self, config: uvicorn.Config, lifecycle: Lifecycle, drain_seconds: float, banner: str
+    ) -> None:
         super().__init__(config)
         self.lifecycle = lifecycle
         self.drain_seconds = drain_seconds
+        self.banner = banner
         self._loop: asyncio.AbstractEventLoop | None = None
         self._draining = False
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         await super().startup(sockets=sockets)
+        if self.started:  # listening now: this line is the "ready" signal scripts wait for
+            print(self.banner, file=sys.stderr, flush=True)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # Not recorded in _captured_signals: uvicorn would re-raise it after serving, and
@@ -73,7 +78,8 @@ class MlxdServer(uvicorn.Server):
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
-    """Bind and listen before loading the model: a busy port fails fast, in one line."""
+    """Bind (without listening) before loading the model: a busy port fails fast, in one line,
+    and nothing accepts connections until the model is loaded and uvicorn listens."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as e:
@@ -83,7 +89,6 @@ def bind_socket(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind(address)
-        sock.listen(BACKLOG)
     except OSError as e:
         sock.close()
         if e.errno == errno.EADDRINUSE:
@@ -139,10 +144,10 @@ def serve(settings: ServerSettings, model: str | None, engine_overrides: dict[st
             access_log=False,
             server_header=False,
         )
-        server = MlxdServer(config, app.state.mlxd.lifecycle, settings.drain_seconds)
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
-        print(f"mlxd serve: {info.name} on http://{shown}:{port}/v1", file=sys.stderr, flush=True)
+        banner = f"mlxd serve: {info.name} on http://{shown}:{port}/v1"
+        server = MlxdServer(config, app.state.mlxd.lifecycle, settings.drain_seconds, banner)
         server.run(sockets=[sock])
     finally:
         sock.close()
