@@ -31,7 +31,8 @@ TOOL_SCRIPT = [
 @pytest.fixture(scope="package")
 def server_home(tmp_path_factory: pytest.TempPathFactory, tiny_chat_model: Path) -> Path:
     """An MLXD_HOME whose store holds 'scripted' (thinks, then calls get_weather) and
-    'tiny-long' (tiny-chat with a 64k window, so one request can decode for seconds)."""
+    'tiny-long' (tiny-chat with a 64k window, so one request can decode for seconds) and
+    'tiny-short' (a 128-token window)."""
     home = tmp_path_factory.mktemp("serve-home")
     store = home / "mlxd" / "models"
     make_scripted_checkpoint(store / "scripted", TOOL_SCRIPT)
@@ -39,6 +40,9 @@ def server_home(tmp_path_factory: pytest.TempPathFactory, tiny_chat_model: Path)
     config = json.loads((store / "tiny-long" / "config.json").read_text())
     config["max_position_embeddings"] = 65536
     (store / "tiny-long" / "config.json").write_text(json.dumps(config))
+    shutil.copytree(tiny_chat_model, store / "tiny-short")
+    config["max_position_embeddings"] = 128
+    (store / "tiny-short" / "config.json").write_text(json.dumps(config))
     return home
 
 
