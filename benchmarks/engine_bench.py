@@ -192,41 +192,40 @@ def section_ttft(ckpt: Path, repeats: int) -> dict:
 
 
 def section_turn(ckpt: Path, repeats: int) -> dict:
+    """One engine: turn 2 extends a cached history (hit) vs a same-length unseen one (cold)."""
     vocab = json.loads((ckpt / "config.json").read_text())["vocab_size"]
-    history = prompts(1, 1000, vocab, seed=3)[0]
-    hot_engine = Engine(EngineConfig.from_settings(max_batch=1))
-    cold_engine = Engine(EngineConfig.from_settings(max_batch=1, prefix_cache_bytes=0))
-    hot = hot_engine.load_model(ckpt, name="bench")
-    cold = cold_engine.load_model(ckpt, name="bench")
-    # Turn 1 fills the prefix cache of the hot engine.
-    engine_run(hot_engine, hot.name, [history], 8)
+    engine = Engine(EngineConfig.from_settings(max_batch=1))
+    info = engine.load_model(ckpt, name="bench")
     hot_t, cold_t, cached = [], [], []
-    for i in range(repeats):
-        turn2 = history + prompts(1, 20, vocab, seed=100 + i)[0]
-        h = hot_engine.submit(
-            EngineRequest(
-                model=hot.name,
-                prompt_ids=turn2,
-                params=SamplingParams(max_tokens=2, ignore_eos=True),
-            )
-        )
-        t0 = time.perf_counter()
-        first = None
-        for ev in h:
-            if isinstance(ev, TokenEvent) and first is None:
-                first = time.perf_counter() - t0
-            if isinstance(ev, FinishEvent):
-                cached.append(ev.usage.cached_tokens)
-        hot_t.append(first)
-        cold_t.append(engine_run(cold_engine, cold.name, [turn2], 2)["ttft_mean"])
-    hot_engine.close()
-    cold_engine.close()
+    try:
+        for i in range(repeats):
+            history = prompts(1, 1000, vocab, seed=3 + i)[0]
+            engine_run(engine, info.name, [history], 8)  # turn 1 fills the prefix cache
+            new = prompts(1, 20, vocab, seed=100 + i)[0]
+            hot_t.append(_first_token(engine, info.name, history + new, cached))
+            unseen = prompts(1, 1000, vocab, seed=1000 + i)[0]
+            cold_t.append(_first_token(engine, info.name, unseen + new, []))
+    finally:
+        engine.close()
     return {
         "ttft_s_cache_hit": round(statistics.median(hot_t), 4),
         "ttft_s_cold": round(statistics.median(cold_t), 4),
         "speedup": round(statistics.median(cold_t) / statistics.median(hot_t), 2),
         "cached_tokens": cached,
     }
+
+
+def _first_token(engine: Engine, name: str, prompt: list[int], cached: list[int]) -> float:
+    params = SamplingParams(max_tokens=2, ignore_eos=True)
+    t0 = time.perf_counter()
+    handle = engine.submit(EngineRequest(model=name, prompt_ids=prompt, params=params))
+    first = 0.0
+    for ev in handle:
+        if isinstance(ev, TokenEvent) and not first:
+            first = time.perf_counter() - t0
+        if isinstance(ev, FinishEvent):
+            cached.append(ev.usage.cached_tokens)
+    return first
 
 
 def main() -> None:

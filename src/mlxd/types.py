@@ -21,7 +21,7 @@ class FinishReason(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
-    """Per-request decoding options. Validated by chat.options.validate_params."""
+    """Per-request decoding options, built and validated by chat.options.sampling_params."""
 
     temperature: float = 0.0
     top_p: float = 1.0
