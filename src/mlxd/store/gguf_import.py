@@ -96,14 +96,16 @@ def import_gguf(
     plan = _Conversion.read(source, dtype, keep_quantized)
     name = name or slugify(str(plan.gguf.metadata.get("general.name") or source.stem))
     target = _check_free(store, name, replace)
-    store.mkdir(parents=True, exist_ok=True)
-    _check_space(store, planned_bytes(plan.weights, dtype, keep_quantized))
-    _remove_stale_temps(store)
     tmp = store / f"{TMP_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
     try:
+        store.mkdir(parents=True, exist_ok=True)
+        _check_space(store, planned_bytes(plan.weights, dtype, keep_quantized))
+        _remove_stale_temps(store)
         tmp.mkdir()
         size = plan.write(tmp, dtype, keep_quantized, progress)
         _install(tmp, target, replace)
+    except OSError as e:  # unwritable store, disk full, ...: one line, not a traceback
+        raise MlxdError(f"cannot write the model into {store}: {e.strerror or e}") from e
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return ImportResult(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mlxd.errors import InvalidRequest, ModelBroken, ModelNotFound
+from mlxd.errors import InvalidRequest, MlxdError, ModelBroken, ModelNotFound
 from mlxd.store.gguf_import import import_gguf
 from tests.integration.importer.gguf_builder import GgufFactory
 
@@ -119,3 +119,10 @@ def test_importer_removes_temp_dirs_of_dead_imports(tiny_gguf: GgufFactory, stor
     (dead / "model.safetensors").write_bytes(b"half")
     import_gguf(tiny_gguf("F32").path, "tiny")
     assert store_entries(store) == ["tiny"]
+
+
+def test_importer_unwritable_store(tiny_gguf: GgufFactory, tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the store should be")
+    with pytest.raises(MlxdError, match="cannot write the model into"):
+        import_gguf(tiny_gguf("F32").path, "tiny", store=blocker / "models")
