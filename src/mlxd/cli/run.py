@@ -80,7 +80,7 @@ def parse_positionals(words: list[str], model: str | None) -> Invocation:
 
     try:
         ref = resolve_model(first)
-    except AmbiguousModel:
+    except AmbiguousModel:  # a ModelNotFound too, but never a prompt: list the candidates
         raise
     except ModelNotFound as e:
         if len(words) == 1 and not _looks_like_reference(first):

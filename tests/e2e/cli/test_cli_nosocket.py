@@ -1,5 +1,6 @@
 """`mlxd run` and `mlxd chat` open no socket: a sitecustomize in the child records every
-bind/listen/connect on socket objects, and a control run shows the recorder works."""
+bind/listen/connect on socket objects (and, at exit, any server or terminal-UI module that
+got imported); a control run shows the recorder works."""
 
 from __future__ import annotations
 
@@ -23,6 +24,15 @@ def _wrap(name):
     setattr(socket.socket, name, recorded)
 for _name in ("bind", "listen", "connect", "connect_ex"):
     _wrap(_name)
+
+import atexit, sys
+_HEAVY = ("fastapi", "uvicorn", "starlette", "prompt_toolkit", "rich")
+def _heavy_modules():
+    loaded = [m for m in sys.modules
+              if m.split(".")[0] in _HEAVY or m.startswith("mlxd.server")]
+    with open(os.environ["MLXD_TEST_MODULES_LOG"], "a") as log:
+        log.write(" ".join(sorted(loaded)) + "\\n")
+atexit.register(_heavy_modules)
 """
 
 
@@ -32,14 +42,22 @@ def recorded_env(cli_env: dict[str, str], tmp_path: Path) -> tuple[dict[str, str
     site.mkdir()
     (site / "sitecustomize.py").write_text(RECORDER)
     log = tmp_path / "sockets.log"
-    return cli_env | {"PYTHONPATH": str(site), "MLXD_TEST_SOCKET_LOG": str(log)}, log
+    env = cli_env | {
+        "PYTHONPATH": str(site),
+        "MLXD_TEST_SOCKET_LOG": str(log),
+        "MLXD_TEST_MODULES_LOG": str(tmp_path / "modules.log"),
+    }
+    return env, log
 
 
 def test_recorder_sees_a_listening_socket(recorded_env: tuple[dict[str, str], Path]) -> None:
     env, log = recorded_env
-    code = "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); s.close()"
+    code = (
+        "import socket, rich; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); s.close()"
+    )
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=30)
     assert "bind" in log.read_text() and "listen" in log.read_text()
+    assert "rich" in Path(env["MLXD_TEST_MODULES_LOG"]).read_text().split()
 
 
 def test_run_and_chat_open_no_socket(
@@ -65,3 +83,6 @@ def test_run_and_chat_open_no_socket(
     assert run.returncode == 0 and run.stdout.strip(), run.stderr
     assert chat.returncode == 0 and "session: 1 answer," in chat.stdout, chat.stderr
     assert not log.exists(), log.read_text()
+    # the server's and the line editor's imports stay off this path (start-up time)
+    heavy = Path(env["MLXD_TEST_MODULES_LOG"]).read_text().splitlines()
+    assert heavy == ["", ""], heavy
