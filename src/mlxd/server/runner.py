@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import signal
 import socket
 import sys
 from types import FrameType
@@ -33,7 +32,7 @@ class PortInUse(MlxdError):
 
 
 class MlxdServer(uvicorn.Server):
-    """uvicorn.Server whose first signal drains instead of stopping at once.
+    """uvicorn.Server whose first signal (SIGTERM or SIGINT) drains instead of stopping at once.
 
     First SIGTERM/SIGINT: new requests get 503, running ones get drain_seconds, the rest
     are aborted with an error event, then uvicorn shuts down. A second signal: at once.
@@ -48,6 +47,7 @@ class MlxdServer(uvicorn.Server):
         self.banner = banner
         self._loop: asyncio.AbstractEventLoop | None = None
         self._draining = False
+        self._tasks: set[asyncio.Task[None]] = set()  # strong refs: the loop keeps weak ones
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
@@ -64,7 +64,13 @@ class MlxdServer(uvicorn.Server):
             return
         self._draining = True
         self.lifecycle.draining = True
-        self._loop.call_soon_threadsafe(lambda: self._loop.create_task(self._drain()))  # type: ignore[union-attr]
+        # Signal handlers run between bytecodes: hand the drain to the loop, never run it here.
+        self._loop.call_soon_threadsafe(self._start_drain)
+
+    def _start_drain(self) -> None:
+        task = asyncio.get_running_loop().create_task(self._drain())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _drain(self) -> None:
         aborted = await self.lifecycle.drain(self.drain_seconds)
@@ -166,7 +172,3 @@ def warn_if_exposed(settings: ServerSettings) -> None:
         file=sys.stderr,
         flush=True,
     )
-
-
-# SIGTERM must drain too; uvicorn's HANDLED_SIGNALS covers SIGINT and SIGTERM already.
-assert signal.SIGTERM in uvicorn.server.HANDLED_SIGNALS
