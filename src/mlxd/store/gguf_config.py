@@ -106,6 +106,29 @@ def hf_config(hp: LlamaHParams, dtype: str, special: dict[str, Any]) -> dict[str
     return config
 
 
+# GGUF general.sampling.* keys -> generation_config.json keys, with their valid ranges.
+_SAMPLING = {
+    "temp": ("temperature", 0.0, 100.0),
+    "top_p": ("top_p", 0.0, 1.0),
+    "min_p": ("min_p", 0.0, 1.0),
+    "top_k": ("top_k", 0, 1 << 20),
+    "penalty_repeat": ("repetition_penalty", 0.0, 100.0),
+}
+
+
+def sampling_defaults(gguf: GgufFile) -> dict[str, Any]:
+    """The model author's recommended sampling (general.sampling.*) as HF generation keys."""
+    out: dict[str, Any] = {}
+    for key, (name, low, high) in _SAMPLING.items():
+        value = gguf.metadata.get(f"general.sampling.{key}")
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            if low <= value <= high:  # NaN fails too; out-of-range hints are dropped
+                out[name] = value
+    if out:
+        out["do_sample"] = out.get("temperature", 1.0) > 0
+    return out
+
+
 def _dim(gguf: GgufFile, key: str, default: int | None = None) -> int:
     value = gguf.value(key, int, default)
     if not 0 < value <= _MAX_DIM:

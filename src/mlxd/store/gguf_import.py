@@ -19,7 +19,7 @@ from typing import Any
 
 from mlxd import config
 from mlxd.errors import InvalidRequest, MlxdError
-from mlxd.store.gguf_config import LlamaHParams, hf_config, read_hparams
+from mlxd.store.gguf_config import LlamaHParams, hf_config, read_hparams, sampling_defaults
 from mlxd.store.gguf_format import IMPORT_FORMAT, INFO_KEY, TMP_PREFIX
 from mlxd.store.gguf_reader import GgufFile, open_gguf
 from mlxd.store.gguf_tokenizer import TokenizerFiles, build_tokenizer
@@ -131,6 +131,7 @@ class _Conversion:
     weights: list[WeightPlan]
     tokenizer: TokenizerFiles
     config: dict[str, Any]
+    generation: dict[str, Any]
 
     @classmethod
     def read(cls, source: Path, dtype: str, keep_quantized: bool) -> _Conversion:
@@ -148,7 +149,8 @@ class _Conversion:
             "gguf_name": gguf.metadata.get("general.name"),
             "gguf_file_type": gguf.metadata.get("general.file_type"),
         }
-        return cls(gguf, hp, weights, tokenizer, model_config)
+        generation = tokenizer.special_ids | sampling_defaults(gguf)
+        return cls(gguf, hp, weights, tokenizer, model_config, generation)
 
     def write(
         self, folder: Path, dtype: str, keep_quantized: bool, progress: ProgressFn | None
@@ -158,7 +160,7 @@ class _Conversion:
         size = write_safetensors(weights, self.weights, dtype, progress, keep_quantized)
         _write_json(folder / "config.json", self.config)
         _write_json(folder / "tokenizer_config.json", self.tokenizer.tokenizer_config)
-        _write_json(folder / "generation_config.json", self.tokenizer.special_ids)
+        _write_json(folder / "generation_config.json", self.generation)
         (folder / "tokenizer.json").write_text(self.tokenizer.tokenizer_json, encoding="utf-8")
         return size
 

@@ -103,3 +103,7 @@ def test_importer_config_facts(tiny_gguf: GgufFactory, tiny_chat_model: Path, st
     assert config["rms_norm_eps"] == pytest.approx(original["rms_norm_eps"])
     assert result.parameters == sum(v.size for v in built.reference.values())
     assert result.context_window == original["max_position_embeddings"]
+    generation = json.loads((result.path / "generation_config.json").read_text())
+    vocab = json.loads((tiny_chat_model / "tokenizer.json").read_text())["model"]["vocab"]
+    pad = vocab[json.loads((tiny_chat_model / "tokenizer_config.json").read_text())["pad_token"]]
+    assert generation == {"eos_token_id": original["eos_token_id"], "pad_token_id": pad}

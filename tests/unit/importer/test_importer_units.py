@@ -260,3 +260,22 @@ def test_importer_affine_parts_equal_gguf_dequantize(qtype: str) -> None:
     assert packed.dtype == np.uint32 and packed.shape == (6, 96 // per)
     unpacked = [(packed >> np.uint32(bits * i)) & np.uint32((1 << bits) - 1) for i in range(per)]
     np.testing.assert_array_equal(np.stack(unpacked, axis=-1).reshape(codes.shape), codes)
+
+
+def test_importer_sampling_defaults() -> None:
+    from mlxd.store.gguf_config import sampling_defaults
+
+    meta = {
+        "general.sampling.temp": 0.6,
+        "general.sampling.top_p": 0.9,
+        "general.sampling.top_k": 40,
+        "general.sampling.min_p": float("nan"),  # dropped: not a valid probability
+        "general.sampling.penalty_repeat": True,  # dropped: not a number
+    }
+    assert sampling_defaults(gguf(meta)) == {
+        "temperature": 0.6,
+        "top_p": 0.9,
+        "top_k": 40,
+        "do_sample": True,
+    }
+    assert sampling_defaults(gguf({})) == {}
