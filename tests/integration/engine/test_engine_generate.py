@@ -10,15 +10,21 @@ import pytest
 from mlxd.engine import Engine, ModelInfo, RequestHandle, RequestStatus
 from mlxd.types import FinishReason, TokenEvent
 
+from . import engine_helpers
 from .engine_helpers import collect_events, random_prompts, request
 
 
-def test_greedy_alone_equals_inside_batch_of_8(chat: tuple[Engine, ModelInfo]) -> None:
-    engine, info = chat
+@pytest.mark.parametrize("checkpoint", ["tiny_chat_model", "tiny_quant_model"])
+def test_greedy_alone_equals_inside_batch_of_8(
+    make_engine, checkpoint: str, request: pytest.FixtureRequest
+) -> None:
+    engine = make_engine()
+    info = engine.load_model(request.getfixturevalue(checkpoint))
     prompts = random_prompts(8, info.vocab_size, (3, 120), seed=1)
     params = dict(max_tokens=24, ignore_eos=True)
-    alone = [engine.submit(request(info, p, **params)).collect()[0] for p in prompts]
-    handles = [engine.submit(request(info, p, **params)) for p in prompts]
+    make = engine_helpers.request  # `request` is pytest's fixture here
+    alone = [engine.submit(make(info, p, **params)).collect()[0] for p in prompts]
+    handles = [engine.submit(make(info, p, **params)) for p in prompts]
     batched = [h.collect()[0] for h in handles]
     assert all(len(t) == 24 for t in alone)
     assert batched == alone
