@@ -27,7 +27,7 @@ def logits(path: Path) -> np.ndarray:
     return np.array(out[0].astype(mx.float32))
 
 
-@pytest.mark.parametrize("qtype", ["F32", "F16", "Q8_0", "Q4_0", "Q4_1"])
+@pytest.mark.parametrize("qtype", ["F32", "F16", "BF16", "Q8_0", "Q5_0", "Q5_1", "Q4_0", "Q4_1"])
 def test_importer_logits_match_reference(
     qtype: str, tiny_gguf: GgufFactory, tiny_chat_model: Path, store: Path, tmp_path: Path
 ) -> None:
