@@ -279,3 +279,16 @@ def test_importer_sampling_defaults() -> None:
         "do_sample": True,
     }
     assert sampling_defaults(gguf({})) == {}
+
+
+def test_importer_cli_and_default_model_import_light() -> None:
+    """`mlxd --help` and store scans must not pay for numpy/gguf/tokenizers/mlx imports."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, mlxd.cli.import_cmd, mlxd.store.default_model, mlxd.store.gguf_format;"
+        "print(sorted(m for m in ('numpy', 'gguf', 'tokenizers', 'mlx') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
