@@ -256,3 +256,38 @@ def test_default_budget_is_half_the_window(client: openai.OpenAI) -> None:
     assert r.usage is not None and r.usage.prompt_tokens < 64
     assert r.usage.completion_tokens == 64
     assert r.choices[0].finish_reason == "length"
+
+
+def test_streamed_logprobs_one_per_token(client: openai.OpenAI) -> None:
+    chunks = list(
+        client.chat.completions.create(
+            model="default",
+            messages=USER,
+            max_tokens=6,
+            logprobs=True,
+            top_logprobs=1,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    items = [
+        item
+        for c in chunks
+        if c.choices and c.choices[0].logprobs is not None
+        for item in c.choices[0].logprobs.content or []
+    ]
+    assert len(items) == chunks[-1].usage.completion_tokens  # type: ignore[union-attr]
+    assert all(i.logprob <= 0.0 and len(i.top_logprobs) == 1 for i in items)
+
+
+def test_allowed_template_kwargs_reach_the_template(client: openai.OpenAI) -> None:
+    """enable_thinking=false makes tiny-chat's template close an empty think block, which
+    changes the prompt (more prompt tokens)."""
+    on = client.chat.completions.create(model="default", messages=USER, max_tokens=1)
+    off = client.chat.completions.create(
+        model="default",
+        messages=USER,
+        max_tokens=1,
+        extra_body={"chat_template_kwargs": {"enable_thinking": False}},
+    )
+    assert off.usage.prompt_tokens > on.usage.prompt_tokens  # type: ignore[union-attr]
