@@ -8,10 +8,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from tests.integration.store.cachefixture import break_model, place_in_cache, place_in_store
-from tests.integration.store.clirun import cli_env, command, mlxd
 
 from mlxd.errors import InvalidRequest, ModelBroken, ModelNotFound
+from tests.integration.store.cachefixture import break_model, place_in_cache, place_in_store
+from tests.integration.store.clirun import cli_env, command, mlxd
 
 
 @pytest.fixture

@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.integration.store.cachefixture import break_model, place_in_cache, place_in_store
 
 from mlxd.errors import InvalidRequest, ModelNotFound
 from mlxd.store.catalog import list_models
 from mlxd.store.inspect import describe
 from mlxd.store.remove import execute, plan_removal
 from mlxd.store.resolve import resolve
+from tests.integration.store.cachefixture import break_model, place_in_cache, place_in_store
 
 OTHER = "c" * 40
 

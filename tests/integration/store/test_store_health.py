@@ -8,6 +8,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+
+from mlxd.errors import ModelBroken, ModelRefused
+from mlxd.store import health
+from mlxd.store.health import check, check_runnable
 from tests.integration.store.cachefixture import (
     BREAKAGES,
     EXPECTED,
@@ -15,10 +19,6 @@ from tests.integration.store.cachefixture import (
     materialize,
     place_in_cache,
 )
-
-from mlxd.errors import ModelBroken, ModelRefused
-from mlxd.store import health
-from mlxd.store.health import check, check_runnable
 
 
 @pytest.fixture

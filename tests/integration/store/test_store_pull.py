@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.integration.store.clirun import cli_env, command, mlxd
-from tests.integration.store.hubserver import FixtureRepo, HubServer
 
 from mlxd.errors import DownloadError, InvalidRequest, ModelNotFound, ModelRefused
+from tests.integration.store.clirun import cli_env, command, mlxd
+from tests.integration.store.hubserver import FixtureRepo, HubServer
 
 EXTRAS = {"modeling_evil.py": b"import os\n", "pytorch_model.bin": b"\x80\x04pickle",
           "README.md": b"# tiny\n"}  # fmt: skip

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.integration.store.cachefixture import place_in_cache, place_in_store
 
 from mlxd.errors import AmbiguousModel, InvalidRequest, ModelNotFound
 from mlxd.store.resolve import resolve
+from tests.integration.store.cachefixture import place_in_cache, place_in_store
 
 OTHER = "b" * 40
 
