@@ -6,6 +6,7 @@ import ipaddress
 from dataclasses import dataclass, field
 
 from mlxd.config import setting, setting_int
+from mlxd.errors import InvalidRequest
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 
@@ -30,16 +31,22 @@ class ServerSettings:
     @classmethod
     def from_config(cls, **overrides: object) -> ServerSettings:
         """Config/env defaults, then non-None overrides (CLI flags)."""
-        values: dict[str, object] = {
-            "host": setting("host"),
-            "port": setting_int("port"),
-            "api_key": setting("api_key"),
-            "max_body_bytes": setting_int("max_body_bytes"),
-            "max_stop_strings": setting_int("max_stop_strings"),
-            "drain_seconds": float(setting("drain_seconds")),
-        }
+        try:
+            values: dict[str, object] = {
+                "host": setting("host"),
+                "port": setting_int("port"),
+                "api_key": setting("api_key"),
+                "max_body_bytes": setting_int("max_body_bytes"),
+                "max_stop_strings": setting_int("max_stop_strings"),
+                "drain_seconds": float(setting("drain_seconds")),
+            }
+        except ValueError as exc:
+            raise InvalidRequest(f"bad server setting in the environment: {exc}") from None
         values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)  # type: ignore[arg-type]
+        settings = cls(**values)  # type: ignore[arg-type]
+        if not 0 <= settings.port <= 65535:
+            raise InvalidRequest(f"port {settings.port} is not in 0..65535", param="port")
+        return settings
 
     @property
     def loopback(self) -> bool:

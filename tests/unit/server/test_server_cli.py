@@ -5,7 +5,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from mlxd.cli.main import build_parser
+from mlxd.errors import InvalidRequest
+from mlxd.server.settings import ServerSettings
 
 
 def test_importing_the_serve_command_is_light() -> None:
@@ -47,3 +51,17 @@ def test_serve_flags_parse() -> None:
     assert args.model == "m" and args.port == 0 and args.allowed_origins == ["http://a", "http://b"]
     assert (args.max_batch, args.max_queue, args.max_tokens_ceiling) == (4, 8, 100)
     assert args.drain_seconds == 2.5 and args.trust_remote_code and callable(args.func)
+
+
+def test_settings_from_env_and_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLXD_API_KEY", "envkey")
+    monkeypatch.setenv("MLXD_PORT", "9001")
+    s = ServerSettings.from_config(port=None, host="::1")
+    assert (s.api_key, s.port, s.host, s.loopback) == ("envkey", 9001, "::1", True)
+    assert ServerSettings.from_config(api_key="flag").api_key == "flag"
+    monkeypatch.setenv("MLXD_PORT", "eighty")
+    with pytest.raises(InvalidRequest):
+        ServerSettings.from_config()
+    monkeypatch.setenv("MLXD_PORT", "8080")
+    with pytest.raises(InvalidRequest):
+        ServerSettings.from_config(port=70000)
