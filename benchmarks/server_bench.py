@@ -142,13 +142,18 @@ async def run_level(
 ) -> dict[str, float]:
     limits = httpx.Limits(max_connections=clients + 4, max_keepalive_connections=clients + 4)
     async with httpx.AsyncClient(timeout=600, limits=limits) as client:
+        errors = 0
 
         async def worker(cid: int) -> list[Sample]:
+            nonlocal errors
             out = []
             for n in range(per_client):
                 body = request_body(load, cid, n, max_tokens, eos)
                 body["model"] = model
-                out.append(await one_request(client, url, body))
+                try:
+                    out.append(await one_request(client, url, body))
+                except httpx.HTTPError:  # a reset or refused connection counts, not crashes
+                    errors += 1
             return out
 
         t0 = time.perf_counter()
@@ -161,6 +166,7 @@ async def run_level(
     return {
         "clients": clients,
         "requests": len(samples),
+        "failed_requests": errors,
         "tokens": tokens,
         "wall_s": round(wall, 3),
         "agg_tok_s": round(tokens / wall, 1),
