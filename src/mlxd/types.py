@@ -61,10 +61,6 @@ class Timings:
     ttft_s: float = 0.0  # submit -> first token
     total_s: float = 0.0  # submit -> finish
 
-    @property
-    def decode_tps(self) -> float:
-        return 0.0 if self.total_s <= self.ttft_s else 1.0 / max(self.total_s - self.ttft_s, 1e-9)
-
 
 @dataclass(frozen=True, slots=True)
 class TokenLogprob:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from mlxd.cli.repl_options import add_generation_flags, one_line_errors
+from mlxd.cli.repl_options import add_generation_flags
 
 
 def add_parser(subparsers: Any) -> None:
@@ -20,7 +20,6 @@ def add_parser(subparsers: Any) -> None:
         description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    one_line_errors(parser)
     parser.add_argument(
         "model", nargs="?", default=None, help="model reference (default: the embedded model)"
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import NoReturn
 
 from mlxd import __version__
 from mlxd.errors import MlxdError
@@ -28,12 +29,26 @@ COMMANDS: dict[str, str] = {
 }
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a bad command line as one stderr line (JSON with --json), exit 2."""
+
+    json_mode = False
+
+    def error(self, message: str) -> NoReturn:
+        from mlxd.cli.render import print_error
+        from mlxd.errors import InvalidRequest
+
+        error = InvalidRequest(f"{self.prog}: {message} (see `{self.prog} --help`)")
+        print_error(error, json_mode=OneLineParser.json_mode)
+        sys.exit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="mlxd", description="Local LLMs on MLX: a model store, a CLI and an OpenAI server."
     )
     parser.add_argument("--version", action="version", version=f"mlxd {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     seen: set[str] = set()
     for module_name in COMMANDS.values():
         if module_name in seen:
@@ -51,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    OneLineParser.json_mode = "--json" in argv
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

@@ -2,7 +2,6 @@
 option table (mlxd.chat.options.OPTIONS), so each flag maps one to one onto the server's
 request field of the same meaning.
 
-Also: one-line argparse errors (valid JSON with --json) for the two commands.
 """
 
 from __future__ import annotations
@@ -10,9 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from collections.abc import Callable, Iterable
-from typing import Any, NoReturn
+from typing import Any
 
 # Flags this module defines itself; an OPTIONS entry with the same flag is skipped.
 OWN_FLAGS = ("--system", "--json", "--model", "--hide-reasoning", "--no-think")
@@ -69,39 +67,6 @@ def checked_options_from_args(args: argparse.Namespace) -> dict[str, object]:
 
 def template_kwargs_from(no_think: bool) -> dict[str, object] | None:
     return {"enable_thinking": False} if no_think else None
-
-
-def one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Make argparse report a bad flag as one stderr line (JSON with --json), exit code 2."""
-
-    def error(message: str) -> NoReturn:
-        text = f"{parser.prog}: {' '.join(message.split())}"
-        if "--json" in sys.argv[1:]:
-            body = {
-                "error": {
-                    "message": text,
-                    "type": "invalid_request_error",
-                    "param": None,
-                    "code": "invalid_request",
-                }
-            }
-            sys.stderr.write(json.dumps(body) + "\n")
-        else:
-            sys.stderr.write(f"mlxd: error: {text} (see `{parser.prog} --help`)\n")
-        sys.exit(2)
-
-    parser.error = error  # type: ignore[method-assign]
-    parse_known = parser.parse_known_args
-
-    def parse_known_args(args=None, namespace=None):  # type: ignore[no-untyped-def]
-        # The top-level parser would report leftovers with its usage on a second line.
-        namespace, extras = parse_known(args, namespace)
-        if extras:
-            error(f"unrecognized arguments: {' '.join(extras)}")
-        return namespace, extras
-
-    parser.parse_known_args = parse_known_args  # type: ignore[method-assign]
-    return parser
 
 
 # ---- the option table --------------------------------------------------------------------

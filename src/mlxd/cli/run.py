@@ -18,7 +18,6 @@ from typing import Any
 from mlxd.cli.repl_options import (
     add_generation_flags,
     checked_options_from_args,
-    one_line_errors,
     template_kwargs_from,
 )
 from mlxd.errors import AmbiguousModel, InvalidRequest, ModelNotFound
@@ -32,7 +31,6 @@ def add_parser(subparsers: Any) -> None:
         description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    one_line_errors(parser)
     parser.add_argument(
         "words", nargs="*", metavar="MODEL PROMPT", help="model (optional) and prompt words"
     )

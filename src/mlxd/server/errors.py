@@ -33,7 +33,7 @@ for _cls in (
 
 
 class PayloadTooLarge(E.InvalidRequest):
-    """Request body over max_body_bytes (local: errors.py has no 413 class yet)."""
+    """Request body over max_body_bytes (HTTP-only, so it lives with the server)."""
 
     http_status = 413
     code = "payload_too_large"

@@ -114,7 +114,7 @@ def resolve_default(model: str | None, trust_remote_code: bool) -> tuple[Any, st
     if model is None:
         from mlxd.store.default_model import default_model
 
-        ref = default_model()
+        ref = default_model(notify=lambda message: print(message, file=sys.stderr, flush=True))
     else:
         ref = resolve(model)
     check_runnable(ref.path, trust_remote_code=trust_remote_code)
