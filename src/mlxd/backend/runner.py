@@ -40,6 +40,7 @@ class BatchRunner:
         max_batch: int,
         prefill_chunk: int,
         prefill_batch: int = 1,
+        prefill_group_tokens: int = 0,
         fault_hook: FaultHook | None = None,
     ) -> None:
         self.loaded = loaded
@@ -47,11 +48,12 @@ class BatchRunner:
         self.prefix_cache = prefix_cache
         self.fault_hook = fault_hook
         self.vocab_size = vocab_size(loaded)
-        # prefill_batch=1 prefills first-come-first-served, so early requests stream early.
+        self.max_prefill_batch = max(1, min(prefill_batch, max_batch))
+        self.prefill_group_tokens = prefill_group_tokens
         self._gen = BatchGenerator(
             loaded.model,
             completion_batch_size=max_batch,
-            prefill_batch_size=max(1, min(prefill_batch, max_batch)),
+            prefill_batch_size=self.max_prefill_batch,
             prefill_step_size=prefill_chunk,
         )
         self._top_n: dict[int, int] = {}  # uid -> top_logprobs, only for logprobs requests
@@ -101,6 +103,8 @@ class BatchRunner:
 
     def step(self) -> StepResult:
         """One decode step for the running batch, then one prefill chunk."""
+        if self.prefill_group_tokens:
+            self._plan_prefill()
         prompt_resps, gen_resps = self._gen.next()
         top_n = self._top_n
         outputs = []
@@ -116,6 +120,27 @@ class BatchRunner:
 
     def close(self) -> None:
         self._gen.close()
+
+    def _plan_prefill(self) -> None:
+        """Pick how many waiting prompts the next prefill step takes, first come first served.
+
+        Prompts are prefilled side by side only while the padded group (longest x count)
+        stays within `prefill_group_tokens`: a burst of short prompts starts decoding together
+        (as in mlx-lm's whole-wave prefill), while long prompts go one at a time so that the
+        first one streams early instead of waiting for the slowest of its wave. Reads
+        BatchGenerator internals (mlx-lm is pinned): no public way to size the next group.
+        """
+        gen = self._gen
+        if len(gen._prompt_batch) or not gen._unprocessed_sequences:
+            return  # a group being prefilled keeps its members
+        count, longest = 0, 0
+        for seq in gen._unprocessed_sequences:
+            candidate = max(longest, sum(len(segment) for segment in seq[1]))
+            too_big = candidate * (count + 1) > self.prefill_group_tokens
+            if count >= self.max_prefill_batch or (count and too_big):
+                break
+            count, longest = count + 1, candidate
+        gen.prefill_batch_size = max(count, 1)
 
     def _store(self, tokens: list[int] | None, cache: list | None) -> None:
         if tokens and cache:

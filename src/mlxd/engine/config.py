@@ -27,16 +27,19 @@ class EngineConfig:
     max_tokens_ceiling: int | None = None
     watchdog_seconds: float = 120.0
     trust_remote_code: bool = False
-    # Prompts prefilled side by side; 1 = first come first served (best mean time to first
-    # token on a compute-bound CPU, and nobody waits for the slowest prompt of a wave).
-    prefill_batch: int = 1
+    # Prefill is first come first served. Waiting prompts are prefilled side by side (at most
+    # prefill_batch of them) only while the padded group, longest prompt x count, stays within
+    # prefill_group_tokens: short bursts start together, long prompts go one at a time so the
+    # first streams early (0 disables grouping: always prefill_batch prompts per group).
+    prefill_batch: int = 16
+    prefill_group_tokens: int = 256
     fault_hook: FaultHook | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_batch", "prefill_chunk", "kv_budget_tokens", "prefill_batch"):
             if getattr(self, name) < 1:
                 raise InvalidRequest(f"engine setting {name} must be >= 1", param=name)
-        if self.max_queue < 0 or self.prefix_cache_bytes < 0:
+        if self.max_queue < 0 or self.prefix_cache_bytes < 0 or self.prefill_group_tokens < 0:
             raise InvalidRequest("engine settings max_queue and prefix_cache_bytes must be >= 0")
         if self.max_tokens_ceiling is not None and self.max_tokens_ceiling < 1:
             self.max_tokens_ceiling = None  # 0 in the settings table means "no ceiling"

@@ -38,6 +38,7 @@ class MlxBackend:
             max_batch=self.cfg.max_batch,
             prefill_chunk=self.cfg.prefill_chunk,
             prefill_batch=self.cfg.prefill_batch,
+            prefill_group_tokens=self.cfg.prefill_group_tokens,
             fault_hook=self.cfg.fault_hook,
         )
 

@@ -156,30 +156,34 @@ def test_async_iteration_does_not_block_the_loop(chat: tuple[Engine, ModelInfo])
     assert ticks > 1  # the loop kept running other tasks while we waited for tokens
 
 
-def test_first_come_first_served_prefill_streams_early(make_engine, tiny_chat_model) -> None:
-    """With chunked FCFS prefill the first request decodes while later prompts still
-    prefill; a whole-wave prefill (all prompts side by side) starts everyone together."""
+def staggered_start(make_engine, checkpoint, prompt_len: int, **cfg) -> bool:
+    """Did the first of 3 concurrent requests decode while the third still waited/prefilled?"""
+    handles: list[RequestHandle] = []
+    seen: list[bool] = []
 
-    def overlap_seen(prefill_batch: int) -> bool:
-        handles: list[RequestHandle] = []
-        seen: list[bool] = []
+    def hook(site: str, request_id: str | None) -> None:
+        if site == "step" and len(handles) == 3:
+            first, last = handles[0].status, handles[2].status
+            early = (RequestStatus.WAITING, RequestStatus.PREFILLING)
+            seen.append(first is RequestStatus.DECODING and last in early)
 
-        def hook(site: str, request_id: str | None) -> None:
-            if site == "step" and len(handles) == 3:
-                first, last = handles[0].status, handles[2].status
-                decoding = RequestStatus.DECODING
-                seen.append(
-                    first is decoding and last in (RequestStatus.WAITING, RequestStatus.PREFILLING)
-                )
+    engine = make_engine(fault_hook=hook, **cfg)
+    info = engine.load_model(checkpoint)
+    prompts = random_prompts(3, info.vocab_size, (prompt_len, prompt_len + 1), seed=20)
+    handles.extend(engine.submit(request(info, p, max_tokens=40, ignore_eos=True)) for p in prompts)
+    assert all(len(h.collect()[0]) == 40 for h in handles)
+    return any(seen)
 
-        engine = make_engine(prefill_chunk=16, prefill_batch=prefill_batch, fault_hook=hook)
-        info = engine.load_model(tiny_chat_model)
-        prompts = random_prompts(3, info.vocab_size, (200, 201), seed=20)
-        handles.extend(
-            engine.submit(request(info, p, max_tokens=40, ignore_eos=True)) for p in prompts
-        )
-        assert all(len(h.collect()[0]) == 40 for h in handles)
-        return any(seen)
 
-    assert overlap_seen(prefill_batch=1) is True
-    assert overlap_seen(prefill_batch=3) is False
+def test_long_prompts_prefill_first_come_first_served(make_engine, tiny_chat_model) -> None:
+    """Long prompts prefill one at a time (in chunks), so the first request decodes while
+    later prompts still prefill; a whole-wave prefill starts everyone together."""
+    assert staggered_start(make_engine, tiny_chat_model, 200, prefill_chunk=16) is True
+    wave = dict(prefill_chunk=16, prefill_batch=3, prefill_group_tokens=0)
+    assert staggered_start(make_engine, tiny_chat_model, 200, **wave) is False
+
+
+def test_short_prompts_prefill_together(make_engine, tiny_chat_model) -> None:
+    """A burst of short prompts (3 x 20 tokens within prefill_group_tokens) starts together."""
+    assert staggered_start(make_engine, tiny_chat_model, 20) is False
+    assert staggered_start(make_engine, tiny_chat_model, 20, prefill_group_tokens=40) is True
