@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -32,6 +33,17 @@ def test_tokens_stop_and_length_through_the_fake() -> None:
         tokens, fin = engine.submit(req("a", [10, 20], stop_token_ids=(23,))).collect()
         assert (tokens, fin.reason, fin.usage.completion_tokens) == ([21, 22], FinishReason.STOP, 3)
     assert backend.shut_down and "mlx" not in sys.modules
+
+
+def test_load_model_accepts_a_store_model_ref() -> None:
+    from mlxd.store.model_ref import ModelRef
+
+    with make(FakeBackend()) as engine:
+        ref = ModelRef(name="org/m", path=Path("/fake/m"), source="store", revision=None)
+        info = engine.load_model(ref)
+        assert (info.name, info.path) == ("org/m", Path("/fake/m"))
+        assert engine.load_model("/fake/m", name="org/m") is info
+        assert engine.stats().models_loaded == ("org/m",)
 
 
 def test_default_budget_is_the_rest_of_the_window() -> None:
