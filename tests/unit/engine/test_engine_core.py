@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
@@ -32,7 +31,7 @@ def test_tokens_stop_and_length_through_the_fake() -> None:
         assert (tokens, fin.reason) == ([21, 22, 23], FinishReason.LENGTH)
         tokens, fin = engine.submit(req("a", [10, 20], stop_token_ids=(23,))).collect()
         assert (tokens, fin.reason, fin.usage.completion_tokens) == ([21, 22], FinishReason.STOP, 3)
-    assert backend.shut_down and "mlx" not in sys.modules
+    assert backend.shut_down  # no mlx here: the import test checks that in a subprocess
 
 
 def test_load_model_accepts_a_store_model_ref() -> None:
