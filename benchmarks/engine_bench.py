@@ -1,6 +1,7 @@
 """Engine benchmarks, measured side by side in one run; prints JSON.
 
   python benchmarks/engine_bench.py [--tokens 32] [--repeats 3] [--sections single,batch,ttft,turn]
+                                    [--models big,small] [--sizes 1,4,8,16]
 
 Sections (issue 4):
   single  single-stream decode: engine vs mlx-lm stream_generate (goal: ratio >= 0.97)
@@ -234,22 +235,27 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--sections", default="single,batch,ttft,turn")
     ap.add_argument("--sizes", default="1,4,8,16")
+    ap.add_argument("--models", default="big,small", help="checkpoints for single/batch")
     args = ap.parse_args()
+    models = set(args.models.split(","))
     sections = set(args.sections.split(","))
     sizes = [int(s) for s in args.sizes.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="mlxd-bench-"))
-    big = make_checkpoint(tmp / "big", "big")
+    needs_big = "big" in models or sections & {"ttft", "turn"}
+    big = make_checkpoint(tmp / "big", "big") if needs_big else tmp / "big"
     small = make_checkpoint(tmp / "small", "small")
     result: dict = {"checkpoints": {"big": "~25M params float32", "small": "~0.25M params"}}
     if "single" in sections:
         result["single_stream_decode_tps"] = {
-            "big": section_single(big, args.tokens, args.repeats),
-            "small": section_single(small, args.tokens * 4, args.repeats),
+            name: section_single(ckpt, args.tokens * mult, args.repeats)
+            for name, ckpt, mult in (("big", big, 1), ("small", small, 4))
+            if name in models
         }
     if "batch" in sections:
         result["aggregate_decode_tps"] = {
-            "big": section_batch(big, args.tokens, args.repeats, sizes),
-            "small": section_batch(small, args.tokens * 4, args.repeats, sizes),
+            name: section_batch(ckpt, args.tokens * mult, args.repeats, sizes)
+            for name, ckpt, mult in (("big", big, 1), ("small", small, 4))
+            if name in models
         }
     if "ttft" in sections:
         result["ttft_4x256"] = section_ttft(big, args.repeats)

@@ -3,8 +3,8 @@
 The engine thread appends to a deque (atomic, lock-free) and takes the lock only when a
 consumer is actually asleep, so it never waits on a consumer holding the lock; a consumer
 that falls behind receives everything produced meanwhile merged into one TokenEvent. Sync
-consumers sleep on a Condition; async ones on an asyncio.Event set via
-`loop.call_soon_threadsafe`.
+consumers sleep on a Condition; async ones on an asyncio Future resolved via
+`loop.call_soon_threadsafe` (a bare Future: cheaper than an asyncio.Event, which wraps one).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class Collector:
         self._finish: FinishEvent | None = None
         self._delivered = False  # the FinishEvent has been handed to the consumer
         self._sleeping = False  # a sync consumer waits on _cond
-        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
 
     # ---- producer side (engine thread, or any thread failing the request) ----
 
@@ -58,13 +58,16 @@ class Collector:
             return True
 
     def _wake(self, batch: WakeBatch | None = None) -> None:
-        self._cond.notify_all()
+        # Caller holds the lock, so _sleeping is exact; Condition.notify_all is Python code
+        # (it checks ownership and scans its waiters), too slow to run for every async token.
+        if self._sleeping:
+            self._cond.notify_all()
         if self._waiters:
-            for loop, ev in self._waiters:
+            for loop, fut in self._waiters:
                 if batch is not None:
-                    batch.add(loop, ev)
+                    batch.add(loop, fut)
                 else:
-                    _call_soon(loop, ev.set)
+                    _call_soon(loop, _resolve, fut)
             self._waiters.clear()
 
     # ---- consumer side ----
@@ -101,19 +104,23 @@ class Collector:
             events = self._drain()
             if events or self._delivered:
                 return events
-            ev = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            fut = loop.create_future()
             with self._cond:
                 if self._items or self._finish is not None:
                     continue
-                self._waiters.append((asyncio.get_running_loop(), ev))
-            await ev.wait()
+                self._waiters.append((loop, fut))
+            await fut
 
     def _drain(self) -> list[EngineEvent]:
         """Single consumer: pops what is there now (tokens first, then the finish)."""
         finish = self._finish  # read before popping: tokens pushed before it are included
         events: list[EngineEvent] = []
         items = self._items
-        if items:
+        if len(items) == 1:  # the common case of a consumer keeping up: one token per step
+            token, lp = items.popleft()
+            events.append(TokenEvent((token,), () if lp is None else (lp,)))
+        elif items:
             tokens: list[int] = []
             logprobs: list[TokenLogprob] = []
             for _ in range(len(items)):
@@ -131,26 +138,33 @@ class Collector:
 
 
 class WakeBatch:
-    """asyncio.Events to set, grouped by event loop; `send()` once per engine step."""
+    """Consumer futures to resolve, grouped by event loop; `send()` once per engine step."""
 
     __slots__ = ("_by_loop",)
 
     def __init__(self) -> None:
-        self._by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Event]] = {}
+        self._by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
 
-    def add(self, loop: asyncio.AbstractEventLoop, event: asyncio.Event) -> None:
-        self._by_loop.setdefault(loop, []).append(event)
+    def add(self, loop: asyncio.AbstractEventLoop, fut: asyncio.Future[None]) -> None:
+        self._by_loop.setdefault(loop, []).append(fut)
 
     def send(self) -> None:
         """Wake the gathered async consumers: one call per event loop."""
-        for loop, events in self._by_loop.items():
-            _call_soon(loop, _set_all, events)
-        self._by_loop.clear()
+        if self._by_loop:
+            for loop, futs in self._by_loop.items():
+                _call_soon(loop, _resolve_all, futs)
+            self._by_loop.clear()
 
 
-def _set_all(events: list[asyncio.Event]) -> None:
-    for event in events:
-        event.set()
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():  # a cancelled consumer task cancels its future
+        fut.set_result(None)
+
+
+def _resolve_all(futs: list[asyncio.Future[None]]) -> None:
+    for fut in futs:
+        if not fut.done():
+            fut.set_result(None)
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., object], *args: object) -> None:
