@@ -107,14 +107,18 @@ class BatchRunner:
             self._plan_prefill()
         prompt_resps, gen_resps = self._gen.next()
         top_n = self._top_n
-        outputs = []
+        if top_n:
+            outputs = []
+            for r in gen_resps:
+                n = top_n.get(r.uid)
+                lp = token_logprob(r.logprobs, r.token, n) if n is not None else None
+                outputs.append(StepOutput(r.uid, r.token, r.finish_reason, lp))
+        else:  # hot path (no logprobs requested): one comprehension, no per-token lookups
+            outputs = [StepOutput(r.uid, r.token, r.finish_reason, None) for r in gen_resps]
         for r in gen_resps:
-            n = top_n.get(r.uid)
-            lp = token_logprob(r.logprobs, r.token, n) if n is not None else None
             if r.finish_reason is not None:
                 self._store(r.all_tokens, r.prompt_cache)
                 top_n.pop(r.uid, None)
-            outputs.append(StepOutput(r.uid, r.token, r.finish_reason, lp))
         progress = [PrefillProgress(p.uid, p.progress[0], p.progress[1]) for p in prompt_resps]
         return StepResult(outputs, progress)
 

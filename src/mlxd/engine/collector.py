@@ -18,10 +18,13 @@ from mlxd.types import EngineEvent, FinishEvent, TokenEvent, TokenLogprob
 
 
 class Collector:
-    __slots__ = ("_cond", "_items", "_finish", "_delivered", "_sleeping", "_waiters")
+    __slots__ = ("_lock", "_cond", "_items", "_finish", "_delivered", "_sleeping", "_waiters")
 
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        # `with self._lock` holds the condition's own lock; unlike `with self._cond` it does
+        # not go through Condition's Python-level __enter__/__exit__ (hot path: every token).
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._items: deque[tuple[int, TokenLogprob | None]] = deque()
         self._finish: FinishEvent | None = None
         self._delivered = False  # the FinishEvent has been handed to the consumer
@@ -45,12 +48,12 @@ class Collector:
         # Checked after the append: a consumer going to sleep re-checks _items under the
         # lock after setting these flags, so no wake-up is lost.
         if self._sleeping or self._waiters:
-            with self._cond:
+            with self._lock:
                 self._wake(batch)
 
     def finish(self, event: FinishEvent) -> bool:
         """Set the final event; the first call wins. Returns whether this call set it."""
-        with self._cond:
+        with self._lock:
             if self._finish is not None:
                 return False
             self._finish = event
@@ -106,7 +109,7 @@ class Collector:
                 return events
             loop = asyncio.get_running_loop()
             fut = loop.create_future()
-            with self._cond:
+            with self._lock:
                 if self._items or self._finish is not None:
                     continue
                 self._waiters.append((loop, fut))
@@ -146,7 +149,11 @@ class WakeBatch:
         self._by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
 
     def add(self, loop: asyncio.AbstractEventLoop, fut: asyncio.Future[None]) -> None:
-        self._by_loop.setdefault(loop, []).append(fut)
+        futs = self._by_loop.get(loop)
+        if futs is None:
+            self._by_loop[loop] = [fut]
+        else:
+            futs.append(fut)
 
     def send(self) -> None:
         """Wake the gathered async consumers: one call per event loop."""

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from mlxd.backend.outputs import StepResult
-from mlxd.engine.collector import WakeBatch
+from mlxd.engine.collector import Collector, WakeBatch
 from mlxd.engine.config import EngineConfig
 from mlxd.engine.messages import Cancel, LoadModel, Message, Submit
 from mlxd.engine.registry import Entry, ModelRegistry
@@ -220,7 +220,7 @@ class EngineCore:
             if request is not None and request.status is RequestStatus.WAITING:
                 request.status = RequestStatus.PREFILLING
         now = time.monotonic()
-        streaming: list[Request] = []
+        streaming: list[Collector] = []
         for out in result.tokens:
             request = running.get(out.uid)
             if request is None or request.error is not None:
@@ -230,16 +230,17 @@ class EngineCore:
                 request.first_token_at = now
                 request.status = RequestStatus.DECODING
             if out.finish is None:
-                request.collector.push(out.token, out.logprob, wake=False)
-                streaming.append(request)
+                collector = request.collector
+                collector.push(out.token, out.logprob, wake=False)
+                streaming.append(collector)
                 continue
             if out.finish == "length":  # the stop token itself is never emitted
                 request.collector.push(out.token, out.logprob, wake=False)
             self.finish(request, FINISH_BY_BACKEND[out.finish], in_backend=False)
         self.counters.generation_tokens_total += len(result.tokens)
         wakes = self._wakes
-        for request in streaming:
-            request.collector.wake(wakes)
+        for collector in streaming:
+            collector.wake(wakes)
         wakes.send()
         if self._faulted:
             faulted, self._faulted = self._faulted, []
