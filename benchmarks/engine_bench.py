@@ -70,8 +70,9 @@ def raw_batch(model, batch: list[list[int]], n: int) -> float:
             count += len(responses)
         if all(r.finish_reason for r in responses) and len(gen._generation_batch) == 0:
             break
+    last = time.perf_counter()  # before close(): the window ends at the last token, as below
     gen.close()
-    return count / (time.perf_counter() - first)
+    return count / (last - first)
 
 
 def raw_wave_ttft(model, batch: list[list[int]]) -> float:
@@ -131,12 +132,20 @@ def engine_run(engine: Engine, name: str, batch: list[list[int]], n: int) -> dic
 
 
 def alternate(a, b, repeats: int) -> dict:
+    """Medians of A and B run in turns. `ratio_paired` is the median of each turn's A/B: two
+    runs side by side share the machine's load, so it drifts less on a busy machine."""
     ra, rb = [], []
     for _ in range(repeats):
         ra.append(a())
         rb.append(b())
     ma, mb = statistics.median(ra), statistics.median(rb)
-    return {"engine": round(ma, 2), "raw": round(mb, 2), "ratio": round(ma / mb, 3)}
+    paired = statistics.median(x / y for x, y in zip(ra, rb, strict=True))
+    return {
+        "engine": round(ma, 2),
+        "raw": round(mb, 2),
+        "ratio": round(ma / mb, 3),
+        "ratio_paired": round(paired, 3),
+    }
 
 
 def section_single(ckpt: Path, n: int, repeats: int) -> dict:
