@@ -245,8 +245,9 @@ def main() -> None:
     ap.add_argument("--sections", default="single,batch,ttft,turn")
     ap.add_argument("--sizes", default="1,4,8,16")
     ap.add_argument("--models", default="big,small", help="checkpoints for single/batch")
+    ap.add_argument("--demo", type=Path, help="also a checkpoint dir (e.g. the imported SmolLM2)")
     args = ap.parse_args()
-    models = set(args.models.split(","))
+    models = set(args.models.split(",")) | ({"demo"} if args.demo else set())
     sections = set(args.sections.split(","))
     sizes = [int(s) for s in args.sizes.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="mlxd-bench-"))
@@ -257,7 +258,7 @@ def main() -> None:
     if "single" in sections:
         result["single_stream_decode_tps"] = {
             name: section_single(ckpt, args.tokens * mult, args.repeats)
-            for name, ckpt, mult in (("big", big, 1), ("small", small, 4))
+            for name, ckpt, mult in (("big", big, 1), ("small", small, 4), ("demo", args.demo, 1))
             if name in models
         }
     if "batch" in sections:
