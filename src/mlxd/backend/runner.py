@@ -137,6 +137,12 @@ class BatchRunner:
         gen = self._gen
         if len(gen._prompt_batch) or not gen._unprocessed_sequences:
             return  # a group being prefilled keeps its members
+        if 0 in gen._generation_batch._num_tokens:
+            # A sequence just finished its prefill and its first token is computed in this
+            # step: emit it before the next prompt's prefill chunk, else that token would
+            # wait for the whole chunk (one decode step of delay for the next prompt instead).
+            gen.prefill_batch_size = 0
+            return
         count, longest = 0, 0
         for seq in gen._unprocessed_sequences:
             candidate = max(longest, sum(len(segment) for segment in seq[1]))
