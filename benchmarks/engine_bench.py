@@ -6,10 +6,13 @@
 Sections (issue 4):
   single  single-stream decode: engine vs mlx-lm stream_generate (goal: ratio >= 0.97)
   batch   aggregate decode tok/s at 1/4/8/16 concurrent: engine vs raw BatchGenerator
-          on a ~25M and a ~0.25M checkpoint (goal: ratio >= 0.95)
+          on a ~29M (float16 by default, as in the issue) and a ~0.25M checkpoint
+          (goal: ratio >= 0.95)
   ttft    mean time to first token, 4 concurrent 256-token prompts: engine vs whole-wave prefill
   turn    time to first token of a second chat turn with a 1,000-token history: cache hit vs cold
-Runs alternate A/B and report medians; never read absolute seconds across machines.
+Runs alternate in ABBA order after a warm-up and report medians, the median of the per-turn
+ratios (ratio_paired: the steadier figure on a shared machine) and their spread; never read
+absolute seconds across machines.
 """
 
 from __future__ import annotations
@@ -124,6 +127,7 @@ def engine_run(engine: Engine, name: str, batch: list[list[int]], n: int) -> dic
     tokens = sum(r[2] for r in results) - len(results)  # first tokens carry the prefill
     return {
         "ttft_mean": statistics.mean(r[0] for r in results),
+        "ttfts": sorted(round(r[0], 3) for r in results),
         "decode_tps": tokens / max(last - first, 1e-9),
     }
 
@@ -131,20 +135,29 @@ def engine_run(engine: Engine, name: str, batch: list[list[int]], n: int) -> dic
 # ---- sections ------------------------------------------------------------------------
 
 
-def alternate(a, b, repeats: int) -> dict:
-    """Medians of A and B run in turns. `ratio_paired` is the median of each turn's A/B: two
-    runs side by side share the machine's load, so it drifts less on a busy machine."""
+def alternate(a, b, repeats: int, warm: bool = True) -> dict:
+    """A and B run in turns (ABBA order, after one untimed warm-up of each), medians reported.
+    `ratio_paired` is the median of each turn's A/B: two runs side by side share the machine's
+    load, so it drifts less on a busy machine; `pair_min`/`pair_max` show the spread."""
+    if warm:
+        a(), b()
     ra, rb = [], []
-    for _ in range(repeats):
-        ra.append(a())
-        rb.append(b())
+    for i in range(repeats):
+        if i % 2:
+            rb.append(b())
+            ra.append(a())
+        else:
+            ra.append(a())
+            rb.append(b())
     ma, mb = statistics.median(ra), statistics.median(rb)
-    paired = statistics.median(x / y for x, y in zip(ra, rb, strict=True))
+    pairs = [x / y for x, y in zip(ra, rb, strict=True)]
     return {
         "engine": round(ma, 2),
         "raw": round(mb, 2),
         "ratio": round(ma / mb, 3),
-        "ratio_paired": round(paired, 3),
+        "ratio_paired": round(statistics.median(pairs), 3),
+        "pair_min": round(min(pairs), 3),
+        "pair_max": round(max(pairs), 3),
     }
 
 
@@ -182,22 +195,30 @@ def section_batch(ckpt: Path, n: int, repeats: int, sizes: list[int]) -> dict:
 
 
 def section_ttft(ckpt: Path, repeats: int) -> dict:
+    """4 concurrent 256-token prompts. First come first served, each prompt's first token
+    would come at 1/4, 2/4, 3/4 and 4/4 of the wave's prefill time: mean 0.625 of it."""
     model, tok = load(str(ckpt))
     engine = Engine(EngineConfig.from_settings(max_batch=8, prefix_cache_bytes=0))
     info = engine.load_model(ckpt, name="bench")
     batch = prompts(4, 256, len(tok.get_vocab()), seed=7)
+    each: list[list[float]] = []
+
+    def run_engine() -> float:
+        r = engine_run(engine, info.name, batch, 4)
+        each.append(r["ttfts"])
+        return r["ttft_mean"]
+
     try:
-        r = alternate(
-            lambda: engine_run(engine, info.name, batch, 4)["ttft_mean"],
-            lambda: raw_wave_ttft(model, batch),
-            repeats,
-        )
+        r = alternate(run_engine, lambda: raw_wave_ttft(model, batch), repeats, warm=False)
     finally:
         engine.close()
     return {
         "mean_ttft_s_engine": r["engine"],
         "mean_ttft_s_whole_wave": r["raw"],
         "ratio": r["ratio"],
+        "ratio_paired": r["ratio_paired"],
+        "fcfs_ideal_ratio": 0.625,
+        "engine_ttfts_s_each_run": each,
     }
 
 
@@ -246,15 +267,20 @@ def main() -> None:
     ap.add_argument("--sizes", default="1,4,8,16")
     ap.add_argument("--models", default="big,small", help="checkpoints for single/batch")
     ap.add_argument("--demo", type=Path, help="also a checkpoint dir (e.g. the imported SmolLM2)")
+    ap.add_argument("--dtype", default="float16", help="weights of the ~29M checkpoint")
     args = ap.parse_args()
     models = set(args.models.split(",")) | ({"demo"} if args.demo else set())
     sections = set(args.sections.split(","))
     sizes = [int(s) for s in args.sizes.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="mlxd-bench-"))
     needs_big = "big" in models or sections & {"ttft", "turn"}
-    big = make_checkpoint(tmp / "big", "big") if needs_big else tmp / "big"
+    big = make_checkpoint(tmp / "big", "big", dtype=args.dtype) if needs_big else tmp / "big"
     small = make_checkpoint(tmp / "small", "small")
-    result: dict = {"checkpoints": {"big": "~25M params float32", "small": "~0.25M params"}}
+    result: dict = {
+        "checkpoints": {"big": f"~29M params {args.dtype}", "small": "~0.25M params float32"},
+        "tokens": args.tokens,
+        "repeats": args.repeats,
+    }
     if "single" in sections:
         result["single_stream_decode_tps"] = {
             name: section_single(ckpt, args.tokens * mult, args.repeats)

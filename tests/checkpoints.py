@@ -6,7 +6,8 @@ make_checkpoint(path, kind) writes one of:
   "base"   llama, no chat template
   "quant"  like "chat", weights 4-bit affine-quantized (group 32)
   "small"  like "chat" but ~0.25M parameters (benchmarks: per-step overhead dominates)
-  "big"    like "chat" but ~30M parameters (benchmarks: compute dominates)
+  "big"    like "chat" but ~29M parameters (benchmarks: compute dominates)
+`dtype` ("float32", "float16", "bfloat16") is the weights' type; tests use float32.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ SIZES = {
     ),
     "big": dict(
         hidden_size=512,
-        num_hidden_layers=8,
+        num_hidden_layers=9,
         intermediate_size=1536,
         num_attention_heads=8,
         num_key_value_heads=4,
@@ -123,7 +124,7 @@ def write_tokenizer(path: Path, template: str | None, vocab_size: int = 512) -> 
     return tok.get_vocab_size()
 
 
-def make_checkpoint(path: Path, kind: str = "chat", seed: int = 0) -> Path:
+def make_checkpoint(path: Path, kind: str = "chat", seed: int = 0, dtype: str = "float32") -> Path:
     import mlx.core as mx
     import mlx.nn as nn
     from mlx.utils import tree_flatten
@@ -143,7 +144,7 @@ def make_checkpoint(path: Path, kind: str = "chat", seed: int = 0) -> Path:
         "max_position_embeddings": 2048,
         "rope_theta": 10000.0,
         "tie_word_embeddings": True,
-        "torch_dtype": "float32",
+        "torch_dtype": dtype,
         "eos_token_id": _eos_id(path, template),
     }
     mx.random.seed(seed)
@@ -161,6 +162,8 @@ def make_checkpoint(path: Path, kind: str = "chat", seed: int = 0) -> Path:
     model.load_weights(
         [(k, mx.random.normal(v.shape) * 0.5) if "norm" not in k else (k, v) for k, v in params]
     )
+    if dtype != "float32":
+        model.set_dtype(getattr(mx, dtype))
     if kind == "quant":
         nn.quantize(model, group_size=32, bits=4)
         config["quantization"] = {"group_size": 32, "bits": 4, "mode": "affine"}
