@@ -42,6 +42,12 @@ SETTINGS: dict[str, Setting] = {
     "watchdog_seconds": Setting(
         "MLXD_WATCHDOG_SECONDS", "120", "active requests with no progress this long: unhealthy"
     ),
+    "max_models": Setting(
+        "MLXD_MAX_MODELS", "2", "most models kept loaded; idle least recently used ones unload"
+    ),
+    "model_ttl_seconds": Setting(
+        "MLXD_MODEL_TTL", "0", "an idle model unloads after this long (30s, 5m, 1h; 0: never)"
+    ),
     "max_body_bytes": Setting("MLXD_MAX_BODY_BYTES", str(4 << 20), "HTTP request body cap"),
     "max_stop_strings": Setting("MLXD_MAX_STOP_STRINGS", "16", "most stop strings per request"),
     "drain_seconds": Setting("MLXD_DRAIN_SECONDS", "30", "shutdown: time running requests get"),

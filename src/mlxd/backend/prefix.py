@@ -45,5 +45,24 @@ class PrefixCache:
         if self.enabled and tokens and cache:
             self._lru.insert_cache(model_key, list(tokens), cache)
 
+    def drop(self, model_key: str) -> int:
+        """Forget every entry of one model (it was unloaded); returns how many went."""
+        # LRUPromptCache has no per-model removal (mlx-lm 0.32): walk its LRU order, pop
+        # that model's entries from the trie and keep its byte counters right, as its own
+        # trim_to does for the entries it evicts.
+        lru, dropped = self._lru, 0
+        for queue in lru._lru._lrus.values():
+            kept = [(model, tokens) for model, tokens in queue if model != model_key]
+            for model, tokens in queue:
+                if model == model_key:
+                    entry = lru._trie.pop(model, tokens)
+                    lru._n_bytes -= entry.nbytes
+                    lru._n_bytes_by_type[entry.cache_type] -= entry.nbytes
+                    dropped += 1
+            queue.clear()
+            queue.extend(kept)
+        lru._trie._trie.pop(model_key, None)
+        return dropped
+
     def clear(self) -> None:
         self._lru.trim_to(n_sequences=0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
@@ -33,10 +35,16 @@ class EngineConfig:
     # first streams early (0 disables grouping: always prefill_batch prompts per group).
     prefill_batch: int = 16
     prefill_group_tokens: int = 256
+    # Residency: at most max_models stay loaded (least recently used idle ones unload first;
+    # a model with requests waiting or running never does); an idle model unloads after
+    # model_ttl_seconds (0: never). Pinned models are exempt from both.
+    max_models: int = 2
+    model_ttl_seconds: float = 0.0
     fault_hook: FaultHook | None = None
 
     def __post_init__(self) -> None:
-        for name in ("max_batch", "prefill_chunk", "kv_budget_tokens", "prefill_batch"):
+        names = ("max_batch", "prefill_chunk", "kv_budget_tokens", "prefill_batch", "max_models")
+        for name in names:
             if getattr(self, name) < 1:
                 raise InvalidRequest(f"engine setting {name} must be >= 1", param=name)
         if self.max_queue < 0 or self.prefix_cache_bytes < 0 or self.prefill_group_tokens < 0:
@@ -45,6 +53,11 @@ class EngineConfig:
             self.max_tokens_ceiling = None  # 0 in the settings table means "no ceiling"
         if self.watchdog_seconds <= 0:
             raise InvalidRequest("engine setting watchdog_seconds must be > 0")
+        if not 0 <= self.model_ttl_seconds < math.inf:
+            raise InvalidRequest(
+                "engine setting model_ttl_seconds must be >= 0 (0: never unload)",
+                param="model_ttl_seconds",
+            )
 
     @classmethod
     def from_settings(cls, **overrides: Any) -> EngineConfig:
@@ -61,8 +74,28 @@ class EngineConfig:
                 "prefix_cache_bytes": settings.setting_int("prefix_cache_bytes"),
                 "max_tokens_ceiling": settings.setting_int("max_tokens_ceiling") or None,
                 "watchdog_seconds": float(settings.setting("watchdog_seconds")),
+                "max_models": settings.setting_int("max_models"),
+                "model_ttl_seconds": parse_duration(settings.setting("model_ttl_seconds")),
             }
         except ValueError as exc:
             raise InvalidRequest(f"bad engine setting in the environment: {exc}") from exc
         values.update(overrides)
         return cls(**values)
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str | float) -> float:
+    """Seconds from "300", "2.5", "500ms", "30s", "5m", "1h" or "1h30m" (ollama-style
+    keep-alive spellings); raises ValueError on anything else, negative values included."""
+    if isinstance(text, int | float):
+        return float(text)
+    spec = text.strip().lower()
+    parts = list(_DURATION.finditer(spec))
+    if not spec or "".join(m.group(0) for m in parts).replace(" ", "") != spec.replace(" ", ""):
+        raise ValueError(f"not a duration: {text!r} (use seconds, or e.g. 30s, 5m, 1h)")
+    if len(parts) > 1 and any(m.group(2) is None for m in parts):
+        raise ValueError(f"not a duration: {text!r} (every part of it needs a unit)")
+    return sum(float(m.group(1)) * _UNIT_SECONDS[m.group(2) or "s"] for m in parts)

@@ -6,6 +6,7 @@ model's batch) and, through the Backend protocol, every MLX call.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -51,6 +52,10 @@ class Backend(Protocol):
     def make_runner(self, entry: Entry) -> Runner: ...
 
     def cache_stats(self) -> tuple[int, int]: ...  # (prefix cache bytes, entries)
+
+    # Free a model the registry dropped (its prefix-cache entries, cached buffers). Optional:
+    # a backend without it (the unit tests' fakes) just lets the entry go.
+    def unload(self, entry: Entry) -> None: ...
 
     def shutdown(self) -> None: ...  # called last, on the engine thread
 
@@ -101,6 +106,11 @@ class EngineCore:
         self.loading = False
         self._faulted: list[Request] = []
         self._wakes = WakeBatch()
+        # Residency (see maintain): when the next TTL check is due, and whether a load or a
+        # finish may have made an over-the-limit model unloadable.
+        self.next_expiry = math.inf
+        self._recheck_limit = False
+        self.unloaded_total = 0
 
     @property
     def has_work(self) -> bool:
@@ -113,6 +123,7 @@ class EngineCore:
             self.last_progress = time.monotonic()
         if isinstance(msg, Submit):
             self.scheduler.add(msg.request)
+            self.registry.release(msg.request.model)  # busy now: the scheduler holds it
             self.counters.requests_total += 1
         elif isinstance(msg, Cancel):
             self._cancel(msg.request_id)
@@ -132,14 +143,21 @@ class EngineCore:
         try:
             entry = self.registry.get(msg.name) or self.backend.load(msg.name, msg.path)
             self.registry.put(entry)
-            msg.reply.set_result(entry.info)
         except MlxdError as exc:
             msg.reply.set_exception(exc)
+            return
         except Exception as exc:  # a loader bug must not kill the engine
             msg.reply.set_exception(EngineFault(f"loading {msg.name} failed: {exc}"))
+            return
         finally:
             self.loading = False
             self.last_progress = time.monotonic()
+        try:
+            # Make room before replying, so the caller sees the limit already applied.
+            self._note_use()
+            self._evict(keep=msg.name)
+        finally:
+            msg.reply.set_result(entry.info)
 
     # ---- one step -------------------------------------------------------------------
 
@@ -279,6 +297,8 @@ class EngineCore:
             self.runner.remove([request.uid], keep_cache=reason is FinishReason.CANCELLED)
         self.scheduler.remove(request)
         self.live.discard(request)
+        self.registry.touch(request.model)
+        self._note_use()
         self.counters.by_reason[reason.value] += 1
         now = time.monotonic()
         request.collector.finish(
@@ -293,6 +313,58 @@ class EngineCore:
 
     def fail(self, request: Request, message: str, code: str, *, in_backend: bool = True) -> None:
         self.finish(request, FinishReason.ERROR, message, code, in_backend=in_backend)
+
+    # ---- residency -----------------------------------------------------------------
+
+    def maintain(self) -> None:
+        """Engine thread, between steps: unload what the limits let go. Costs a flag test
+        and a clock read unless a load or finish happened or a TTL is due."""
+        over = self._recheck_limit and self.registry.count() > self.cfg.max_models
+        self._recheck_limit = False
+        if over or time.monotonic() >= self.next_expiry:
+            self._evict()
+
+    def idle_timeout(self) -> float | None:
+        """How long an idle engine may block on its inbox: until the next TTL check, or
+        forever (None) when no model can expire."""
+        if self.next_expiry == math.inf:
+            return None
+        return max(0.0, self.next_expiry - time.monotonic())
+
+    def _note_use(self) -> None:
+        """A load or a finish: a model became (more) recently used and maybe idle."""
+        self._recheck_limit = True
+        ttl = self.cfg.model_ttl_seconds
+        if ttl > 0:
+            self.next_expiry = min(self.next_expiry, time.monotonic() + ttl)
+
+    def _busy_models(self) -> set[str]:
+        busy = {r.model for r in self.scheduler.waiting}
+        busy.update(r.model for r in self.scheduler.running.values())
+        return busy
+
+    def _evict(self, keep: str | None = None) -> None:
+        """Unload models idle past the TTL, then least recently used idle ones while over
+        max_models. Busy or pinned models stay, even over the limit: a later finish calls
+        this again. `keep`: the model just loaded for a caller."""
+        self._recheck_limit = False
+        cfg, now, busy = self.cfg, time.monotonic(), self._busy_models()
+        for name in self.registry.evictable(busy, now, cfg.max_models, cfg.model_ttl_seconds, keep):
+            self._unload(name, busy)
+        ttl = cfg.model_ttl_seconds
+        self.next_expiry = self.registry.next_expiry(busy, now, ttl) if ttl > 0 else math.inf
+
+    def _unload(self, name: str, busy: set[str]) -> None:
+        entry = self.registry.remove_if_idle(name, busy)
+        if entry is None:  # a submit got to it first
+            return
+        if self.model == name and self.runner is not None:
+            self.runner.close()
+            self.runner, self.model = None, None
+        unload = getattr(self.backend, "unload", None)
+        if unload is not None:
+            unload(entry)
+        self.unloaded_total += 1
 
     def close(self) -> None:
         """Engine thread, on exit: release the runner, then the backend's thread state."""

@@ -73,15 +73,20 @@ class Engine:
 
     # ---- models ---------------------------------------------------------------------
 
-    def load_model(self, path: Any, name: str | None = None) -> ModelInfo:
+    def load_model(self, path: Any, name: str | None = None, *, pin: bool = False) -> ModelInfo:
         """Load (once) and register a model; blocks. `path` is a directory or a ModelRef.
-        Raises ModelBroken / ModelRefused / ModelNotFound with a one-line reason."""
+        Counts as a use of the model (LRU, TTL). `pin`: never unload it (by TTL or LRU);
+        a pin is kept for the name, also across a reload. Loading may unload other idle
+        models to stay within `max_models`. Raises ModelBroken / ModelRefused /
+        ModelNotFound with a one-line reason."""
         if hasattr(path, "path") and hasattr(path, "name"):  # a store ModelRef
             name = name or path.name
             path = path.path
         path = Path(path).expanduser()
         name = name or path.name
-        entry = self._registry.get(name)
+        if pin:  # before the load, so no eviction can slip in between
+            self._registry.pin(name)
+        entry = self._registry.touch(name)
         if entry is not None:
             if entry.info.path.resolve() != path.resolve():
                 raise InvalidRequest(f"another model is already loaded as {name!r}")
@@ -102,7 +107,26 @@ class Engine:
         """Queue a request. Raises at once: EngineBusy, ContextOverflow, InvalidRequest,
         ModelNotFound, EngineUnavailable."""
         self._check_open()  # again under the lock below; this one gives the clearer error
-        info = self.model(req.model)
+        # acquire: from here until the engine thread takes the Submit, the model cannot be
+        # unloaded; every path that does not post the Submit releases it.
+        entry = self._registry.acquire(req.model)
+        if entry is None:
+            raise ModelNotFound(f"model {req.model!r} is not loaded")
+        try:
+            request = self._make_request(req, entry.info)
+            with self._lock:
+                self._check_open()
+                if self._queued >= self.cfg.max_queue:
+                    raise EngineBusy(f"engine queue is full ({self.cfg.max_queue} waiting)")
+                self._queued += 1
+                self._live.add(request)
+                self._inbox.put(Submit(request))
+        except BaseException:
+            self._registry.release(req.model)
+            raise
+        return RequestHandle(request, self._cancel)
+
+    def _make_request(self, req: EngineRequest, info: ModelInfo) -> Request:
         validate(req, info.vocab_size)
         max_new = budget(
             len(req.prompt_ids),
@@ -111,7 +135,7 @@ class Engine:
             req.max_tokens_cap,
             self.cfg.max_tokens_ceiling,
         )
-        request = Request(
+        return Request(
             request_id=f"req-{next(_ids)}",
             model=req.model,
             prompt_ids=list(req.prompt_ids),
@@ -119,14 +143,6 @@ class Engine:
             max_new=max_new,
             collector=Collector(),
         )
-        with self._lock:
-            self._check_open()
-            if self._queued >= self.cfg.max_queue:
-                raise EngineBusy(f"engine queue is full ({self.cfg.max_queue} waiting)")
-            self._queued += 1
-            self._live.add(request)
-            self._inbox.put(Submit(request))
-        return RequestHandle(request, self._cancel)
 
     def _cancel(self, request_id: str) -> None:
         self._inbox.put(Cancel(request_id))
@@ -219,6 +235,7 @@ class Engine:
                     break
                 if core.has_work:
                     core.step()
+                core.maintain()
         except BaseException as exc:  # a fault outside any one request: fatal
             self._die(f"engine fault: {type(exc).__name__}: {exc}".splitlines()[0])
         finally:
@@ -232,7 +249,11 @@ class Engine:
         inbox, core = self._inbox, self._core
         if not block and inbox.empty():
             return True
-        msg = inbox.get() if block else inbox.get_nowait()
+        try:
+            # Idle, an engine sleeps until a message comes, or until a model's TTL is due.
+            msg = inbox.get(timeout=core.idle_timeout()) if block else inbox.get_nowait()
+        except queue.Empty:
+            return True
         while True:
             if isinstance(msg, Shutdown):
                 return False

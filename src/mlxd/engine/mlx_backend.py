@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mlxd.backend.loader import load_checkpoint
+from mlxd.backend.memory import free_unused
 from mlxd.backend.prefix import PrefixCache
 from mlxd.backend.runner import BatchRunner, release_thread_streams, vocab_size
 from mlxd.engine.config import EngineConfig
@@ -41,6 +42,13 @@ class MlxBackend:
             prefill_group_tokens=self.cfg.prefill_group_tokens,
             fault_hook=self.cfg.fault_hook,
         )
+
+    def unload(self, entry: Entry) -> None:
+        """Engine thread: the registry and the runner let go of `entry`; drop its prefix-cache
+        entries and our reference, then hand MLX's cached buffers back to the system."""
+        self.prefix_cache.drop(entry.info.name)
+        entry.loaded = None
+        free_unused()
 
     def shutdown(self) -> None:
         """Engine thread, last call: drop cached KV and this thread's MLX streams."""

@@ -1,8 +1,16 @@
-"""ModelInfo and the registry of loaded models (load once, reuse by name)."""
+"""ModelInfo and the registry of loaded models (load once, reuse by name, unload when idle).
+
+The registry also keeps what residency needs: when each model was last used, which names are
+pinned, and how many submits are between a caller's check and the engine thread. Eviction
+*choices* live here, under the one lock, so a submit can never pass its model check while
+the engine thread removes that model; the unloading itself is the engine thread's job.
+"""
 
 from __future__ import annotations
 
+import math
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +35,10 @@ class ModelInfo:
 class Entry:
     info: ModelInfo
     loaded: Any  # backend LoadedModel; only the engine thread touches it
+    # Residency bookkeeping, changed only under the registry lock:
+    last_used: float = 0.0  # time.monotonic() of the last load, submit or finish
+    pending: int = 0  # submits accepted on a caller thread, not yet seen by the engine thread
+    doomed: bool = False  # chosen to go past max_models while busy: goes when idle
 
 
 class ModelRegistry:
@@ -35,13 +47,16 @@ class ModelRegistry:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._entries: dict[str, Entry] = {}
+        self._pinned: set[str] = set()  # names, so a pin survives (and precedes) a load
 
     def get(self, name: str) -> Entry | None:
         with self._lock:
             return self._entries.get(name)
 
     def put(self, entry: Entry) -> None:
+        """Register (or re-register) a model; counts as a use."""
         with self._lock:
+            entry.last_used = time.monotonic()
             self._entries[entry.info.name] = entry
 
     def remove(self, name: str) -> Entry | None:
@@ -49,5 +64,104 @@ class ModelRegistry:
             return self._entries.pop(name, None)
 
     def names(self) -> list[str]:
+        """Loaded model names in load order."""
         with self._lock:
             return list(self._entries)
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    # ---- use and pins ---------------------------------------------------------------
+
+    def pin(self, name: str) -> None:
+        """Never unload `name` by TTL or LRU (now or after it loads)."""
+        with self._lock:
+            self._pinned.add(name)
+
+    def pinned(self, name: str) -> bool:
+        with self._lock:
+            return name in self._pinned
+
+    def touch(self, name: str) -> Entry | None:
+        """Mark `name` used now; returns its entry, or None if it is not loaded."""
+        with self._lock:
+            entry = self._entries.get(name)
+            if entry is not None:
+                entry.last_used = time.monotonic()
+            return entry
+
+    def acquire(self, name: str) -> Entry | None:
+        """A submit for `name` begins: mark it used and keep it loaded until `release`.
+        None if it is not loaded (then the caller raises ModelNotFound)."""
+        with self._lock:
+            entry = self._entries.get(name)
+            if entry is not None:
+                entry.pending += 1
+                entry.last_used = time.monotonic()
+            return entry
+
+    def release(self, name: str) -> None:
+        """The submit reached the engine thread (or was refused before it got there)."""
+        with self._lock:
+            entry = self._entries.get(name)
+            if entry is not None and entry.pending > 0:
+                entry.pending -= 1
+                entry.last_used = time.monotonic()
+
+    # ---- eviction choices (engine thread) -------------------------------------------
+
+    def evictable(
+        self, busy: set[str], now: float, max_models: int, ttl: float, keep: str | None = None
+    ) -> list[str]:
+        """Names to unload now. First the models idle past `ttl` (when > 0); then, while more
+        than `max_models` stay loaded, the least recently used ones. A chosen model that is
+        busy (in `busy`: requests waiting or running; or a submit in flight) is not swapped
+        for another: it is marked and stays first in line, to go as soon as it is idle, so a
+        model just loaded for a caller is not evicted in its place. Never a pinned model or
+        `keep` (the one a caller just loaded)."""
+        with self._lock:
+            candidates = [
+                (name, e)
+                for name, e in self._entries.items()
+                if name not in self._pinned and name != keep
+            ]
+            expired = {
+                name
+                for name, e in candidates
+                if ttl > 0 and now - e.last_used > ttl and name not in busy and not e.pending
+            }
+            surplus = len(self._entries) - len(expired) - max_models
+            ranked = sorted(
+                ((name, e) for name, e in candidates if name not in expired),
+                key=lambda item: (not item[1].doomed, item[1].last_used),
+            )
+            chosen = ranked[: max(surplus, 0)]
+            for e in self._entries.values():
+                e.doomed = False
+            now_idle = []
+            for name, e in chosen:
+                if name in busy or e.pending:
+                    e.doomed = True
+                else:
+                    now_idle.append(name)
+            return sorted(expired) + now_idle
+
+    def remove_if_idle(self, name: str, busy: set[str]) -> Entry | None:
+        """Remove `name` unless it became pinned, busy or wanted by a submit meanwhile."""
+        with self._lock:
+            entry = self._entries.get(name)
+            if entry is None or name in self._pinned or name in busy or entry.pending:
+                return None
+            return self._entries.pop(name)
+
+    def next_expiry(self, busy: set[str], now: float, ttl: float) -> float:
+        """Earliest time an unpinned model may pass its TTL (math.inf: none can). A model in
+        use now is looked at again `ttl` from now; its finish touches it anyway."""
+        with self._lock:
+            times = [
+                now + ttl if name in busy or e.pending else e.last_used + ttl
+                for name, e in self._entries.items()
+                if name not in self._pinned
+            ]
+        return min(times, default=math.inf)

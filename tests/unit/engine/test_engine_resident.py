@@ -1,0 +1,283 @@
+"""Resident models over a fake backend: LRU past max_models, idle TTL, pins, busy models kept."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from mlxd.backend.outputs import StepResult
+from mlxd.engine import Engine, EngineConfig, EngineRequest
+from mlxd.engine.config import parse_duration
+from mlxd.engine.registry import Entry, ModelInfo, ModelRegistry
+from mlxd.errors import InvalidRequest, ModelNotFound
+from mlxd.types import FinishReason, SamplingParams
+
+from .fake_backend import FakeBackend, FakeRunner
+
+DEADLINE_S = 30.0  # generous: only a hang fails it
+
+
+def wait_until(cond: Callable[[], bool]) -> bool:
+    deadline = time.monotonic() + DEADLINE_S
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+@dataclass
+class GatedRunner(FakeRunner):
+    """Emits nothing while its gate is closed: its requests stay running as long as a test
+    wants."""
+
+    gate: threading.Event = field(default_factory=threading.Event)
+
+    def step(self) -> StepResult:
+        if not self.gate.is_set():
+            time.sleep(0.001)  # the engine loop calls step() in a loop; do not spin
+            return StepResult([], [])
+        return super().step()
+
+
+@dataclass
+class ResidentBackend(FakeBackend):
+    """FakeBackend that records unloads; runners of models in `gated` wait for `gate`."""
+
+    gated: set[str] = field(default_factory=set)
+    gate: threading.Event = field(default_factory=threading.Event)
+    unloaded: list[str] = field(default_factory=list)
+    loads: list[str] = field(default_factory=list)
+
+    def load(self, name: str, path: Path) -> Entry:
+        self.loads.append(name)
+        return super().load(name, path)
+
+    def make_runner(self, entry: Entry) -> FakeRunner:
+        if entry.info.name not in self.gated:
+            return super().make_runner(entry)
+        runner = GatedRunner(entry.info.name, gate=self.gate)
+        self.runners.append(runner)
+        return runner
+
+    def unload(self, entry: Entry) -> None:
+        self.unloaded.append(entry.info.name)
+
+
+def make(backend: FakeBackend, **overrides: object) -> Engine:
+    return Engine(EngineConfig.from_settings(max_batch=4, **overrides), backend=backend)
+
+
+def req(model: str, prompt: list[int], **params: object) -> EngineRequest:
+    return EngineRequest(model, prompt, SamplingParams(**params))  # type: ignore[arg-type]
+
+
+def loaded(engine: Engine) -> tuple[str, ...]:
+    return engine.stats().models_loaded
+
+
+# ---- the registry's choices --------------------------------------------------------
+
+
+def registry_with(*names: str) -> ModelRegistry:
+    reg = ModelRegistry()
+    for i, name in enumerate(names):
+        reg.put(Entry(ModelInfo(name, Path(f"/m/{name}"), None, 64), None))
+        entry = reg.get(name)
+        assert entry is not None
+        entry.last_used = 100.0 + i  # load order = use order
+    return reg
+
+
+def test_lru_choice_takes_the_least_recently_used_idle_models() -> None:
+    reg = registry_with("a", "b", "c", "d")
+    assert reg.evictable(set(), 200.0, max_models=2, ttl=0) == ["a", "b"]
+    reg.touch("a")  # now the most recent
+    assert reg.evictable(set(), 200.0, max_models=2, ttl=0) == ["b", "c"]
+    assert reg.evictable(set(), 200.0, max_models=4, ttl=0) == []
+
+
+def test_lru_choice_skips_busy_pinned_pending_and_kept_models() -> None:
+    reg = registry_with("a", "b", "c", "d")
+    reg.pin("a")
+    assert reg.acquire("b") is not None  # a submit in flight
+    assert reg.evictable({"c"}, 200.0, max_models=1, ttl=0, keep="d") == []
+    reg.release("b")
+    assert reg.evictable({"c"}, 200.0, max_models=1, ttl=0, keep="d") == ["b"]
+    assert reg.remove_if_idle("c", {"c"}) is None and reg.remove_if_idle("a", set()) is None
+    assert reg.remove_if_idle("b", set()) is not None and reg.names() == ["a", "c", "d"]
+
+
+def test_a_busy_choice_is_not_swapped_for_an_idle_model() -> None:
+    reg = registry_with("a", "b", "c")
+    assert reg.evictable({"a"}, 200.0, max_models=2, ttl=0, keep="c") == []  # a: later
+    reg.touch("a")  # its request finished: a is now the most recent, yet still first in line
+    assert reg.evictable(set(), 200.0, max_models=2, ttl=0) == ["a"]
+    reg.remove_if_idle("a", set())
+    assert reg.evictable(set(), 200.0, max_models=2, ttl=0) == []
+
+
+def test_ttl_choice_comes_first_and_counts_toward_the_limit() -> None:
+    reg = registry_with("a", "b", "c")
+    # at t=103.5 with ttl 3: a (100) and b (101) expired; with max 2, c alone may stay
+    assert reg.evictable(set(), 104.5, max_models=2, ttl=3.0) == ["a", "b"]
+    assert reg.next_expiry(set(), 104.5, 3.0) == 103.0
+    assert reg.next_expiry({"a"}, 104.5, 3.0) == 104.0  # b's
+    reg.pin("a")
+    reg.pin("b")
+    reg.pin("c")
+    assert reg.next_expiry(set(), 104.5, 3.0) == float("inf")
+
+
+# ---- the engine --------------------------------------------------------------------
+
+
+def test_loading_past_max_models_unloads_the_least_recently_used() -> None:
+    backend = ResidentBackend()
+    with make(backend, max_models=2) as engine:
+        engine.load_model("/fake/a", name="a")
+        engine.load_model("/fake/b", name="b")
+        tokens, _ = engine.submit(req("a", [10], max_tokens=2)).collect()  # a is used last
+        assert tokens == [11, 12]
+        engine.load_model("/fake/c", name="c")
+        assert loaded(engine) == ("a", "c") and backend.unloaded == ["b"]
+        with pytest.raises(ModelNotFound):
+            engine.submit(req("b", [10]))
+        engine.load_model("/fake/b", name="b")  # loads again (a is now least recent)
+        assert loaded(engine) == ("c", "b") and backend.loads == ["a", "b", "c", "b"]
+
+
+def test_a_busy_model_stays_over_the_limit_and_unloads_when_idle() -> None:
+    backend = ResidentBackend(gated={"a"})
+    with make(backend, max_models=1) as engine:
+        engine.load_model("/fake/a", name="a")
+        handle = engine.submit(req("a", [10], max_tokens=5))
+        assert wait_until(lambda: engine.stats().running == 1)
+        engine.load_model("/fake/b", name="b")
+        assert loaded(engine) == ("a", "b")  # over the limit rather than kill a stream
+        backend.gate.set()
+        tokens, fin = handle.collect()
+        assert (tokens, fin.reason) == ([11, 12, 13, 14, 15], FinishReason.LENGTH)
+        assert wait_until(lambda: loaded(engine) == ("b",))
+        assert backend.unloaded == ["a"] and backend.runners[0].closed
+
+
+def test_a_waiting_request_keeps_its_model() -> None:
+    backend = ResidentBackend(gated={"b"})
+    with make(backend, max_models=1) as engine:
+        engine.load_model("/fake/b", name="b")
+        running = engine.submit(req("b", [1], max_tokens=3))
+        engine.load_model("/fake/a", name="a")
+        queued = engine.submit(req("a", [20], max_tokens=3))  # waits for b's batch to drain
+        engine.load_model("/fake/c", name="c")
+        assert loaded(engine) == ("b", "a", "c")  # b running, a waiting, c just loaded
+        backend.gate.set()
+        assert running.collect()[0] == [2, 3, 4] and queued.collect()[0] == [21, 22, 23]
+        # c's load chose b and a (least recently used, both busy): each went once idle
+        assert wait_until(lambda: loaded(engine) == ("c",))
+        assert backend.unloaded == ["b", "a"]
+
+
+def test_pinned_models_are_never_unloaded() -> None:
+    backend = ResidentBackend()
+    with make(backend, max_models=1, model_ttl_seconds=0.05) as engine:
+        engine.load_model("/fake/a", name="a", pin=True)
+        engine.load_model("/fake/b", name="b")
+        assert wait_until(lambda: loaded(engine) == ("a",))  # b: TTL
+        engine.load_model("/fake/c", name="c")
+        engine.load_model("/fake/d", name="d")  # c: LRU
+        assert "a" in loaded(engine) and "c" not in loaded(engine)
+        time.sleep(0.2)
+        assert "a" in loaded(engine)
+        assert engine.submit(req("a", [5], max_tokens=1)).collect()[0] == [6]
+
+
+def test_pin_applies_to_an_already_loaded_model() -> None:
+    with make(ResidentBackend(), max_models=1) as engine:
+        first = engine.load_model("/fake/a", name="a")
+        assert engine.load_model("/fake/a", name="a", pin=True) is first
+        engine.load_model("/fake/b", name="b")
+        engine.load_model("/fake/c", name="c")
+        assert loaded(engine) == ("a", "c")
+
+
+def test_ttl_unloads_an_idle_model_but_not_one_in_use() -> None:
+    backend = ResidentBackend(gated={"a"})
+    with make(backend, model_ttl_seconds=0.1) as engine:
+        engine.load_model("/fake/a", name="a")
+        handle = engine.submit(req("a", [10], max_tokens=3))
+        time.sleep(0.4)  # several TTLs, all of them running
+        assert loaded(engine) == ("a",)
+        backend.gate.set()
+        assert handle.collect()[0] == [11, 12, 13]
+        assert wait_until(lambda: loaded(engine) == ())
+        assert backend.unloaded == ["a"] and engine.health().ok
+
+
+def test_a_refused_submit_does_not_keep_its_model_loaded() -> None:
+    backend = ResidentBackend()
+    with make(backend, model_ttl_seconds=0.05) as engine:
+        engine.load_model("/fake/a", name="a")
+        with pytest.raises(InvalidRequest):
+            engine.submit(req("a", []))  # empty prompt: refused after the model check
+        assert wait_until(lambda: loaded(engine) == ())
+
+
+def test_an_idle_engine_without_ttl_sleeps_without_a_timeout() -> None:
+    with make(ResidentBackend()) as engine:
+        engine.load_model("/fake/a", name="a")
+        assert engine._core.idle_timeout() is None
+    with make(ResidentBackend(), model_ttl_seconds=60) as engine:
+        engine.load_model("/fake/a", name="a", pin=True)
+        assert engine._core.idle_timeout() is None  # only pinned models: nothing can expire
+        engine.load_model("/fake/b", name="b")
+        timeout = engine._core.idle_timeout()
+        assert timeout is not None and 0 < timeout <= 60
+
+
+def test_backends_without_unload_keep_working() -> None:
+    backend = FakeBackend()
+    with make(backend, max_models=1) as engine:
+        engine.load_model("/fake/a", name="a")
+        assert engine.submit(req("a", [1], max_tokens=1)).collect()[0] == [2]
+        engine.load_model("/fake/b", name="b")
+        assert loaded(engine) == ("b",) and backend.runners[0].closed
+
+
+# ---- settings ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("0", 0.0), ("300", 300.0), ("2.5", 2.5), ("500ms", 0.5), ("30s", 30.0), ("5m", 300.0),
+     ("1h", 3600.0), ("1h30m", 5400.0), (" 10 s ", 10.0)],
+)  # fmt: skip
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "-1", "5x", "m", "1h30", "inf", "nan", "5 m 3"])
+def test_bad_durations(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_duration(text)
+
+
+def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = EngineConfig.from_settings()
+    assert (cfg.max_models, cfg.model_ttl_seconds) == (2, 0.0)
+    monkeypatch.setenv("MLXD_MAX_MODELS", "3")
+    monkeypatch.setenv("MLXD_MODEL_TTL", "5m")
+    cfg = EngineConfig.from_settings()
+    assert (cfg.max_models, cfg.model_ttl_seconds) == (3, 300.0)
+    monkeypatch.setenv("MLXD_MODEL_TTL", "soon")
+    with pytest.raises(InvalidRequest, match="MLXD|duration"):
+        EngineConfig.from_settings()
+    with pytest.raises(InvalidRequest):
+        EngineConfig(max_models=0)
+    with pytest.raises(InvalidRequest):
+        EngineConfig(model_ttl_seconds=-1)
