@@ -31,6 +31,27 @@ def test_greedy_alone_equals_inside_batch_of_8(
     assert len({tuple(t) for t in alone}) > 1  # the prompts really steer the output
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_greedy_alone_equals_inside_batch_in_half_precision(
+    make_engine, dtype: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Half-precision weights (as most published MLX models): batching changes matmul shapes
+    and adds left padding, yet greedy output stays byte for byte the same."""
+    from tests.checkpoints import make_checkpoint
+
+    checkpoint = make_checkpoint(tmp_path_factory.mktemp(dtype), "chat", dtype=dtype)
+    engine = make_engine()
+    info = engine.load_model(checkpoint)
+    prompts = random_prompts(8, info.vocab_size, (3, 120), seed=1)
+    alone = [
+        engine.submit(request(info, p, max_tokens=24, ignore_eos=True)).collect()[0]
+        for p in prompts
+    ]
+    handles = [engine.submit(request(info, p, max_tokens=24, ignore_eos=True)) for p in prompts]
+    assert [h.collect()[0] for h in handles] == alone
+    assert len({tuple(t) for t in alone}) > 1
+
+
 def test_greedy_parity_with_prefix_cache_and_batched_prefill(make_engine, tiny_chat_model) -> None:
     """Same tokens whatever the engine layout: cold, prefix-cached, or prompts prefilled
     side by side in one padded batch."""
