@@ -31,6 +31,19 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--max-tokens-ceiling", type=int, help="operator ceiling on max_tokens per request"
     )
+    p.add_argument(
+        "--max-models",
+        type=int,
+        metavar="N",
+        help="most models kept loaded (default 2; env MLXD_MAX_MODELS); the least recently "
+        "used idle one unloads first, the --model one never",
+    )
+    p.add_argument(
+        "--model-ttl",
+        metavar="DURATION",
+        help="unload a model idle this long: seconds or 30s, 5m, 1h (default 0: never; "
+        "env MLXD_MODEL_TTL)",
+    )
     p.add_argument("--drain-seconds", type=float, help="shutdown: seconds to finish")
     p.add_argument(
         "--trust-remote-code",
@@ -54,8 +67,20 @@ def run(args: argparse.Namespace) -> int:
         trust_remote_code=args.trust_remote_code or None,
     )
     overrides: dict[str, Any] = {"trust_remote_code": args.trust_remote_code}
-    for name in ("max_batch", "max_queue", "max_tokens_ceiling"):
+    for name in ("max_batch", "max_queue", "max_tokens_ceiling", "max_models"):
         value = getattr(args, name)
         if value is not None:
             overrides[name] = value
+    if args.model_ttl is not None:
+        overrides["model_ttl_seconds"] = _duration(args.model_ttl)
     return serve(settings, args.model, overrides)
+
+
+def _duration(text: str) -> float:
+    from mlxd.engine.config import parse_duration
+    from mlxd.errors import InvalidRequest
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise InvalidRequest(f"--model-ttl: {exc}", param="model_ttl") from None

@@ -109,6 +109,7 @@ class EngineCore:
         # Residency (see maintain): when the next TTL check is due, and whether a load or a
         # finish may have made an over-the-limit model unloadable.
         self.next_expiry = math.inf
+        self.last_loaded: str | None = None  # never the LRU choice: its caller will use it
         self._recheck_limit = False
         self.unloaded_total = 0
 
@@ -155,7 +156,8 @@ class EngineCore:
         try:
             # Make room before replying, so the caller sees the limit already applied.
             self._note_use()
-            self._evict(keep=msg.name)
+            self.last_loaded = msg.name
+            self._evict()
         finally:
             msg.reply.set_result(entry.info)
 
@@ -343,13 +345,16 @@ class EngineCore:
         busy.update(r.model for r in self.scheduler.running.values())
         return busy
 
-    def _evict(self, keep: str | None = None) -> None:
+    def _evict(self) -> None:
         """Unload models idle past the TTL, then least recently used idle ones while over
-        max_models. Busy or pinned models stay, even over the limit: a later finish calls
-        this again. `keep`: the model just loaded for a caller."""
+        max_models. Busy or pinned models stay, even over the limit (a later finish calls
+        this again), and so does the model loaded last until another load: its caller is
+        about to submit to it, and unloading it first would fail that submit."""
         self._recheck_limit = False
         cfg, now, busy = self.cfg, time.monotonic(), self._busy_models()
-        for name in self.registry.evictable(busy, now, cfg.max_models, cfg.model_ttl_seconds, keep):
+        for name in self.registry.evictable(
+            busy, now, cfg.max_models, cfg.model_ttl_seconds, self.last_loaded
+        ):
             self._unload(name, busy)
         ttl = cfg.model_ttl_seconds
         self.next_expiry = self.registry.next_expiry(busy, now, ttl) if ttl > 0 else math.inf

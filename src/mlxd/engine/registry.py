@@ -115,17 +115,12 @@ class ModelRegistry:
         self, busy: set[str], now: float, max_models: int, ttl: float, keep: str | None = None
     ) -> list[str]:
         """Names to unload now. First the models idle past `ttl` (when > 0); then, while more
-        than `max_models` stay loaded, the least recently used ones. A chosen model that is
-        busy (in `busy`: requests waiting or running; or a submit in flight) is not swapped
-        for another: it is marked and stays first in line, to go as soon as it is idle, so a
-        model just loaded for a caller is not evicted in its place. Never a pinned model or
-        `keep` (the one a caller just loaded)."""
+        than `max_models` stay loaded, the least recently used ones, never `keep` (the model
+        loaded last: a caller is about to use it). A chosen model that is busy (in `busy`:
+        requests waiting or running; or a submit in flight) is not swapped for another: it is
+        marked, stays first in line and goes as soon as it is idle. Never a pinned model."""
         with self._lock:
-            candidates = [
-                (name, e)
-                for name, e in self._entries.items()
-                if name not in self._pinned and name != keep
-            ]
+            candidates = [(n, e) for n, e in self._entries.items() if n not in self._pinned]
             expired = {
                 name
                 for name, e in candidates
@@ -133,7 +128,7 @@ class ModelRegistry:
             }
             surplus = len(self._entries) - len(expired) - max_models
             ranked = sorted(
-                ((name, e) for name, e in candidates if name not in expired),
+                ((n, e) for n, e in candidates if n not in expired and n != keep),
                 key=lambda item: (not item[1].doomed, item[1].last_used),
             )
             chosen = ranked[: max(surplus, 0)]

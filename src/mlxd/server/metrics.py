@@ -83,6 +83,10 @@ class Metrics:
         _header(out, "mlxd_requests_finished_total", "counter", "engine requests by finish reason")
         for reason, n in sorted(by_reason.items()):
             out.append(f'mlxd_requests_finished_total{{reason="{reason}"}} {n}')
+        models = getattr(engine_stats, "models_loaded", None)
+        if models is not None:
+            _header(out, "mlxd_models_loaded", "gauge", "models loaded in the engine now")
+            out.append(f"mlxd_models_loaded {len(models)}")
         for attr, name, kind, help_text in ENGINE_GAUGES:
             value = getattr(engine_stats, attr, None)
             if value is not None:

@@ -1,5 +1,9 @@
 """Which model a request names: only models the store knows, loaded through the engine.
 
+Models stay loaded only as long as the engine keeps them (`max_models`, `model_ttl_seconds`):
+a name whose model the engine has unloaded is resolved and loaded again on its next request.
+The preloaded model is pinned, so it never unloads.
+
 Requests never name paths (no `/`-leading, `..`, `~` or backslashes) and never trigger
 downloads: resolution goes through the store, and a store answer that is a bare directory
 path is refused too. `model` omitted or "default" means the preloaded model.
@@ -9,11 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from mlxd.errors import InvalidRequest, ModelNotFound
 
 DEFAULT_ALIASES = frozenset({"", "default"})
+T = TypeVar("T")
 
 
 def check_model_name(name: str) -> None:
@@ -42,24 +48,49 @@ class ModelRegistry:
         self.created = int(time.time())
         if default is not None:
             self.loaded[default.name] = default
+            if hasattr(engine, "load_model"):  # already loaded: this only pins it
+                engine.load_model(default.path, default.name, pin=True)
         self._lock = asyncio.Lock()
 
     async def get(self, name: str | None) -> Any:
+        """The ModelInfo of a loaded model; loads a store model on first use, and again
+        after the engine unloaded it (the store check and check_runnable run each time)."""
         name = (name or "").strip()
         if name in DEFAULT_ALIASES:
             if self.default is None:
                 raise ModelNotFound("no default model is loaded; name one in 'model'")
             return self.default
         info = self.loaded.get(name)
-        if info is not None:
+        if info is not None and self._engine_has(info.name):
             return info
         check_model_name(name)
         async with self._lock:
             info = self.loaded.get(name)
-            if info is None:
+            if info is None or not self._engine_has(info.name):
                 info = await asyncio.to_thread(self._resolve_and_load, name)
                 self.loaded[name] = info
         return info
+
+    async def start(self, name: str | None, submit: Callable[[Any], T]) -> tuple[Any, T]:
+        """(info, submit(info)), `submit` running in a worker thread. When the engine unloaded
+        the model between `get` and the submit (ModelNotFound from the engine, for a store
+        model), load it again and retry once."""
+        info = await self.get(name)
+        try:
+            return info, await asyncio.to_thread(submit, info)
+        except ModelNotFound:
+            if info is self.default or self._engine_has(info.name):
+                raise
+        info = await self.get(name)
+        return info, await asyncio.to_thread(submit, info)
+
+    def _engine_has(self, name: str) -> bool:
+        """Whether the engine still has `name` loaded (a cheap, non-blocking look-up)."""
+        try:
+            self.engine.model(name)
+        except ModelNotFound:
+            return False
+        return True
 
     def _resolve_and_load(self, name: str) -> Any:
         from mlxd.store.health import check_runnable

@@ -126,6 +126,8 @@ def test_ttl_choice_comes_first_and_counts_toward_the_limit() -> None:
     reg = registry_with("a", "b", "c")
     # at t=103.5 with ttl 3: a (100) and b (101) expired; with max 2, c alone may stay
     assert reg.evictable(set(), 104.5, max_models=2, ttl=3.0) == ["a", "b"]
+    assert reg.evictable(set(), 104.5, max_models=2, ttl=3.0, keep="a") == ["a", "b"]
+    assert reg.evictable(set(), 104.5, max_models=1, ttl=0, keep="a") == ["b", "c"]
     assert reg.next_expiry(set(), 104.5, 3.0) == 103.0
     assert reg.next_expiry({"a"}, 104.5, 3.0) == 104.0  # b's
     reg.pin("a")
@@ -195,6 +197,17 @@ def test_pinned_models_are_never_unloaded() -> None:
         time.sleep(0.2)
         assert "a" in loaded(engine)
         assert engine.submit(req("a", [5], max_tokens=1)).collect()[0] == [6]
+
+
+def test_the_model_loaded_last_stays_until_the_next_load() -> None:
+    backend = ResidentBackend()
+    with make(backend, max_models=1) as engine:
+        engine.load_model("/fake/a", name="a", pin=True)
+        engine.load_model("/fake/b", name="b")  # over the limit: its caller is about to use it
+        assert engine.submit(req("a", [1], max_tokens=1)).collect()[0] == [2]
+        assert loaded(engine) == ("a", "b")  # a's finish did not push b out
+        engine.load_model("/fake/c", name="c")
+        assert loaded(engine) == ("a", "c")
 
 
 def test_pin_applies_to_an_already_loaded_model() -> None:

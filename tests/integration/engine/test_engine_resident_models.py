@@ -1,0 +1,171 @@
+"""Resident models on real MLX: max_models (LRU), idle TTL, pins, prefix-cache entries and
+memory given back, and no stream cut by an unload."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import mlx.core as mx
+import pytest
+from mlx_lm.models.cache import KVCache
+
+from mlxd.backend.prefix import PrefixCache
+from mlxd.engine import Engine, ModelInfo
+from mlxd.errors import ModelNotFound
+from mlxd.types import FinishReason, TokenEvent
+from tests.checkpoints import make_checkpoint
+from tests.integration.engine.conftest import EngineFactory
+from tests.integration.engine.engine_helpers import collect_events, request
+
+DEADLINE_S = 60.0  # generous: only a hang fails it
+PROMPT = [11, 12, 13, 14, 15]
+
+
+@pytest.fixture(scope="module")
+def three_models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """Three distinct tiny chat checkpoints (different weights): A, B and C."""
+    root = tmp_path_factory.mktemp("resident")
+    a, b, c = (make_checkpoint(root / name, "chat", seed=i + 1) for i, name in enumerate("abc"))
+    return a, b, c
+
+
+def wait_until(cond: Callable[[], bool]) -> bool:
+    deadline = time.monotonic() + DEADLINE_S
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def loaded(engine: Engine) -> tuple[str, ...]:
+    return engine.stats().models_loaded
+
+
+def greedy(engine: Engine, info: ModelInfo, n: int = 16) -> list[int]:
+    tokens, fin = engine.submit(request(info, PROMPT, max_tokens=n, ignore_eos=True)).collect()
+    assert fin.reason is FinishReason.LENGTH
+    return tokens
+
+
+def test_a_third_model_unloads_the_least_recently_used(
+    make_engine: EngineFactory, three_models: tuple[Path, Path, Path]
+) -> None:
+    a, b, c = three_models
+    engine = make_engine(max_models=2)
+    info_a = engine.load_model(a)
+    before = greedy(engine, info_a)  # leaves a prefix-cache entry for A
+    assert engine.stats().prefix_cache_entries == 1
+    engine.load_model(b)
+    two_models = mx.get_active_memory()
+    engine.load_model(c)
+    assert loaded(engine) == ("b", "c")
+    assert engine.stats().prefix_cache_entries == 0  # A's entry went with it
+    # A's weights were given back: a third resident model would add a whole model's bytes
+    weight_bytes = (a / "model.safetensors").stat().st_size
+    assert mx.get_active_memory() - two_models < weight_bytes // 2
+    with pytest.raises(ModelNotFound):
+        engine.submit(request(info_a, PROMPT, max_tokens=2))
+    again = engine.load_model(a)  # B, least recently used now, makes room
+    assert loaded(engine) == ("c", "a")
+    assert greedy(engine, again) == before  # same weights, same greedy answer
+
+
+def test_a_streaming_model_unloads_only_after_its_stream(
+    make_engine: EngineFactory, three_models: tuple[Path, Path, Path]
+) -> None:
+    a, b, c = three_models
+    reference = make_engine()
+    expected = greedy(reference, reference.load_model(a), n=300)
+
+    slow = threading.Event()  # until set, each sampled token waits 5 ms: A outlives the loads
+    slow.set()
+
+    def hook(site: str, request_id: str | None) -> None:
+        if site == "sample" and slow.is_set():
+            time.sleep(0.005)
+
+    engine = make_engine(max_models=2, fault_hook=hook)
+    info_a = engine.load_model(a)
+    handle = engine.submit(request(info_a, PROMPT, max_tokens=300, ignore_eos=True))
+    events = iter(handle)
+    first = next(events)  # A is streaming
+    assert isinstance(first, TokenEvent)
+    engine.load_model(b)
+    engine.load_model(c)
+    assert engine.stats().running == 1 and loaded(engine) == ("a", "b", "c")
+    slow.clear()
+    rest, fin = collect_events(handle)
+    tokens = list(first.token_ids) + [t for e in rest for t in e.token_ids]
+    assert fin.reason is FinishReason.LENGTH
+    assert tokens == expected  # every token, none lost to the loads
+    assert wait_until(lambda: loaded(engine) == ("b", "c"))
+
+
+def test_ttl_unloads_an_idle_model_but_not_a_pinned_one(
+    make_engine: EngineFactory, three_models: tuple[Path, Path, Path]
+) -> None:
+    a, b, _ = three_models
+    engine = make_engine(model_ttl_seconds=0.3)
+    info_a = engine.load_model(a, pin=True)
+    info_b = engine.load_model(b)
+    greedy(engine, info_b, n=4)
+    assert wait_until(lambda: loaded(engine) == ("a",))
+    # A was idle longer than B: only its pin kept it
+    assert greedy(engine, info_a, n=4) and engine.health().ok
+
+
+def test_prefix_cache_drop_forgets_one_model_only() -> None:
+    def kv(tokens: int) -> list[KVCache]:
+        cache = KVCache()
+        cache.update_and_fetch(mx.zeros((1, 2, tokens, 8)), mx.zeros((1, 2, tokens, 8)))
+        return [cache]
+
+    pc = PrefixCache(1 << 20)
+    pc.store("a", [1, 2, 3, 4], kv(4))
+    pc.store("a", [7, 8, 9], kv(3))
+    pc.store("b", [1, 2, 3, 4], kv(4))
+    b_bytes = kv(4)[0].nbytes
+    assert pc.drop("a") == 2
+    assert (len(pc), pc.nbytes) == (1, b_bytes)
+    assert pc.fetch("a", [1, 2, 3, 4, 5])[0] is None
+    cache, rest = pc.fetch("b", [1, 2, 3, 4, 5])
+    assert cache is not None and rest == [5]
+    assert pc.drop("missing") == 0 and len(pc) == 1
+
+
+def test_server_models_load_again_after_an_unload(
+    make_engine: EngineFactory, three_models: tuple[Path, Path, Path], isolated_home: Path
+) -> None:
+    """The server's ModelRegistry never hands out a model the engine unloaded, and a submit
+    that races an unload loads it again and retries once."""
+    import asyncio
+    import shutil
+
+    from mlxd.server.models import ModelRegistry
+
+    store = isolated_home / "mlxd" / "models"
+    for path in three_models[:2]:
+        shutil.copytree(path, store / path.name)
+    engine = make_engine(max_models=1)
+    models = ModelRegistry(engine, default=None)
+    attempts: list[str] = []
+
+    def submit(info: ModelInfo) -> list[int]:
+        attempts.append(info.name)
+        if len(attempts) == 1:  # the race: another request loads b first, a goes
+            engine.load_model(store / "b", name="b")
+        return greedy(engine, info, n=4)
+
+    async def scenario() -> None:
+        a = await models.get("a")
+        await models.get("b")
+        assert loaded(engine) == ("b",)
+        assert (await models.get("a")) is not a and loaded(engine) == ("a",)
+        info, tokens = await models.start("a", submit)
+        assert attempts == ["a", "a"] and info.name == "a" and len(tokens) == 4
+
+    asyncio.run(scenario())
