@@ -108,7 +108,7 @@ class EngineCore:
         self._wakes = WakeBatch()
         # Residency (see maintain): when the next TTL check is due, and whether a load or a
         # finish may have made an over-the-limit model unloadable.
-        self.next_expiry = math.inf
+        self.next_check = math.inf
         self.last_loaded: str | None = None  # never the LRU choice: its caller will use it
         self._recheck_limit = False
         self.unloaded_total = 0
@@ -323,22 +323,22 @@ class EngineCore:
         and a clock read unless a load or finish happened or a TTL is due."""
         over = self._recheck_limit and self.registry.count() > self.cfg.max_models
         self._recheck_limit = False
-        if over or time.monotonic() >= self.next_expiry:
+        if over or time.monotonic() >= self.next_check:
             self._evict()
 
     def idle_timeout(self) -> float | None:
         """How long an idle engine may block on its inbox: until the next TTL check, or
         forever (None) when no model can expire."""
-        if self.next_expiry == math.inf:
+        if self.next_check == math.inf:
             return None
-        return max(0.0, self.next_expiry - time.monotonic())
+        return max(0.0, self.next_check - time.monotonic())
 
     def _note_use(self) -> None:
         """A load or a finish: a model became (more) recently used and maybe idle."""
         self._recheck_limit = True
         ttl = self.cfg.model_ttl_seconds
         if ttl > 0:
-            self.next_expiry = min(self.next_expiry, time.monotonic() + ttl)
+            self.next_check = min(self.next_check, time.monotonic() + ttl)
 
     def _busy_models(self) -> set[str]:
         busy = {r.model for r in self.scheduler.waiting}
@@ -356,8 +356,7 @@ class EngineCore:
             busy, now, cfg.max_models, cfg.model_ttl_seconds, self.last_loaded
         ):
             self._unload(name, busy)
-        ttl = cfg.model_ttl_seconds
-        self.next_expiry = self.registry.next_expiry(busy, now, ttl) if ttl > 0 else math.inf
+        self.next_check = self.registry.next_check(busy, now, cfg.model_ttl_seconds)
 
     def _unload(self, name: str, busy: set[str]) -> None:
         entry = self.registry.remove_if_idle(name, busy)

@@ -36,6 +36,9 @@ from mlxd.errors import (
 from mlxd.types import FinishEvent, FinishReason
 
 _ids = itertools.count(1)
+# Long enough for a chat template render (MLXD_TEMPLATE_SECONDS) and tokenization between a
+# server's model look-up and its submit; a reservation nobody uses only delays an unload.
+RESERVE_SECONDS = 10.0
 _open_engines: weakref.WeakSet[Engine] = weakref.WeakSet()
 
 
@@ -94,6 +97,16 @@ class Engine:
         reply: Future[ModelInfo] = Future()
         self._post(LoadModel(name, path, reply))
         return reply.result()
+
+    def reserve(self, name: str, seconds: float = RESERVE_SECONDS) -> ModelInfo:
+        """The loaded model `name`, kept loaded (by neither TTL nor LRU unloaded) until the
+        next submit for it, or `seconds` at most; the request then keeps it loaded while it
+        lives. For a caller that looked a model up and submits to it shortly, like the server
+        between resolving a request's model and submitting. Raises ModelNotFound."""
+        entry = self._registry.reserve(name, seconds)
+        if entry is None:
+            raise ModelNotFound(f"model {name!r} is not loaded")
+        return entry.info
 
     def model(self, name: str) -> ModelInfo:
         entry = self._registry.get(name)

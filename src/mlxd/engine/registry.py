@@ -38,7 +38,14 @@ class Entry:
     # Residency bookkeeping, changed only under the registry lock:
     last_used: float = 0.0  # time.monotonic() of the last load, submit or finish
     pending: int = 0  # submits accepted on a caller thread, not yet seen by the engine thread
+    reserved: int = 0  # reservations (see reserve) not yet used by a submit
+    held_until: float = 0.0  # when the latest reservation lapses
     doomed: bool = False  # chosen to go past max_models while busy: goes when idle
+
+    def in_use(self, busy: set[str], now: float) -> bool:
+        """Requests waiting or running (`busy`), a submit in flight, or a live reservation."""
+        held = self.reserved > 0 and self.held_until > now
+        return self.info.name in busy or self.pending > 0 or held
 
 
 class ModelRegistry:
@@ -98,7 +105,20 @@ class ModelRegistry:
             entry = self._entries.get(name)
             if entry is not None:
                 entry.pending += 1
+                entry.reserved = max(0, entry.reserved - 1)  # the submit a reservation awaited
                 entry.last_used = time.monotonic()
+            return entry
+
+    def reserve(self, name: str, seconds: float) -> Entry | None:
+        """Keep `name` loaded until a submit uses the reservation (`acquire`), `seconds` at
+        most (a caller is about to submit to it); marks it used. None if it is not loaded."""
+        with self._lock:
+            entry = self._entries.get(name)
+            if entry is not None:
+                now = time.monotonic()
+                entry.last_used = now
+                entry.reserved += 1
+                entry.held_until = max(entry.held_until, now + seconds)
             return entry
 
     def release(self, name: str) -> None:
@@ -116,15 +136,16 @@ class ModelRegistry:
     ) -> list[str]:
         """Names to unload now. First the models idle past `ttl` (when > 0); then, while more
         than `max_models` stay loaded, the least recently used ones, never `keep` (the model
-        loaded last: a caller is about to use it). A chosen model that is busy (in `busy`:
-        requests waiting or running; or a submit in flight) is not swapped for another: it is
-        marked, stays first in line and goes as soon as it is idle. Never a pinned model."""
+        loaded last: a caller is about to use it). A chosen model in use (see Entry.in_use;
+        `busy` names the models with requests waiting or running) is not swapped for another:
+        it is marked, stays first in line and goes as soon as it is idle. Never a pinned
+        model."""
         with self._lock:
             candidates = [(n, e) for n, e in self._entries.items() if n not in self._pinned]
             expired = {
                 name
                 for name, e in candidates
-                if ttl > 0 and now - e.last_used > ttl and name not in busy and not e.pending
+                if ttl > 0 and now - e.last_used > ttl and not e.in_use(busy, now)
             }
             surplus = len(self._entries) - len(expired) - max_models
             ranked = sorted(
@@ -136,27 +157,35 @@ class ModelRegistry:
                 e.doomed = False
             now_idle = []
             for name, e in chosen:
-                if name in busy or e.pending:
+                if e.in_use(busy, now):
                     e.doomed = True
                 else:
                     now_idle.append(name)
             return sorted(expired) + now_idle
 
     def remove_if_idle(self, name: str, busy: set[str]) -> Entry | None:
-        """Remove `name` unless it became pinned, busy or wanted by a submit meanwhile."""
+        """Remove `name` unless it became pinned or in use meanwhile."""
         with self._lock:
             entry = self._entries.get(name)
-            if entry is None or name in self._pinned or name in busy or entry.pending:
+            if entry is None or name in self._pinned or entry.in_use(busy, time.monotonic()):
                 return None
             return self._entries.pop(name)
 
-    def next_expiry(self, busy: set[str], now: float, ttl: float) -> float:
-        """Earliest time an unpinned model may pass its TTL (math.inf: none can). A model in
-        use now is looked at again `ttl` from now; its finish touches it anyway."""
+    def next_check(self, busy: set[str], now: float, ttl: float) -> float:
+        """When eviction must look again with nothing else happening (math.inf: never): the
+        earliest TTL expiry of an unpinned model (when ttl > 0; a model in use now is looked
+        at again `ttl` from now, its finish touches it anyway) and the end of the reservation
+        of a model chosen to go."""
         with self._lock:
             times = [
-                now + ttl if name in busy or e.pending else e.last_used + ttl
-                for name, e in self._entries.items()
-                if name not in self._pinned
+                e.held_until
+                for e in self._entries.values()
+                if e.doomed and e.reserved and e.held_until > now
             ]
+            if ttl > 0:
+                times += [
+                    now + ttl if e.in_use(busy, now) else e.last_used + ttl
+                    for name, e in self._entries.items()
+                    if name not in self._pinned
+                ]
         return min(times, default=math.inf)

@@ -1,8 +1,9 @@
 """Which model a request names: only models the store knows, loaded through the engine.
 
 Models stay loaded only as long as the engine keeps them (`max_models`, `model_ttl_seconds`):
-a name whose model the engine has unloaded is resolved and loaded again on its next request.
-The preloaded model is pinned, so it never unloads.
+a name whose model the engine has unloaded is resolved and loaded again on its next request,
+and a model handed to a request is reserved in the engine until the request is submitted, so
+no concurrent load can unload it in between. The preloaded model is pinned.
 
 Requests never name paths (no `/`-leading, `..`, `~` or backslashes) and never trigger
 downloads: resolution goes through the store, and a store answer that is a bare directory
@@ -13,13 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from mlxd.errors import InvalidRequest, ModelNotFound
 
 DEFAULT_ALIASES = frozenset({"", "default"})
-T = TypeVar("T")
 
 
 def check_model_name(name: str) -> None:
@@ -53,41 +52,33 @@ class ModelRegistry:
         self._lock = asyncio.Lock()
 
     async def get(self, name: str | None) -> Any:
-        """The ModelInfo of a loaded model; loads a store model on first use, and again
-        after the engine unloaded it (the store check and check_runnable run each time)."""
+        """The ModelInfo of a loaded model, reserved in the engine (kept loaded for a while:
+        the caller submits to it next). Loads a store model on first use, and again when
+        the engine has unloaded it (the store check and check_runnable run each time)."""
         name = (name or "").strip()
         if name in DEFAULT_ALIASES:
             if self.default is None:
                 raise ModelNotFound("no default model is loaded; name one in 'model'")
-            return self.default
+            return self.default  # pinned: never unloaded
         info = self.loaded.get(name)
-        if info is not None and self._engine_has(info.name):
+        if info is not None and self._reserve(info.name):
             return info
         check_model_name(name)
         async with self._lock:
             info = self.loaded.get(name)
-            if info is None or not self._engine_has(info.name):
+            # Once more after a load: another load (from outside this registry) may have
+            # pushed the model out again before the reservation.
+            for _ in range(2):
+                if info is not None and self._reserve(info.name):
+                    break
                 info = await asyncio.to_thread(self._resolve_and_load, name)
                 self.loaded[name] = info
         return info
 
-    async def start(self, name: str | None, submit: Callable[[Any], T]) -> tuple[Any, T]:
-        """(info, submit(info)), `submit` running in a worker thread. When the engine unloaded
-        the model between `get` and the submit (ModelNotFound from the engine, for a store
-        model), load it again and retry once."""
-        info = await self.get(name)
+    def _reserve(self, name: str) -> bool:
+        """Keep `name` loaded until its submit; False when the engine no longer has it."""
         try:
-            return info, await asyncio.to_thread(submit, info)
-        except ModelNotFound:
-            if info is self.default or self._engine_has(info.name):
-                raise
-        info = await self.get(name)
-        return info, await asyncio.to_thread(submit, info)
-
-    def _engine_has(self, name: str) -> bool:
-        """Whether the engine still has `name` loaded (a cheap, non-blocking look-up)."""
-        try:
-            self.engine.model(name)
+            self.engine.reserve(name)
         except ModelNotFound:
             return False
         return True

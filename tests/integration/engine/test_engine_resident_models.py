@@ -137,11 +137,11 @@ def test_prefix_cache_drop_forgets_one_model_only() -> None:
     assert pc.drop("missing") == 0 and len(pc) == 1
 
 
-def test_server_models_load_again_after_an_unload(
+def test_server_models_reserve_and_load_again(
     make_engine: EngineFactory, three_models: tuple[Path, Path, Path], isolated_home: Path
 ) -> None:
-    """The server's ModelRegistry never hands out a model the engine unloaded, and a submit
-    that races an unload loads it again and retries once."""
+    """The server's ModelRegistry never hands out a model the engine unloaded, and the model
+    it hands out stays loaded until the request is submitted, even if another loads first."""
     import asyncio
     import shutil
 
@@ -152,20 +152,15 @@ def test_server_models_load_again_after_an_unload(
         shutil.copytree(path, store / path.name)
     engine = make_engine(max_models=1)
     models = ModelRegistry(engine, default=None)
-    attempts: list[str] = []
-
-    def submit(info: ModelInfo) -> list[int]:
-        attempts.append(info.name)
-        if len(attempts) == 1:  # the race: another request loads b first, a goes
-            engine.load_model(store / "b", name="b")
-        return greedy(engine, info, n=4)
 
     async def scenario() -> None:
         a = await models.get("a")
-        await models.get("b")
-        assert loaded(engine) == ("b",)
-        assert (await models.get("a")) is not a and loaded(engine) == ("a",)
-        info, tokens = await models.start("a", submit)
-        assert attempts == ["a", "a"] and info.name == "a" and len(tokens) == 4
+        await models.get("b")  # a request for b loads it while a's request is on its way
+        assert loaded(engine) == ("a", "b")
+        greedy(engine, a, n=4)  # a's submit succeeds; a goes once idle
+        assert wait_until(lambda: loaded(engine) == ("b",))
+        again = await models.get("a")  # loaded again (b, still reserved, goes later)
+        assert again is not a and again.name == "a" and "a" in loaded(engine)
+        assert len(greedy(engine, again, n=4)) == 4
 
     asyncio.run(scenario())

@@ -124,16 +124,16 @@ def test_a_busy_choice_is_not_swapped_for_an_idle_model() -> None:
 
 def test_ttl_choice_comes_first_and_counts_toward_the_limit() -> None:
     reg = registry_with("a", "b", "c")
-    # at t=103.5 with ttl 3: a (100) and b (101) expired; with max 2, c alone may stay
+    # at t=104.5 with ttl 3: a (100) and b (101) expired; with max 2, c alone may stay
     assert reg.evictable(set(), 104.5, max_models=2, ttl=3.0) == ["a", "b"]
     assert reg.evictable(set(), 104.5, max_models=2, ttl=3.0, keep="a") == ["a", "b"]
     assert reg.evictable(set(), 104.5, max_models=1, ttl=0, keep="a") == ["b", "c"]
-    assert reg.next_expiry(set(), 104.5, 3.0) == 103.0
-    assert reg.next_expiry({"a"}, 104.5, 3.0) == 104.0  # b's
+    assert reg.next_check(set(), 104.5, 3.0) == 103.0
+    assert reg.next_check({"a"}, 104.5, 3.0) == 104.0  # b's
     reg.pin("a")
     reg.pin("b")
     reg.pin("c")
-    assert reg.next_expiry(set(), 104.5, 3.0) == float("inf")
+    assert reg.next_check(set(), 104.5, 3.0) == float("inf")
 
 
 # ---- the engine --------------------------------------------------------------------
@@ -208,6 +208,31 @@ def test_the_model_loaded_last_stays_until_the_next_load() -> None:
         assert loaded(engine) == ("a", "b")  # a's finish did not push b out
         engine.load_model("/fake/c", name="c")
         assert loaded(engine) == ("a", "c")
+
+
+def test_a_reserved_model_waits_for_its_submit() -> None:
+    backend = ResidentBackend()
+    with make(backend, max_models=1, model_ttl_seconds=0.05) as engine:
+        info = engine.load_model("/fake/a", name="a")
+        assert engine.reserve("a") is info
+        engine.load_model("/fake/b", name="b")
+        time.sleep(0.2)  # several TTLs: the reservation holds against TTL and LRU alike
+        assert "a" in loaded(engine)
+        assert engine.submit(req("a", [1], max_tokens=1)).collect()[0] == [2]  # uses it
+        assert wait_until(lambda: "a" not in loaded(engine))
+        with pytest.raises(ModelNotFound):
+            engine.reserve("a")
+
+
+def test_an_unused_reservation_lapses() -> None:
+    backend = ResidentBackend()
+    with make(backend, max_models=1) as engine:
+        engine.load_model("/fake/a", name="a")
+        engine.reserve("a", seconds=0.1)
+        engine.load_model("/fake/b", name="b")
+        assert loaded(engine) == ("a", "b")
+        # nothing else happens: the engine wakes up when the reservation ends
+        assert wait_until(lambda: loaded(engine) == ("b",))
 
 
 def test_pin_applies_to_an_already_loaded_model() -> None:
