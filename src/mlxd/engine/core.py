@@ -106,12 +106,12 @@ class EngineCore:
         self.loading = False
         self._faulted: list[Request] = []
         self._wakes = WakeBatch()
-        # Residency (see maintain): when the next TTL check is due, and whether a load or a
-        # finish may have made an over-the-limit model unloadable.
+        # Residency (see maintain): when eviction must look again with nothing else happening
+        # (a TTL or a reservation due), and whether a load or a finish may have made an
+        # over-the-limit model unloadable.
         self.next_check = math.inf
         self.last_loaded: str | None = None  # never the LRU choice: its caller will use it
         self._recheck_limit = False
-        self.unloaded_total = 0
 
     @property
     def has_work(self) -> bool:
@@ -327,8 +327,8 @@ class EngineCore:
             self._evict()
 
     def idle_timeout(self) -> float | None:
-        """How long an idle engine may block on its inbox: until the next TTL check, or
-        forever (None) when no model can expire."""
+        """How long an idle engine may block on its inbox: until eviction must look again,
+        or forever (None) when nothing can come due."""
         if self.next_check == math.inf:
             return None
         return max(0.0, self.next_check - time.monotonic())
@@ -368,7 +368,6 @@ class EngineCore:
         unload = getattr(self.backend, "unload", None)
         if unload is not None:
             unload(entry)
-        self.unloaded_total += 1
 
     def close(self) -> None:
         """Engine thread, on exit: release the runner, then the backend's thread state."""

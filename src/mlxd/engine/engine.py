@@ -87,12 +87,13 @@ class Engine:
             path = path.path
         path = Path(path).expanduser()
         name = name or path.name
-        if pin:  # before the load, so no eviction can slip in between
-            self._registry.pin(name)
         entry = self._registry.touch(name)
+        if entry is not None and entry.info.path.resolve() != path.resolve():
+            raise InvalidRequest(f"another model is already loaded as {name!r}")
+        if pin:
+            self._registry.pin(name)
+            entry = self._registry.touch(name)  # again: it may have gone just before the pin
         if entry is not None:
-            if entry.info.path.resolve() != path.resolve():
-                raise InvalidRequest(f"another model is already loaded as {name!r}")
             return entry.info
         reply: Future[ModelInfo] = Future()
         self._post(LoadModel(name, path, reply))

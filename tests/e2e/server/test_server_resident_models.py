@@ -64,6 +64,23 @@ def test_alternating_models_all_succeed(one_model_server: ServerProcess) -> None
     assert metric(body, "mlxd_models_loaded") == 2  # the pinned default and beta
 
 
+def test_concurrent_requests_for_two_models_all_succeed(one_model_server: ServerProcess) -> None:
+    """Eight concurrent requests, two models, room for one besides the pinned default: loads
+    happen while the other model's requests run or wait, and every request succeeds."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    client = openai.OpenAI(
+        base_url=one_model_server.base_url, api_key="unused", max_retries=0, timeout=120
+    )
+    names = ["alpha", "beta"] * 4
+    with ThreadPoolExecutor(len(names)) as pool:
+        answers = list(pool.map(lambda name: ask(client, name), names))
+    assert len(answers) == len(names)
+    assert len(set(answers[0::2])) == 1 and len(set(answers[1::2])) == 1  # greedy, per model
+    body = httpx.get(one_model_server.url + "/metrics", timeout=30).text
+    assert metric(body, 'mlxd_requests_finished_total{reason="error"}') == 0
+
+
 def test_a_bad_model_ttl_is_one_line(resident_home: Path) -> None:
     r = subprocess.run(
         [sys.executable, "-m", "mlxd.cli.main", "serve", "--model-ttl", "soon", "--json"],
