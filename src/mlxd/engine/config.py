@@ -75,12 +75,19 @@ class EngineConfig:
                 "max_tokens_ceiling": settings.setting_int("max_tokens_ceiling") or None,
                 "watchdog_seconds": float(settings.setting("watchdog_seconds")),
                 "max_models": settings.setting_int("max_models"),
-                "model_ttl_seconds": parse_duration(settings.setting("model_ttl_seconds")),
+                "model_ttl_seconds": _env_duration("model_ttl_seconds"),
             }
         except ValueError as exc:
             raise InvalidRequest(f"bad engine setting in the environment: {exc}") from exc
         values.update(overrides)
         return cls(**values)
+
+
+def _env_duration(name: str) -> float:
+    try:
+        return parse_duration(settings.setting(name))
+    except ValueError as exc:
+        raise ValueError(f"{settings.SETTINGS[name].env}: {exc}") from None
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?")
