@@ -77,7 +77,7 @@ def open_model(ref: Any, *, trust_remote_code: bool = False) -> Iterator[LoadedM
 
     engine = Engine(EngineConfig.from_settings(max_batch=1, trust_remote_code=trust_remote_code))
     try:
-        info = engine.load_model(ref.path, ref.name)
+        info = engine.load_model(ref.path, ref.name, pin=True)  # a chat keeps its model
         yield LoadedModel(engine=engine, info=info, ref=ref)
     finally:
         _close_quietly(engine)

@@ -66,7 +66,7 @@ def scripted_open_model(checkpoints_dir: Path) -> Path:
 def engine() -> Iterator[Any]:
     from mlxd.engine import Engine, EngineConfig
 
-    eng = Engine(EngineConfig.from_settings(max_batch=4))
+    eng = Engine(EngineConfig.from_settings(max_batch=4, max_models=4))  # tests use 3 models
     yield eng
     eng.close()
 
