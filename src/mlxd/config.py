@@ -48,6 +48,9 @@ SETTINGS: dict[str, Setting] = {
     "model_ttl_seconds": Setting(
         "MLXD_MODEL_TTL", "0", "an idle model unloads after this long (30s, 5m, 1h; 0: never)"
     ),
+    "stream_interval_ms": Setting(
+        "MLXD_STREAM_INTERVAL_MS", "20", "streams deliver tokens at most this often (0: per step)"
+    ),
     "max_body_bytes": Setting("MLXD_MAX_BODY_BYTES", str(4 << 20), "HTTP request body cap"),
     "max_stop_strings": Setting("MLXD_MAX_STOP_STRINGS", "16", "most stop strings per request"),
     "drain_seconds": Setting("MLXD_DRAIN_SECONDS", "30", "shutdown: time running requests get"),

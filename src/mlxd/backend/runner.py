@@ -101,6 +101,11 @@ class BatchRunner:
         for uid in uids:
             self._top_n.pop(uid, None)
 
+    @property
+    def prefill_pending(self) -> bool:
+        """Prompts wait or are being prefilled: the next step may run a prefill chunk."""
+        return bool(len(self._gen._prompt_batch) or self._gen._unprocessed_sequences)
+
     def step(self) -> StepResult:
         """One decode step for the running batch, then one prefill chunk."""
         if self.prefill_group_tokens:

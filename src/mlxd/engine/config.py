@@ -40,6 +40,12 @@ class EngineConfig:
     # model_ttl_seconds (0: never). Pinned models are exempt from both.
     max_models: int = 2
     model_ttl_seconds: float = 0.0
+    # Consumers of running streams are woken at most once per stream_interval_s (0: every
+    # step); first tokens and finishes are delivered at once, and pending tokens before any
+    # step that prefills. Each wake-up costs a consumer thread or event loop GIL time that
+    # the engine thread waits for; on small fast models (a step of 1-3 ms) waking every step
+    # costs ~5% of throughput, while 50 updates per second read the same to a person.
+    stream_interval_s: float = 0.02
     fault_hook: FaultHook | None = None
 
     def __post_init__(self) -> None:
@@ -53,6 +59,11 @@ class EngineConfig:
             self.max_tokens_ceiling = None  # 0 in the settings table means "no ceiling"
         if self.watchdog_seconds <= 0:
             raise InvalidRequest("engine setting watchdog_seconds must be > 0")
+        if not 0 <= self.stream_interval_s <= 1:
+            raise InvalidRequest(
+                "engine setting stream_interval_s must be within [0, 1] seconds",
+                param="stream_interval_s",
+            )
         if not 0 <= self.model_ttl_seconds < math.inf:
             raise InvalidRequest(
                 "engine setting model_ttl_seconds must be >= 0 (0: never unload)",
@@ -76,6 +87,7 @@ class EngineConfig:
                 "watchdog_seconds": float(settings.setting("watchdog_seconds")),
                 "max_models": settings.setting_int("max_models"),
                 "model_ttl_seconds": _env_duration("model_ttl_seconds"),
+                "stream_interval_s": settings.setting_int("stream_interval_ms") / 1000,
             }
         except ValueError as exc:
             raise InvalidRequest(f"bad engine setting in the environment: {exc}") from exc

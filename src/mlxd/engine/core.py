@@ -41,6 +41,9 @@ class Runner(Protocol):
 
     def step(self) -> StepResult: ...
 
+    @property
+    def prefill_pending(self) -> bool: ...  # the next step may prefill (a long step)
+
     def close(self) -> None: ...
 
 
@@ -106,6 +109,9 @@ class EngineCore:
         self.loading = False
         self._faulted: list[Request] = []
         self._wakes = WakeBatch()
+        # Collectors with tokens their consumer has not been woken for (stream_interval_s).
+        self._unwoken: dict[Collector, None] = {}
+        self._last_flush = 0.0
         # Residency (see maintain): when eviction must look again with nothing else happening
         # (a TTL or a reservation due), and whether a load or a finish may have made an
         # over-the-limit model unloadable.
@@ -170,6 +176,8 @@ class EngineCore:
         self._swap_model_if_needed()
         self._admit()
         if self.runner is not None and self.scheduler.running:
+            if self._unwoken and self.runner.prefill_pending:
+                self._flush(time.monotonic())  # a prefill step can be long: deliver first
             self._run()
         self.counters.steps_total += 1
         self.last_progress = time.monotonic()
@@ -240,28 +248,31 @@ class EngineCore:
             if request is not None and request.status is RequestStatus.WAITING:
                 request.status = RequestStatus.PREFILLING
         now = time.monotonic()
-        streaming: list[Collector] = []
+        unwoken, first_tokens = self._unwoken, []
         for out in result.tokens:
             request = running.get(out.uid)
             if request is None or request.error is not None:
                 continue
             request.completion_tokens += 1
+            collector = request.collector
+            if out.finish is None:
+                collector.push(out.token, out.logprob, wake=False)
+                if request.first_token_at is None:
+                    first_tokens.append(collector)  # time to first token: deliver now
+                else:
+                    unwoken[collector] = None
+            elif out.finish == "length":  # the stop token itself is never emitted
+                collector.push(out.token, out.logprob, wake=False)
             if request.first_token_at is None:
                 request.first_token_at = now
                 request.status = RequestStatus.DECODING
-            if out.finish is None:
-                collector = request.collector
-                collector.push(out.token, out.logprob, wake=False)
-                streaming.append(collector)
-                continue
-            if out.finish == "length":  # the stop token itself is never emitted
-                request.collector.push(out.token, out.logprob, wake=False)
-            self.finish(request, FINISH_BY_BACKEND[out.finish], in_backend=False)
+            if out.finish is not None:
+                self.finish(request, FINISH_BY_BACKEND[out.finish], in_backend=False)
         self.counters.generation_tokens_total += len(result.tokens)
-        wakes = self._wakes
-        for collector in streaming:
-            collector.wake(wakes)
-        wakes.send()
+        if now - self._last_flush >= self.cfg.stream_interval_s:
+            self._flush(now, first_tokens)
+        elif first_tokens:
+            self._wake(first_tokens)
         if self._faulted:
             faulted, self._faulted = self._faulted, []
             for request in faulted:
@@ -269,6 +280,19 @@ class EngineCore:
                     self.fail(
                         request, f"request failed: {_one_line(request.error)}", "engine_error"
                     )
+
+    def _flush(self, now: float, also: list[Collector] | None = None) -> None:
+        """Wake every consumer with undelivered tokens (one call per event loop)."""
+        self._last_flush = now
+        collectors = list(self._unwoken)
+        self._unwoken.clear()
+        self._wake(collectors + also if also else collectors)
+
+    def _wake(self, collectors: list[Collector]) -> None:
+        wakes = self._wakes
+        for collector in collectors:
+            collector.wake(wakes)
+        wakes.send()
 
     def _fail_batch(self, exc: Exception) -> None:
         message = f"batch step failed: {_one_line(exc)}"

@@ -52,6 +52,10 @@ class FakeRunner:
         for uid in uids:
             self.seqs.pop(uid, None)
 
+    @property
+    def prefill_pending(self) -> bool:
+        return any(seq.prefilled < len(seq.prompt) for seq in self.seqs.values())
+
     def step(self) -> StepResult:
         self.steps += 1
         if self.steps == self.fail_at_step:
