@@ -138,7 +138,9 @@ def engine_run(engine: Engine, name: str, batch: list[list[int]], n: int) -> dic
 def alternate(a, b, repeats: int, warm: bool = True) -> dict:
     """A and B run in turns (ABBA order, after one untimed warm-up of each), medians reported.
     `ratio_paired` is the median of each turn's A/B: two runs side by side share the machine's
-    load, so it drifts less on a busy machine; `pair_min`/`pair_max` show the spread."""
+    load, so it drifts less on a busy machine; `pair_min`/`pair_max` show the spread.
+    `ratio_best` compares the best run of each (timeit's rule: noise only ever slows a run
+    down, and this machine has seconds-long slow phases of up to 2x)."""
     if warm:
         a(), b()
     ra, rb = [], []
@@ -156,6 +158,7 @@ def alternate(a, b, repeats: int, warm: bool = True) -> dict:
         "raw": round(mb, 2),
         "ratio": round(ma / mb, 3),
         "ratio_paired": round(statistics.median(pairs), 3),
+        "ratio_best": round(max(ra) / max(rb), 3),
         "pair_min": round(min(pairs), 3),
         "pair_max": round(max(pairs), 3),
     }
