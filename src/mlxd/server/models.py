@@ -46,9 +46,7 @@ class ModelRegistry:
         self.loaded: dict[str, Any] = {}
         self.created = int(time.time())
         if default is not None:
-            self.loaded[default.name] = default
-            if hasattr(engine, "load_model"):  # already loaded: this only pins it
-                engine.load_model(default.path, default.name, pin=True)
+            self.loaded[default.name] = default  # loaded pinned by server.runner.serve
         self._lock = asyncio.Lock()
 
     async def get(self, name: str | None) -> Any:

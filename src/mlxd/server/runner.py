@@ -135,7 +135,7 @@ def serve(settings: ServerSettings, model: str | None, engine_overrides: dict[st
         sock.close()
         raise
     try:
-        info = engine.load_model(ref.path, name)
+        info = engine.load_model(ref.path, name, pin=True)  # the default is never unloaded
         app = create_app(engine, settings, default_model=info)
         config = uvicorn.Config(
             app,
