@@ -3,6 +3,14 @@
 from __future__ import annotations
 
 
+def one_line(exc: BaseException | None) -> str:
+    """`TypeName: first line of the message` (the one way an exception becomes one line)."""
+    if exc is None:
+        return "unknown error"
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
 class MlxdError(Exception):
     """A user-facing failure: its message is one clear line."""
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlxd.errors import ModelBroken, ModelNotFound, ModelRefused
+from mlxd.errors import ModelBroken, ModelNotFound, ModelRefused, one_line
 
 # Keys of generation_config.json that become per-model sampling defaults.
 GENERATION_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
@@ -58,7 +58,7 @@ def load_checkpoint(path: Path | str, *, trust_remote_code: bool = False) -> Loa
             trust_remote_code=trust_remote_code,
         )[:2]
     except Exception as exc:  # any loader failure is a broken model, said in one line
-        raise ModelBroken(f"cannot load {path.name}: {_one_line(exc)}") from exc
+        raise ModelBroken(f"cannot load {path.name}: {one_line(exc)}") from exc
     return LoadedModel(
         path=path,
         model=model,
@@ -109,12 +109,7 @@ def _read_json(path: Path, *, required: bool) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise ModelBroken(f"{path.parent.name}: unreadable {path.name}: {_one_line(exc)}") from exc
+        raise ModelBroken(f"{path.parent.name}: unreadable {path.name}: {one_line(exc)}") from exc
     if not isinstance(data, dict):
         raise ModelBroken(f"{path.parent.name}: {path.name} is not a JSON object")
     return data
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")

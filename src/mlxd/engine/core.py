@@ -21,7 +21,7 @@ from mlxd.engine.registry import Entry, ModelRegistry
 from mlxd.engine.request import FINISH_BY_BACKEND, Request, RequestStatus
 from mlxd.engine.scheduler import Scheduler
 from mlxd.engine.stats import Counters
-from mlxd.errors import EngineFault, MlxdError
+from mlxd.errors import EngineFault, MlxdError, one_line
 from mlxd.types import FinishEvent, FinishReason, SamplingParams
 
 
@@ -211,7 +211,7 @@ class EngineCore:
                     self._error_sink(request),
                 )
             except Exception as exc:  # this request cannot start; the others can
-                self.fail(request, f"request failed: {_one_line(exc)}", "engine_error")
+                self.fail(request, f"request failed: {one_line(exc)}", "engine_error")
                 continue
             self.on_dequeue()
             request.cached_tokens = cached
@@ -277,9 +277,7 @@ class EngineCore:
             faulted, self._faulted = self._faulted, []
             for request in faulted:
                 if not request.finished:
-                    self.fail(
-                        request, f"request failed: {_one_line(request.error)}", "engine_error"
-                    )
+                    self.fail(request, f"request failed: {one_line(request.error)}", "engine_error")
 
     def _flush(self, now: float, also: list[Collector] | None = None) -> None:
         """Wake every consumer with undelivered tokens (one call per event loop)."""
@@ -295,7 +293,7 @@ class EngineCore:
         wakes.send()
 
     def _fail_batch(self, exc: Exception) -> None:
-        message = f"batch step failed: {_one_line(exc)}"
+        message = f"batch step failed: {one_line(exc)}"
         for request in list(self.scheduler.running.values()):
             self.fail(request, message, "engine_error", in_backend=False)
         if self.runner is not None:
@@ -401,10 +399,3 @@ class EngineCore:
         finally:
             self.runner = None
             self.backend.shutdown()
-
-
-def _one_line(exc: BaseException | None) -> str:
-    if exc is None:
-        return "unknown error"
-    lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__

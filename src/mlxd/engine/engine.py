@@ -32,6 +32,7 @@ from mlxd.errors import (
     EngineUnavailable,
     InvalidRequest,
     ModelNotFound,
+    one_line,
 )
 from mlxd.types import FinishEvent, FinishReason
 
@@ -251,7 +252,7 @@ class Engine:
                     core.step()
                 core.maintain()
         except BaseException as exc:  # a fault outside any one request: fatal
-            self._die(f"engine fault: {type(exc).__name__}: {exc}".splitlines()[0])
+            self._die(f"engine fault: {one_line(exc)}")
         finally:
             code = EngineFault.code if self._state == "failed" else EngineUnavailable.code
             self._fail_all(self._detail or "engine stopped", code)
