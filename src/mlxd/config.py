@@ -69,6 +69,19 @@ def setting_int(name: str) -> int:
     return int(setting(name))
 
 
+def default(name: str) -> str:
+    """The declared default of a setting, environment ignored (what dataclass defaults use)."""
+    return SETTINGS[name].default
+
+
+def default_int(name: str) -> int:
+    return int(default(name))
+
+
+def default_float(name: str) -> float:
+    return float(default(name))
+
+
 def mlxd_home() -> Path:
     return Path(setting("home")).expanduser()
 

@@ -8,18 +8,22 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from mlxd.config import SETTINGS, default
+
 
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "serve",
-        help="OpenAI-compatible server (127.0.0.1:8080 by default)",
+        help=f"OpenAI-compatible server ({default('host')}:{default('port')} by default)",
         description="Serve /v1/chat/completions, /v1/completions, /v1/models, /health and "
         "/metrics on the in-process engine.",
     )
     p.add_argument("-m", "--model", help="model to preload and serve as 'default'")
-    p.add_argument("--host", help="address to bind (default 127.0.0.1; env MLXD_HOST)")
-    p.add_argument("--port", type=int, help="port (default 8080, 0 picks one; env MLXD_PORT)")
-    p.add_argument("--api-key", help="require 'Authorization: Bearer KEY' (env MLXD_API_KEY)")
+    p.add_argument("--host", help=f"address to bind (default {default('host')}; {_env('host')})")
+    p.add_argument(
+        "--port", type=int, help=f"port (default {default('port')}, 0 picks one; {_env('port')})"
+    )
+    p.add_argument("--api-key", help=f"require 'Authorization: Bearer KEY' ({_env('api_key')})")
     p.add_argument(
         "--allowed-origins",
         nargs="+",
@@ -35,14 +39,14 @@ def add_parser(subparsers: Any) -> None:
         "--max-models",
         type=int,
         metavar="N",
-        help="most models kept loaded (default 2; env MLXD_MAX_MODELS); the least recently "
-        "used idle one unloads first, the --model one never",
+        help=f"most models kept loaded (default {default('max_models')}; {_env('max_models')}); "
+        "the least recently used idle one unloads first, the --model one never",
     )
     p.add_argument(
         "--model-ttl",
         metavar="DURATION",
-        help="unload a model idle this long: seconds or 30s, 5m, 1h (default 0: never; "
-        "env MLXD_MODEL_TTL)",
+        help="unload a model idle this long: seconds or 30s, 5m, 1h "
+        f"(default {default('model_ttl_seconds')}: never; {_env('model_ttl_seconds')})",
     )
     p.add_argument("--drain-seconds", type=float, help="shutdown: seconds to finish")
     p.add_argument(
@@ -52,6 +56,10 @@ def add_parser(subparsers: Any) -> None:
     )
     p.add_argument("--json", action="store_true", help="errors as one JSON line on stderr")
     p.set_defaults(func=run)
+
+
+def _env(name: str) -> str:
+    return f"env {SETTINGS[name].env}"
 
 
 def run(args: argparse.Namespace) -> int:

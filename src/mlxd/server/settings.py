@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
-from mlxd.config import setting, setting_int
+from mlxd.config import default, default_float, default_int, setting, setting_int
 from mlxd.errors import InvalidRequest
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
@@ -15,13 +15,13 @@ LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 class ServerSettings:
     """What the HTTP layer needs; engine limits live in EngineConfig."""
 
-    host: str = "127.0.0.1"
-    port: int = 8080
-    api_key: str = ""
+    host: str = default("host")
+    port: int = default_int("port")
+    api_key: str = default("api_key")
     allowed_origins: tuple[str, ...] = ()
-    max_body_bytes: int = 4 << 20
-    max_stop_strings: int = 16
-    drain_seconds: float = 30.0
+    max_body_bytes: int = default_int("max_body_bytes")
+    max_stop_strings: int = default_int("max_stop_strings")
+    drain_seconds: float = default_float("drain_seconds")
     trust_remote_code: bool = False
     # chat_template_kwargs keys passed to the template; any other key is a 400.
     template_kwargs_allowed: frozenset[str] = field(
