@@ -27,6 +27,12 @@ SETTINGS: dict[str, Setting] = {
     "host": Setting("MLXD_HOST", "127.0.0.1", "address `mlxd serve` binds"),
     "port": Setting("MLXD_PORT", "8080", "port `mlxd serve` listens on"),
     "api_key": Setting("MLXD_API_KEY", "", "Bearer key `mlxd serve` requires (empty: no auth)"),
+    "allowed_origins": Setting(
+        "MLXD_ALLOWED_ORIGINS",
+        "",
+        "origins (comma-separated) browsers may call `mlxd serve` from; a request with any "
+        "other Origin header gets 403 ('*': any origin)",
+    ),
     "max_batch": Setting("MLXD_MAX_BATCH", "16", "most requests decoding at once (server)"),
     "max_queue": Setting("MLXD_MAX_QUEUE", "64", "most requests waiting; more get EngineBusy"),
     "prefill_chunk": Setting("MLXD_PREFILL_CHUNK", "512", "prompt tokens prefilled per step"),

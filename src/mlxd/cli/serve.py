@@ -28,7 +28,8 @@ def add_parser(subparsers: Any) -> None:
         "--allowed-origins",
         nargs="+",
         metavar="ORIGIN",
-        help="CORS origins browsers may call from (CORS is off without this)",
+        help="origins browsers may call from (CORS for them; any other Origin gets 403; "
+        "'*': any; env MLXD_ALLOWED_ORIGINS)",
     )
     p.add_argument("--max-batch", type=int, help="most requests decoding at once")
     p.add_argument("--max-queue", type=int, help="most requests waiting; more get 429")
@@ -70,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         api_key=args.api_key,
-        allowed_origins=tuple(args.allowed_origins) if args.allowed_origins else None,
+        allowed_origins=_origins(args.allowed_origins),
         drain_seconds=args.drain_seconds,
         trust_remote_code=args.trust_remote_code or None,
     )
@@ -82,6 +83,12 @@ def run(args: argparse.Namespace) -> int:
     if args.model_ttl is not None:
         overrides["model_ttl_seconds"] = _duration(args.model_ttl)
     return serve(settings, args.model, overrides)
+
+
+def _origins(values: list[str] | None) -> tuple[str, ...] | None:
+    from mlxd.server.origin import parse_origins
+
+    return parse_origins(",".join(values)) if values else None
 
 
 def _duration(text: str) -> float:

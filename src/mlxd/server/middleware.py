@@ -1,4 +1,5 @@
-"""One pure-ASGI guard in front of every route: Host check, auth, draining, body cap, metrics.
+"""One pure-ASGI guard in front of every route: Host and Origin checks, auth, draining, body
+cap, metrics.
 
 Pure ASGI (not BaseHTTPMiddleware) so streaming responses and disconnect detection pass
 through untouched and the per-request cost stays a few attribute reads.
@@ -14,6 +15,7 @@ from mlxd.errors import AuthError, EngineUnavailable, MlxdError
 from mlxd.server.errors import HostNotAllowed, PayloadTooLarge, error_body
 from mlxd.server.lifecycle import Lifecycle
 from mlxd.server.metrics import Metrics
+from mlxd.server.origin import normalize, origin_allowed, refusal
 from mlxd.server.settings import LOOPBACK_NAMES, ServerSettings
 from mlxd.server.sse import dumps
 
@@ -55,6 +57,7 @@ class Guard:
         self.metrics = metrics
         self.lifecycle = lifecycle
         self.key = settings.api_key.encode()
+        self.origins = frozenset(normalize(o) for o in settings.allowed_origins)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -86,6 +89,9 @@ class Guard:
             host = headers.get(b"host", b"").decode("latin-1")
             if not host_is_loopback(host):
                 return HostNotAllowed(f"Host '{host}' is not allowed on a loopback server")
+        origin = headers.get(b"origin")
+        if origin is not None and not origin_allowed(origin.decode("latin-1"), self.origins):
+            return refusal(origin.decode("latin-1"))
         path = scope["path"]
         if self.key and path not in OPEN_PATHS and not self._authorized(headers):
             return AuthError("missing or invalid API key (send 'Authorization: Bearer KEY')")

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from mlxd.config import default, default_float, default_int, setting, setting_int
 from mlxd.errors import InvalidRequest
+from mlxd.server.origin import parse_origins
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 
@@ -36,6 +37,7 @@ class ServerSettings:
                 "host": setting("host"),
                 "port": setting_int("port"),
                 "api_key": setting("api_key"),
+                "allowed_origins": parse_origins(setting("allowed_origins")),
                 "max_body_bytes": setting_int("max_body_bytes"),
                 "max_stop_strings": setting_int("max_stop_strings"),
                 "drain_seconds": float(setting("drain_seconds")),

@@ -1,0 +1,82 @@
+"""Cross-site requests: a browser sends `Origin` on every cross-site POST (also the "simple"
+ones that skip the CORS preflight: text/plain, form and multipart bodies). Any Origin not
+explicitly allowed is refused with 403; requests without Origin (curl, SDKs) keep working."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e.server.serverproc import ServerProcess, launch, server_env
+
+BODY = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+# What a hostile page can send without a preflight (fetch with mode "no-cors", or a <form>).
+SIMPLE_TYPES = ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; b=x"]
+
+
+def post(url: str, content_type: str, origin: str | None = None) -> httpx.Response:
+    headers = {"Content-Type": content_type}
+    if origin is not None:
+        headers["Origin"] = origin
+    return httpx.post(url + "/chat/completions", content=BODY, headers=headers, timeout=60)
+
+
+@pytest.mark.parametrize("content_type", SIMPLE_TYPES)
+def test_cross_site_simple_post_is_refused(server: ServerProcess, content_type: str) -> None:
+    r = post(server.base_url, content_type, origin="http://evil.example")
+    assert r.status_code == 403, r.text
+    assert r.json()["error"]["code"] == "origin_not_allowed"
+    assert "--allowed-origins" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("origin", ["null", "http://127.0.0.1:1", "https://evil.example"])
+def test_every_unlisted_origin_is_refused_on_every_route(
+    server: ServerProcess, origin: str
+) -> None:
+    assert post(server.base_url, "application/json", origin=origin).status_code == 403
+    for path in ("/v1/models", "/metrics", "/health"):
+        r = httpx.get(server.url + path, headers={"Origin": origin}, timeout=10)
+        assert r.status_code == 403, (path, r.text)
+
+
+@pytest.mark.parametrize("content_type", [*SIMPLE_TYPES, "application/json"])
+def test_requests_without_origin_keep_working(server: ServerProcess, content_type: str) -> None:
+    # `curl -d '{...}'` sends application/x-www-form-urlencoded and no Origin.
+    assert post(server.base_url, content_type).status_code == 200
+
+
+@pytest.fixture(scope="module")
+def origin_server(tiny_chat_model: Path, server_home: Path) -> Iterator[ServerProcess]:
+    """Allows one origin by flag and one by MLXD_ALLOWED_ORIGINS."""
+    env = server_env(server_home, MLXD_ALLOWED_ORIGINS="http://env.example")
+    srv = launch(["--model", str(tiny_chat_model), "--allowed-origins", "http://ui.example"], env)
+    yield srv
+    srv.stop()
+
+
+def test_allowed_origins_are_served(origin_server: ServerProcess) -> None:
+    url = origin_server.base_url
+    ok = post(url, "text/plain", origin="http://ui.example")
+    assert ok.status_code == 200, ok.text
+    assert ok.headers["access-control-allow-origin"] == "http://ui.example"
+    assert post(url, "application/json", origin="http://evil.example").status_code == 403
+    assert post(url, "application/json").status_code == 200
+    # The flag replaces the environment's list (as every flag does).
+    assert post(url, "text/plain", origin="http://env.example").status_code == 403
+
+
+def test_env_origins_apply_when_the_flag_is_absent(
+    tiny_chat_model: Path, server_home: Path
+) -> None:
+    env = server_env(server_home, MLXD_ALLOWED_ORIGINS="http://a.example, http://b.example")
+    srv = launch(["--model", str(tiny_chat_model)], env)
+    try:
+        for origin in ("http://a.example", "http://b.example"):
+            assert post(srv.base_url, "text/plain", origin=origin).status_code == 200
+        assert post(srv.base_url, "text/plain", origin="http://c.example").status_code == 403
+    finally:
+        srv.stop()
