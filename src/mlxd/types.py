@@ -2,13 +2,15 @@
 
 Engine events speak token ids (TokenEvent, FinishEvent); chat events speak text
 (TextDelta, ReasoningDelta, ToolCall, Warning, Finish). Both are frozen values that
-cross thread boundaries unchanged.
+cross thread boundaries unchanged. Tokenizer names what mlxd uses of mlx-lm's tokenizer.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any, Protocol
 
 
 class FinishReason(StrEnum):
@@ -129,3 +131,47 @@ class Finish:
 
 
 ChatEvent = TextDelta | ReasoningDelta | ToolCall | Warning | Finish
+
+
+# ---- the tokenizer seam --------------------------------------------------------------
+
+
+class Detokenizer(Protocol):
+    """mlx-lm's StreamingDetokenizer: token ids in, UTF-8-safe text segments out."""
+
+    def add_token(self, token: int) -> None: ...
+
+    def finalize(self) -> None: ...
+
+    @property
+    def last_segment(self) -> str: ...
+
+
+class Tokenizer(Protocol):
+    """What mlxd uses of mlx-lm's TokenizerWrapper (a model's `ModelInfo.tokenizer`).
+
+    Optional attributes (chat_template, bos_token, think_start/think_end, tool_call_start/
+    tool_call_end, tool_parser, model_max_length) are read with getattr and may be missing.
+    """
+
+    @property
+    def eos_token_ids(self) -> Collection[int]: ...
+
+    @property
+    def detokenizer(self) -> Detokenizer: ...
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]: ...
+
+    def decode(self, token_ids: list[int]) -> str: ...
+
+    def get_vocab(self) -> dict[str, int]: ...
+
+    def apply_chat_template(
+        self,
+        conversation: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = False,
+        tokenize: bool = True,
+        **kwargs: object,
+    ) -> str | list[int]: ...

@@ -24,6 +24,7 @@ from mlxd.chat.formats import detect_reasoning
 from mlxd.chat.messages import check_template_kwargs, normalize_messages, normalize_tools
 from mlxd.chat.template import render_template
 from mlxd.errors import InvalidRequest, TemplateError
+from mlxd.types import Tokenizer
 
 __all__ = [
     "BuiltPrompt",
@@ -55,7 +56,7 @@ class BuiltPrompt:
 
 
 def build_chat_prompt(
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]] | None = None,
     template_kwargs: dict[str, Any] | None = None,
@@ -75,7 +76,7 @@ def build_chat_prompt(
     return BuiltPrompt(token_ids=ids, text=text, reasoning_open=_ends_in_reasoning(tokenizer, text))
 
 
-def build_text_prompt(tokenizer: Any, prompt: str) -> BuiltPrompt:
+def build_text_prompt(tokenizer: Tokenizer, prompt: str) -> BuiltPrompt:
     """Tokenize a raw completion prompt, adding BOS only if the tokenizer wants it (once)."""
     if not isinstance(prompt, str):
         raise InvalidRequest("prompt must be a string", param="prompt")
@@ -88,7 +89,7 @@ def build_text_prompt(tokenizer: Any, prompt: str) -> BuiltPrompt:
 
 
 def render_chat_text(
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]] | None,
     template_kwargs: dict[str, Any],
@@ -140,20 +141,20 @@ def fallback_prompt(messages: list[dict[str, Any]], tools: list[dict[str, Any]] 
     return "\n\n".join(blocks)
 
 
-def _uses_fallback(tokenizer: Any) -> bool:
+def _uses_fallback(tokenizer: Tokenizer) -> bool:
     return not callable(getattr(tokenizer, "_chat_template", None)) and (
         _template_source(tokenizer) is None
     )
 
 
-def _template_source(tokenizer: Any) -> str | None:
+def _template_source(tokenizer: Tokenizer) -> str | None:
     template = getattr(tokenizer, "chat_template", None)
     if isinstance(template, dict):  # named templates: HF picks "default" (or "tool_use")
         template = template.get("default") or next(iter(template.values()), None)
     return template if isinstance(template, str) and template.strip() else None
 
 
-def _special_tokens(tokenizer: Any) -> dict[str, str]:
+def _special_tokens(tokenizer: Tokenizer) -> dict[str, str]:
     out = {}
     for name in _SPECIAL_TOKEN_NAMES:
         value = getattr(tokenizer, name, None)
@@ -162,11 +163,11 @@ def _special_tokens(tokenizer: Any) -> dict[str, str]:
     return out
 
 
-def _encode(tokenizer: Any, text: str, *, add_special_tokens: bool) -> list[int]:
+def _encode(tokenizer: Tokenizer, text: str, *, add_special_tokens: bool) -> list[int]:
     return [int(t) for t in tokenizer.encode(text, add_special_tokens=add_special_tokens)]
 
 
-def _ends_in_reasoning(tokenizer: Any, text: str) -> bool:
+def _ends_in_reasoning(tokenizer: Tokenizer, text: str) -> bool:
     return ends_in_reasoning(text, detect_reasoning(tokenizer))
 
 

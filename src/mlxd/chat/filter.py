@@ -18,6 +18,7 @@ from mlxd.types import (
     FinishEvent,
     FinishReason,
     TextDelta,
+    Tokenizer,
     TokenLogprob,
 )
 
@@ -34,7 +35,7 @@ class StreamFilter:
 
     def __init__(
         self,
-        tokenizer: Any,
+        tokenizer: Tokenizer,
         stop: Sequence[str] = (),
         reasoning_open: bool = False,
         tools: bool | list[dict[str, Any]] = False,

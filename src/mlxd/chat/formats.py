@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlxd.errors import InvalidRequest
+from mlxd.types import Tokenizer
 
 __all__ = [
     "Formats",
@@ -57,7 +58,7 @@ class Formats:
 
 
 def detect_formats(
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     reasoning: object = "auto",
     tools: list[dict[str, Any]] | None = None,
 ) -> Formats:
@@ -77,7 +78,7 @@ def detect_formats(
 
 
 def detect_reasoning(
-    tokenizer: Any, vocab: frozenset[str] | None = None, template: str | None = None
+    tokenizer: Tokenizer, vocab: frozenset[str] | None = None, template: str | None = None
 ) -> tuple[str, str] | None:
     """Think markers: mlx-lm's inference from the vocabulary, else <think> in vocab/template."""
     start = getattr(tokenizer, "think_start", None) if _is_wrapper(tokenizer) else None
@@ -92,7 +93,7 @@ def detect_reasoning(
 
 
 def detect_tool_format(
-    tokenizer: Any,
+    tokenizer: Tokenizer,
     vocab: frozenset[str],
     template: str,
     tools: list[dict[str, Any]] | None = None,
@@ -186,7 +187,7 @@ LLAMA3 = ToolFormat("llama3", "<|python_tag|>", None, parse_llama3, json_at_star
 # ---- tokenizer access ------------------------------------------------------------------
 
 
-def _is_wrapper(tokenizer: Any) -> bool:
+def _is_wrapper(tokenizer: Tokenizer) -> bool:
     return hasattr(type(tokenizer), "detokenizer")
 
 
@@ -194,10 +195,10 @@ def _is_wrapper(tokenizer: Any) -> bool:
 _MARKERS = frozenset(
     {*THINK, *HARMONY_MARKERS, "<tool_call>", "[TOOL_CALLS]", "<|python_tag|>", "<|eot_id|>"}
 )
-_VOCAB_CACHE: weakref.WeakKeyDictionary[Any, frozenset[str]] = weakref.WeakKeyDictionary()
+_VOCAB_CACHE: weakref.WeakKeyDictionary[Tokenizer, frozenset[str]] = weakref.WeakKeyDictionary()
 
 
-def _vocab(tokenizer: Any) -> frozenset[str]:
+def _vocab(tokenizer: Tokenizer) -> frozenset[str]:
     """The detection markers in the vocabulary, computed once per tokenizer (get_vocab()
     builds a dict of the whole vocabulary, too slow to repeat per request)."""
     try:
@@ -216,7 +217,7 @@ def _vocab(tokenizer: Any) -> frozenset[str]:
     return found
 
 
-def _template_text(tokenizer: Any) -> str:
+def _template_text(tokenizer: Tokenizer) -> str:
     template = getattr(tokenizer, "chat_template", None)
     if isinstance(template, dict):
         template = template.get("default") or next(iter(template.values()), None)

@@ -9,7 +9,7 @@ ends with exactly one Finish (reason STOP) carrying the engine's usage.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlxd.chat.builder import (
     BuiltPrompt,
@@ -31,6 +31,9 @@ from mlxd.types import (
     Usage,
 )
 
+if TYPE_CHECKING:  # the engine package is heavy: imported on use
+    from mlxd.engine import Engine, ModelInfo, RequestHandle
+
 __all__ = ["ChatStream", "start_chat", "start_completion"]
 
 
@@ -41,7 +44,9 @@ class ChatStream:
     the engine request.
     """
 
-    def __init__(self, handle: Any, stream_filter: StreamFilter, prompt: BuiltPrompt) -> None:
+    def __init__(
+        self, handle: RequestHandle, stream_filter: StreamFilter, prompt: BuiltPrompt
+    ) -> None:
         self.handle = handle
         self.filter = stream_filter
         self.prompt = prompt
@@ -49,7 +54,7 @@ class ChatStream:
 
     @property
     def request_id(self) -> str:
-        return str(self.handle.request_id)
+        return self.handle.request_id
 
     def cancel(self) -> None:
         """Idempotent: the stream then ends with Finish(CANCELLED) (or already ended)."""
@@ -108,8 +113,8 @@ class ChatStream:
 
 
 def start_chat(
-    engine: Any,
-    info: Any,
+    engine: Engine,
+    info: ModelInfo,
     messages: list[dict[str, Any]],
     *,
     options: Mapping[str, object],
@@ -141,8 +146,8 @@ def start_chat(
 
 
 def start_completion(
-    engine: Any,
-    info: Any,
+    engine: Engine,
+    info: ModelInfo,
     prompt: str,
     *,
     options: Mapping[str, object],
@@ -155,8 +160,8 @@ def start_completion(
 
 
 def _submit(
-    engine: Any,
-    info: Any,
+    engine: Engine,
+    info: ModelInfo,
     prompt: BuiltPrompt,
     options: Mapping[str, object],
     stream_filter: StreamFilter,
@@ -164,8 +169,8 @@ def _submit(
 ) -> ChatStream:
     from mlxd.engine.request import EngineRequest  # the engine package is heavy: import on use
 
-    vocab = getattr(info, "vocab_size", 0) or None
-    params = sampling_params(options, getattr(info, "generation_defaults", None), vocab_size=vocab)
+    vocab = info.vocab_size or None
+    params = sampling_params(options, info.generation_defaults, vocab_size=vocab)
     cap = None
     if server_defaults and params.max_tokens is None:
         cap = max(1, int(info.context_window * SERVER_DEFAULT_MAX_TOKENS_FRACTION))

@@ -15,15 +15,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlxd.types import Tokenizer
+
 
 @dataclass(frozen=True, slots=True)
 class ModelInfo:
     """What callers need to build requests for a loaded model. `tokenizer` is mlx-lm's
-    TokenizerWrapper, passed through as an opaque value."""
+    TokenizerWrapper (mlxd.types.Tokenizer names what we use of it)."""
 
     name: str
     path: Path
-    tokenizer: Any
+    tokenizer: Tokenizer
     context_window: int
     generation_defaults: dict[str, Any] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from mlxd.types import TokenLogprob
+from mlxd.types import Tokenizer, TokenLogprob
 
 
 class TokenTexts:
     """Token id -> its text, decoded once per id (the tokenizer is the model's)."""
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Tokenizer) -> None:
         self._tokenizer = tokenizer
         self._cache: dict[int, str] = {}
 
