@@ -1,10 +1,16 @@
-"""What one backend step returns (plain values: no mlx import here)."""
+"""What one backend step returns, and the fault-injection hook (plain values: no mlx here)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from mlxd.types import TokenLogprob
+
+# Test hook: called as hook(site, request_id). Site "sample" runs inside one request's sampler
+# (an exception fails that request only); site "step" runs once per engine step on the engine
+# thread (an exception there is a fatal engine fault). Production code leaves it None.
+FaultHook = Callable[[str, str | None], None]
 
 
 @dataclass(slots=True)

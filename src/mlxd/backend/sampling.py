@@ -21,12 +21,12 @@ from mlx_lm.sample_utils import (
     make_logits_processors,
 )
 
+from mlxd.backend.outputs import FaultHook
 from mlxd.types import SamplingParams, TokenLogprob
 
 Sampler = Callable[[mx.array], mx.array]
 Processor = Callable[[mx.array, mx.array], mx.array]
 OnError = Callable[[BaseException], None]
-FaultHook = Callable[[str, str | None], None]
 
 GREEDY: Sampler = greedy_sampler  # shared object: an all-greedy batch samples in one call
 

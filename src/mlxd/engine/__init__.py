@@ -7,7 +7,7 @@ package does not import mlx: the backend loads when the first Engine is built.
 from mlxd.engine.config import EngineConfig
 from mlxd.engine.engine import Engine
 from mlxd.engine.handle import RequestHandle
-from mlxd.engine.registry import ModelInfo
+from mlxd.engine.loaded_models import ModelInfo
 from mlxd.engine.request import EngineRequest, RequestStatus
 from mlxd.engine.stats import EngineHealth, EngineStats
 

@@ -9,25 +9,66 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from mlxd import config as settings
+from mlxd.backend.outputs import FaultHook
 from mlxd.errors import InvalidRequest
 
-# Test hook: called as hook(site, request_id). Site "sample" runs inside one request's sampler
-# (an exception fails that request only); site "step" runs once per engine step on the engine
-# thread (an exception there is a fatal engine fault). Production code leaves it None.
-FaultHook = Callable[[str, str | None], None]
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str | float) -> float:
+    """Seconds from "300", "2.5", "500ms", "30s", "5m", "1h" or "1h30m" (ollama-style
+    keep-alive spellings); raises ValueError on anything else, negative values included."""
+    if isinstance(text, int | float):
+        return float(text)
+    spec = text.strip().lower()
+    parts = list(_DURATION.finditer(spec))
+    if not spec or "".join(m.group(0) for m in parts).replace(" ", "") != spec.replace(" ", ""):
+        raise ValueError(f"not a duration: {text!r} (use seconds, or e.g. 30s, 5m, 1h)")
+    if len(parts) > 1 and any(m.group(2) is None for m in parts):
+        raise ValueError(f"not a duration: {text!r} (every part of it needs a unit)")
+    return sum(float(m.group(1)) * _UNIT_SECONDS[m.group(2) or "s"] for m in parts)
+
+
+def _setting_values(text: Callable[[str], str]) -> dict[str, Any]:
+    """The EngineConfig fields that come from `mlxd.config` settings; `text(name)` gives a
+    setting's text (its default, or the environment). Raises ValueError naming the setting."""
+
+    def duration(name: str) -> float:
+        try:
+            return parse_duration(text(name))
+        except ValueError as exc:
+            raise ValueError(f"{settings.SETTINGS[name].env}: {exc}") from None
+
+    return {
+        "max_batch": int(text("max_batch")),
+        "max_queue": int(text("max_queue")),
+        "prefill_chunk": int(text("prefill_chunk")),
+        "kv_budget_tokens": int(text("kv_budget_tokens")),
+        "prefix_cache_bytes": int(text("prefix_cache_bytes")),
+        "max_tokens_ceiling": int(text("max_tokens_ceiling")) or None,  # 0 means "none"
+        "watchdog_seconds": float(text("watchdog_seconds")),
+        "max_models": int(text("max_models")),
+        "model_ttl_seconds": duration("model_ttl_seconds"),
+        "stream_interval_s": int(text("stream_interval_ms")) / 1000,
+    }
+
+
+_DEFAULTS = _setting_values(lambda name: settings.SETTINGS[name].default)
 
 
 @dataclass(slots=True)
 class EngineConfig:
-    """Limits of one engine. Validated on construction; see `mlxd.config.SETTINGS`."""
+    """Limits of one engine. Validated on construction; defaults and env vars are
+    `mlxd.config.SETTINGS`."""
 
-    max_batch: int = 16
-    max_queue: int = 64
-    prefill_chunk: int = 512
-    kv_budget_tokens: int = 262144
-    prefix_cache_bytes: int = 2 << 30
-    max_tokens_ceiling: int | None = None
-    watchdog_seconds: float = 120.0
+    max_batch: int = _DEFAULTS["max_batch"]
+    max_queue: int = _DEFAULTS["max_queue"]
+    prefill_chunk: int = _DEFAULTS["prefill_chunk"]
+    kv_budget_tokens: int = _DEFAULTS["kv_budget_tokens"]
+    prefix_cache_bytes: int = _DEFAULTS["prefix_cache_bytes"]
+    max_tokens_ceiling: int | None = _DEFAULTS["max_tokens_ceiling"]
+    watchdog_seconds: float = _DEFAULTS["watchdog_seconds"]
     trust_remote_code: bool = False
     # Prefill is first come first served. Waiting prompts are prefilled side by side (at most
     # prefill_batch of them) only while the padded group, longest prompt x count, stays within
@@ -38,14 +79,14 @@ class EngineConfig:
     # Residency: at most max_models stay loaded (least recently used idle ones unload first;
     # a model with requests waiting or running never does); an idle model unloads after
     # model_ttl_seconds (0: never). Pinned models are exempt from both.
-    max_models: int = 2
-    model_ttl_seconds: float = 0.0
+    max_models: int = _DEFAULTS["max_models"]
+    model_ttl_seconds: float = _DEFAULTS["model_ttl_seconds"]
     # Consumers of running streams are woken at most once per stream_interval_s (0: every
     # step); first tokens and finishes are delivered at once, and pending tokens before any
     # step that prefills. Each wake-up costs a consumer thread or event loop GIL time that
     # the engine thread waits for; on small fast models (a step of 1-3 ms) waking every step
     # costs ~5% of throughput, while 50 updates per second read the same to a person.
-    stream_interval_s: float = 0.02
+    stream_interval_s: float = _DEFAULTS["stream_interval_s"]
     fault_hook: FaultHook | None = None
 
     def __post_init__(self) -> None:
@@ -71,50 +112,14 @@ class EngineConfig:
             )
 
     @classmethod
-    def from_settings(cls, **overrides: Any) -> EngineConfig:
+    def from_settings(cls, **overrides: object) -> EngineConfig:
         """Values from `mlxd.config` (env vars included); keyword arguments override them."""
         unknown = set(overrides) - {f.name for f in fields(cls)}
         if unknown:
             raise TypeError(f"unknown EngineConfig fields: {sorted(unknown)}")
         try:
-            values: dict[str, Any] = {
-                "max_batch": settings.setting_int("max_batch"),
-                "max_queue": settings.setting_int("max_queue"),
-                "prefill_chunk": settings.setting_int("prefill_chunk"),
-                "kv_budget_tokens": settings.setting_int("kv_budget_tokens"),
-                "prefix_cache_bytes": settings.setting_int("prefix_cache_bytes"),
-                "max_tokens_ceiling": settings.setting_int("max_tokens_ceiling") or None,
-                "watchdog_seconds": float(settings.setting("watchdog_seconds")),
-                "max_models": settings.setting_int("max_models"),
-                "model_ttl_seconds": _env_duration("model_ttl_seconds"),
-                "stream_interval_s": settings.setting_int("stream_interval_ms") / 1000,
-            }
+            values = _setting_values(settings.setting)
         except ValueError as exc:
             raise InvalidRequest(f"bad engine setting in the environment: {exc}") from exc
         values.update(overrides)
         return cls(**values)
-
-
-def _env_duration(name: str) -> float:
-    try:
-        return parse_duration(settings.setting(name))
-    except ValueError as exc:
-        raise ValueError(f"{settings.SETTINGS[name].env}: {exc}") from None
-
-
-_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def parse_duration(text: str | float) -> float:
-    """Seconds from "300", "2.5", "500ms", "30s", "5m", "1h" or "1h30m" (ollama-style
-    keep-alive spellings); raises ValueError on anything else, negative values included."""
-    if isinstance(text, int | float):
-        return float(text)
-    spec = text.strip().lower()
-    parts = list(_DURATION.finditer(spec))
-    if not spec or "".join(m.group(0) for m in parts).replace(" ", "") != spec.replace(" ", ""):
-        raise ValueError(f"not a duration: {text!r} (use seconds, or e.g. 30s, 5m, 1h)")
-    if len(parts) > 1 and any(m.group(2) is None for m in parts):
-        raise ValueError(f"not a duration: {text!r} (every part of it needs a unit)")
-    return sum(float(m.group(1)) * _UNIT_SECONDS[m.group(2) or "s"] for m in parts)

@@ -16,8 +16,8 @@ from typing import Protocol
 from mlxd.backend.outputs import StepResult
 from mlxd.engine.collector import Collector, WakeBatch
 from mlxd.engine.config import EngineConfig
-from mlxd.engine.messages import Cancel, LoadModel, Message, Submit
-from mlxd.engine.registry import Entry, ModelRegistry
+from mlxd.engine.inbox import Cancel, LoadModel, Message, Submit
+from mlxd.engine.loaded_models import LoadedModels, ModelEntry
 from mlxd.engine.request import FINISH_BY_BACKEND, Request, RequestStatus
 from mlxd.engine.scheduler import Scheduler
 from mlxd.engine.stats import Counters
@@ -50,15 +50,15 @@ class Runner(Protocol):
 class Backend(Protocol):
     """Loads models and makes runners; the only door to MLX."""
 
-    def load(self, name: str, path: Path) -> Entry: ...
+    def load(self, name: str, path: Path) -> ModelEntry: ...
 
-    def make_runner(self, entry: Entry) -> Runner: ...
+    def make_runner(self, entry: ModelEntry) -> Runner: ...
 
     def cache_stats(self) -> tuple[int, int]: ...  # (prefix cache bytes, entries)
 
-    # Free a model the registry dropped (its prefix-cache entries, cached buffers). Optional:
+    # Free a model the engine dropped (its prefix-cache entries, cached buffers). Optional:
     # a backend without it (the unit tests' fakes) just lets the entry go.
-    def unload(self, entry: Entry) -> None: ...
+    def unload(self, entry: ModelEntry) -> None: ...
 
     def shutdown(self) -> None: ...  # called last, on the engine thread
 
@@ -92,13 +92,13 @@ class EngineCore:
         self,
         cfg: EngineConfig,
         backend: Backend,
-        registry: ModelRegistry,
+        models: LoadedModels,
         live: LiveRequests,
         on_dequeue: Callable[[], None],
     ) -> None:
         self.cfg = cfg
         self.backend = backend
-        self.registry = registry
+        self.models = models
         self.live = live
         self.on_dequeue = on_dequeue  # a waiting request left the queue (admitted or ended)
         self.scheduler = Scheduler(cfg.max_batch, cfg.kv_budget_tokens)
@@ -130,7 +130,7 @@ class EngineCore:
             self.last_progress = time.monotonic()
         if isinstance(msg, Submit):
             self.scheduler.add(msg.request)
-            self.registry.release(msg.request.model)  # busy now: the scheduler holds it
+            self.models.release(msg.request.model)  # busy now: the scheduler holds it
             self.counters.requests_total += 1
         elif isinstance(msg, Cancel):
             self._cancel(msg.request_id)
@@ -148,8 +148,8 @@ class EngineCore:
             return
         self.loading = True
         try:
-            entry = self.registry.get(msg.name) or self.backend.load(msg.name, msg.path)
-            self.registry.put(entry)
+            entry = self.models.get(msg.name) or self.backend.load(msg.name, msg.path)
+            self.models.put(entry)
         except MlxdError as exc:
             msg.reply.set_exception(exc)
             return
@@ -186,7 +186,7 @@ class EngineCore:
         wanted = self.scheduler.model_to_swap_in(self.model)
         if wanted is None:
             return
-        entry = self.registry.get(wanted)
+        entry = self.models.get(wanted)
         if self.runner is not None:
             self.runner.close()
             self.runner, self.model = None, None
@@ -321,7 +321,7 @@ class EngineCore:
             self.runner.remove([request.uid], keep_cache=reason is FinishReason.CANCELLED)
         self.scheduler.remove(request)
         self.live.discard(request)
-        self.registry.touch(request.model)
+        self.models.touch(request.model)
         self._note_use()
         self.counters.by_reason[reason.value] += 1
         now = time.monotonic()
@@ -343,7 +343,7 @@ class EngineCore:
     def maintain(self) -> None:
         """Engine thread, between steps: unload what the limits let go. Costs a flag test
         and a clock read unless a load or finish happened or a TTL is due."""
-        over = self._recheck_limit and self.registry.count() > self.cfg.max_models
+        over = self._recheck_limit and self.models.count() > self.cfg.max_models
         self._recheck_limit = False
         if over or time.monotonic() >= self.next_check:
             self._evict()
@@ -374,14 +374,14 @@ class EngineCore:
         about to submit to it, and unloading it first would fail that submit."""
         self._recheck_limit = False
         cfg, now, busy = self.cfg, time.monotonic(), self._busy_models()
-        for name in self.registry.evictable(
+        for name in self.models.evictable(
             busy, now, cfg.max_models, cfg.model_ttl_seconds, self.last_loaded
         ):
             self._unload(name, busy)
-        self.next_check = self.registry.next_check(busy, now, cfg.model_ttl_seconds)
+        self.next_check = self.models.next_check(busy, now, cfg.model_ttl_seconds)
 
     def _unload(self, name: str, busy: set[str]) -> None:
-        entry = self.registry.remove_if_idle(name, busy)
+        entry = self.models.remove_if_idle(name, busy)
         if entry is None:  # a submit got to it first
             return
         if self.model == name and self.runner is not None:

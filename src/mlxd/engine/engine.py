@@ -22,8 +22,8 @@ from mlxd.engine.collector import Collector
 from mlxd.engine.config import EngineConfig
 from mlxd.engine.core import Backend, EngineCore, LiveRequests
 from mlxd.engine.handle import RequestHandle
-from mlxd.engine.messages import Cancel, LoadModel, Message, Shutdown, Submit
-from mlxd.engine.registry import ModelInfo, ModelRegistry
+from mlxd.engine.inbox import Cancel, LoadModel, Message, Shutdown, Submit
+from mlxd.engine.loaded_models import LoadedModels, ModelInfo
 from mlxd.engine.request import EngineRequest, Request, budget, validate
 from mlxd.engine.stats import EngineHealth, EngineStats
 from mlxd.errors import (
@@ -60,14 +60,14 @@ class Engine:
 
             backend = MlxBackend(self.cfg)
         self._backend = backend
-        self._registry = ModelRegistry()
+        self._models = LoadedModels()
         self._live = LiveRequests()
         self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._queued = 0  # submitted and not yet admitted: what max_queue bounds
         self._state = "ready"  # ready | draining | stalled | failed | closed
         self._detail: str | None = None
-        self._core = EngineCore(self.cfg, backend, self._registry, self._live, self._dequeued)
+        self._core = EngineCore(self.cfg, backend, self._models, self._live, self._dequeued)
         self._thread = threading.Thread(target=self._loop, name="mlxd-engine", daemon=True)
         self._stop = threading.Event()
         self._watchdog = threading.Thread(target=self._watch, name="mlxd-watchdog", daemon=True)
@@ -88,12 +88,12 @@ class Engine:
             path = path.path
         path = Path(path).expanduser()
         name = name or path.name
-        entry = self._registry.touch(name)
+        entry = self._models.touch(name)
         if entry is not None and entry.info.path.resolve() != path.resolve():
             raise InvalidRequest(f"another model is already loaded as {name!r}")
         if pin:
-            self._registry.pin(name)
-            entry = self._registry.touch(name)  # again: it may have gone just before the pin
+            self._models.pin(name)
+            entry = self._models.touch(name)  # again: it may have gone just before the pin
         if entry is not None:
             return entry.info
         reply: Future[ModelInfo] = Future()
@@ -105,13 +105,13 @@ class Engine:
         next submit for it, or `seconds` at most; the request then keeps it loaded while it
         lives. For a caller that looked a model up and submits to it shortly, like the server
         between resolving a request's model and submitting. Raises ModelNotFound."""
-        entry = self._registry.reserve(name, seconds)
+        entry = self._models.reserve(name, seconds)
         if entry is None:
             raise ModelNotFound(f"model {name!r} is not loaded")
         return entry.info
 
     def model(self, name: str) -> ModelInfo:
-        entry = self._registry.get(name)
+        entry = self._models.get(name)
         if entry is None:
             raise ModelNotFound(f"model {name!r} is not loaded")
         return entry.info
@@ -124,7 +124,7 @@ class Engine:
         self._check_open()  # again under the lock below; this one gives the clearer error
         # acquire: from here until the engine thread takes the Submit, the model cannot be
         # unloaded; every path that does not post the Submit releases it.
-        entry = self._registry.acquire(req.model)
+        entry = self._models.acquire(req.model)
         if entry is None:
             raise ModelNotFound(f"model {req.model!r} is not loaded")
         try:
@@ -137,7 +137,7 @@ class Engine:
                 self._live.add(request)
                 self._inbox.put(Submit(request))
         except BaseException:
-            self._registry.release(req.model)
+            self._models.release(req.model)
             raise
         return RequestHandle(request, self._cancel)
 
@@ -193,7 +193,7 @@ class Engine:
             prefix_cache_entries=cache_entries,
             kv_tokens_in_use=core.scheduler.kv_in_use,
             model=core.model,
-            models_loaded=tuple(self._registry.names()),
+            models_loaded=tuple(self._models.names()),
         )
 
     def drain(self, timeout_s: float) -> bool:

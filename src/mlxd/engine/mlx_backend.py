@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mlxd.backend.batch import BatchRunner, release_thread_streams, vocab_size
 from mlxd.backend.loader import load_checkpoint
 from mlxd.backend.memory import free_unused
 from mlxd.backend.prefix import PrefixCache
-from mlxd.backend.runner import BatchRunner, release_thread_streams, vocab_size
 from mlxd.engine.config import EngineConfig
-from mlxd.engine.registry import Entry, ModelInfo
+from mlxd.engine.loaded_models import ModelEntry, ModelInfo
 
 
 class MlxBackend:
@@ -17,7 +17,7 @@ class MlxBackend:
         self.cfg = cfg
         self.prefix_cache = PrefixCache(cfg.prefix_cache_bytes)
 
-    def load(self, name: str, path: Path) -> Entry:
+    def load(self, name: str, path: Path) -> ModelEntry:
         loaded = load_checkpoint(path, trust_remote_code=self.cfg.trust_remote_code)
         info = ModelInfo(
             name=name,
@@ -29,9 +29,9 @@ class MlxBackend:
             eos_token_ids=set(loaded.eos_token_ids),
             vocab_size=vocab_size(loaded),
         )
-        return Entry(info=info, loaded=loaded)
+        return ModelEntry(info=info, loaded=loaded)
 
-    def make_runner(self, entry: Entry) -> BatchRunner:
+    def make_runner(self, entry: ModelEntry) -> BatchRunner:
         return BatchRunner(
             entry.loaded,
             entry.info.name,
@@ -43,8 +43,8 @@ class MlxBackend:
             fault_hook=self.cfg.fault_hook,
         )
 
-    def unload(self, entry: Entry) -> None:
-        """Engine thread: the registry and the runner let go of `entry`; drop its prefix-cache
+    def unload(self, entry: ModelEntry) -> None:
+        """Engine thread: the engine and the runner let go of `entry`; drop its prefix-cache
         entries and our reference, then hand MLX's cached buffers back to the system."""
         self.prefix_cache.drop(entry.info.name)
         entry.loaded = None

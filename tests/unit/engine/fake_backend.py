@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlxd.backend.outputs import PrefillProgress, StepOutput, StepResult
-from mlxd.engine.registry import Entry, ModelInfo
+from mlxd.engine.loaded_models import ModelEntry, ModelInfo
 from mlxd.types import SamplingParams
 
 VOCAB = 1000
@@ -89,11 +89,11 @@ class FakeBackend:
     fail_first_runner_at: int | None = None
     shut_down: bool = False
 
-    def load(self, name: str, path: Path) -> Entry:
+    def load(self, name: str, path: Path) -> ModelEntry:
         info = ModelInfo(name, Path(path), None, self.context_window, vocab_size=VOCAB)
-        return Entry(info=info, loaded=None)
+        return ModelEntry(info=info, loaded=None)
 
-    def make_runner(self, entry: Entry) -> FakeRunner:
+    def make_runner(self, entry: ModelEntry) -> FakeRunner:
         runner = FakeRunner(entry.info.name)
         if not self.runners:
             runner.fail_at_step = self.fail_first_runner_at

@@ -13,7 +13,7 @@ import pytest
 from mlxd.backend.outputs import StepResult
 from mlxd.engine import Engine, EngineConfig, EngineRequest
 from mlxd.engine.config import parse_duration
-from mlxd.engine.registry import Entry, ModelInfo, ModelRegistry
+from mlxd.engine.loaded_models import LoadedModels, ModelEntry, ModelInfo
 from mlxd.errors import InvalidRequest, ModelNotFound
 from mlxd.types import FinishReason, SamplingParams
 
@@ -54,18 +54,18 @@ class ResidentBackend(FakeBackend):
     unloaded: list[str] = field(default_factory=list)
     loads: list[str] = field(default_factory=list)
 
-    def load(self, name: str, path: Path) -> Entry:
+    def load(self, name: str, path: Path) -> ModelEntry:
         self.loads.append(name)
         return super().load(name, path)
 
-    def make_runner(self, entry: Entry) -> FakeRunner:
+    def make_runner(self, entry: ModelEntry) -> FakeRunner:
         if entry.info.name not in self.gated:
             return super().make_runner(entry)
         runner = GatedRunner(entry.info.name, gate=self.gate)
         self.runners.append(runner)
         return runner
 
-    def unload(self, entry: Entry) -> None:
+    def unload(self, entry: ModelEntry) -> None:
         self.unloaded.append(entry.info.name)
 
 
@@ -84,10 +84,10 @@ def loaded(engine: Engine) -> tuple[str, ...]:
 # ---- the registry's choices --------------------------------------------------------
 
 
-def registry_with(*names: str) -> ModelRegistry:
-    reg = ModelRegistry()
+def registry_with(*names: str) -> LoadedModels:
+    reg = LoadedModels()
     for i, name in enumerate(names):
-        reg.put(Entry(ModelInfo(name, Path(f"/m/{name}"), None, 64), None))
+        reg.put(ModelEntry(ModelInfo(name, Path(f"/m/{name}"), None, 64), None))
         entry = reg.get(name)
         assert entry is not None
         entry.last_used = 100.0 + i  # load order = use order

@@ -9,8 +9,8 @@ from pathlib import Path
 from mlxd.engine.collector import Collector
 from mlxd.engine.config import EngineConfig
 from mlxd.engine.core import EngineCore, LiveRequests
-from mlxd.engine.messages import LoadModel, Submit
-from mlxd.engine.registry import ModelRegistry
+from mlxd.engine.inbox import LoadModel, Submit
+from mlxd.engine.loaded_models import LoadedModels
 from mlxd.engine.request import Request
 from mlxd.types import FinishEvent, SamplingParams, TokenEvent
 
@@ -22,7 +22,7 @@ class RecordingCore(EngineCore):
 
     def __init__(self, interval: float) -> None:
         cfg = EngineConfig.from_settings(max_batch=4, stream_interval_s=interval)
-        super().__init__(cfg, FakeBackend(), ModelRegistry(), LiveRequests(), lambda: None)
+        super().__init__(cfg, FakeBackend(), LoadedModels(), LiveRequests(), lambda: None)
         self.woken: list[list[Collector]] = []
         reply: Future = Future()
         self.handle(LoadModel("m", Path("/fake/m"), reply))

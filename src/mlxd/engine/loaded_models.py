@@ -1,6 +1,6 @@
-"""ModelInfo and the registry of loaded models (load once, reuse by name, unload when idle).
+"""ModelInfo and LoadedModels, the table of loaded models (load once, reuse by name).
 
-The registry also keeps what residency needs: when each model was last used, which names are
+The table also keeps what residency needs: when each model was last used, which names are
 pinned, and how many submits are between a caller's check and the engine thread. Eviction
 *choices* live here, under the one lock, so a submit can never pass its model check while
 the engine thread removes that model; the unloading itself is the engine thread's job.
@@ -34,10 +34,10 @@ class ModelInfo:
 
 
 @dataclass(slots=True)
-class Entry:
+class ModelEntry:
     info: ModelInfo
     loaded: Any  # backend LoadedModel; only the engine thread touches it
-    # Residency bookkeeping, changed only under the registry lock:
+    # Residency bookkeeping, changed only under the table's lock:
     last_used: float = 0.0  # time.monotonic() of the last load, submit or finish
     pending: int = 0  # submits accepted on a caller thread, not yet seen by the engine thread
     reserved: int = 0  # reservations (see reserve) not yet used by a submit
@@ -50,25 +50,25 @@ class Entry:
         return self.info.name in busy or self.pending > 0 or held
 
 
-class ModelRegistry:
+class LoadedModels:
     """Thread-safe name -> loaded model map. Written on the engine thread, read anywhere."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._entries: dict[str, Entry] = {}
+        self._entries: dict[str, ModelEntry] = {}
         self._pinned: set[str] = set()  # names, so a pin survives (and precedes) a load
 
-    def get(self, name: str) -> Entry | None:
+    def get(self, name: str) -> ModelEntry | None:
         with self._lock:
             return self._entries.get(name)
 
-    def put(self, entry: Entry) -> None:
+    def put(self, entry: ModelEntry) -> None:
         """Register (or re-register) a model; counts as a use."""
         with self._lock:
             entry.last_used = time.monotonic()
             self._entries[entry.info.name] = entry
 
-    def remove(self, name: str) -> Entry | None:
+    def remove(self, name: str) -> ModelEntry | None:
         with self._lock:
             return self._entries.pop(name, None)
 
@@ -92,7 +92,7 @@ class ModelRegistry:
         with self._lock:
             return name in self._pinned
 
-    def touch(self, name: str) -> Entry | None:
+    def touch(self, name: str) -> ModelEntry | None:
         """Mark `name` used now; returns its entry, or None if it is not loaded."""
         with self._lock:
             entry = self._entries.get(name)
@@ -100,7 +100,7 @@ class ModelRegistry:
                 entry.last_used = time.monotonic()
             return entry
 
-    def acquire(self, name: str) -> Entry | None:
+    def acquire(self, name: str) -> ModelEntry | None:
         """A submit for `name` begins: mark it used and keep it loaded until `release`.
         None if it is not loaded (then the caller raises ModelNotFound)."""
         with self._lock:
@@ -111,7 +111,7 @@ class ModelRegistry:
                 entry.last_used = time.monotonic()
             return entry
 
-    def reserve(self, name: str, seconds: float) -> Entry | None:
+    def reserve(self, name: str, seconds: float) -> ModelEntry | None:
         """Keep `name` loaded until a submit uses the reservation (`acquire`), `seconds` at
         most (a caller is about to submit to it); marks it used. None if it is not loaded."""
         with self._lock:
@@ -138,7 +138,7 @@ class ModelRegistry:
     ) -> list[str]:
         """Names to unload now. First the models idle past `ttl` (when > 0); then, while more
         than `max_models` stay loaded, the least recently used ones, never `keep` (the model
-        loaded last: a caller is about to use it). A chosen model in use (see Entry.in_use;
+        loaded last: a caller is about to use it). A chosen model in use (see ModelEntry.in_use;
         `busy` names the models with requests waiting or running) is not swapped for another:
         it is marked, stays first in line and goes as soon as it is idle. Never a pinned
         model."""
@@ -165,7 +165,7 @@ class ModelRegistry:
                     now_idle.append(name)
             return sorted(expired) + now_idle
 
-    def remove_if_idle(self, name: str, busy: set[str]) -> Entry | None:
+    def remove_if_idle(self, name: str, busy: set[str]) -> ModelEntry | None:
         """Remove `name` unless it became pinned or in use meanwhile."""
         with self._lock:
             entry = self._entries.get(name)

@@ -14,11 +14,10 @@ import mlx.core as mx
 from mlx_lm.generate import BatchGenerator, StopSequences
 
 from mlxd.backend.loader import LoadedModel
-from mlxd.backend.outputs import PrefillProgress, StepOutput, StepResult
+from mlxd.backend.outputs import FaultHook, PrefillProgress, StepOutput, StepResult
 from mlxd.backend.prefix import PrefixCache
 from mlxd.backend.sampling import (
     GREEDY,
-    FaultHook,
     guard_processor,
     guard_sampler,
     make_processors,
