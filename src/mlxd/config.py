@@ -9,6 +9,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from mlxd.errors import InvalidRequest
+
 
 @dataclass(frozen=True, slots=True)
 class Setting:
@@ -109,14 +111,58 @@ SAMPLING_DEFAULTS: dict[str, object] = {
     "frequency_penalty": 0.0,
 }
 
-# Bounds every front door validates against (HTTP fields and CLI flags alike).
+# Size limits every front door validates against (HTTP fields and CLI flags alike).
 LIMITS = {
-    "max_tokens": 1 << 20,
-    "top_k": 1 << 20,
-    "top_logprobs": 20,
     "logit_bias_entries": 1024,
-    "repetition_context_size": 1 << 16,
     "stop_string_chars": 256,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """The valid range of one number: [low, high], or (low, high] when `low_open`.
+    NaN and infinities are never inside."""
+
+    low: float
+    high: float
+    low_open: bool = False
+
+    def __contains__(self, value: float) -> bool:
+        above = self.low < value if self.low_open else self.low <= value
+        return above and value <= self.high
+
+    def check(self, name: str, value: float) -> None:
+        """Raise InvalidRequest(param=name) naming the violated side when `value` is outside."""
+        if value in self:
+            return
+        if value != value:  # NaN
+            rule = "a finite number"
+        elif value > self.high:
+            rule = f"<= {_num(self.high)}"
+        else:
+            rule = f"{'>' if self.low_open else '>='} {_num(self.low)}"
+        raise InvalidRequest(f"{name} must be {rule}", param=name)
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else str(x)
+
+
+# The one range of each bounded sampling option. The option table (CLI flags, HTTP fields)
+# and the engine's request check both read it: whatever a front door accepts, the engine runs.
+SAMPLING_BOUNDS: dict[str, Bounds] = {
+    "temperature": Bounds(0.0, 2.0),
+    "top_p": Bounds(0.0, 1.0, low_open=True),  # 0 would keep no token at all
+    "top_k": Bounds(0, 1 << 20),  # 0: all tokens
+    "min_p": Bounds(0.0, 1.0),
+    "repetition_penalty": Bounds(0.01, 10.0),
+    "repetition_context_size": Bounds(1, 1 << 16),
+    "presence_penalty": Bounds(-2.0, 2.0),
+    "frequency_penalty": Bounds(-2.0, 2.0),
+    "seed": Bounds(0, 2**63 - 1),
+    "max_tokens": Bounds(1, 1 << 20),
+    "logit_bias": Bounds(-100.0, 100.0),  # each bias value
+    "top_logprobs": Bounds(0, 20),
 }
 
 # The server caps an unspecified max_tokens at this fraction of the context window.

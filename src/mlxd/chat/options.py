@@ -1,7 +1,8 @@
 """The one mapping table from option names to SamplingParams, for CLI flags and HTTP fields.
 
-`OPTIONS` lists every decoding option once: its HTTP field name, CLI flag, type, bounds, help
-and target `SamplingParams` field. The CLI generates its flags from it; the server validates its
+`OPTIONS` lists every decoding option once: its HTTP field name, CLI flag, type, help and
+target `SamplingParams` field; its bounds are `mlxd.config.SAMPLING_BOUNDS` (the engine checks
+the same ones). The CLI generates its flags from it; the server validates its
 fields against it; `sampling_params` resolves request options, then the model's
 generation_config.json defaults, then `mlxd.config.SAMPLING_DEFAULTS`.
 """
@@ -13,7 +14,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from mlxd.config import LIMITS, SAMPLING_DEFAULTS, setting_int
+from mlxd.config import LIMITS, SAMPLING_BOUNDS, SAMPLING_DEFAULTS, Bounds, setting_int
 from mlxd.errors import InvalidRequest
 from mlxd.types import SamplingParams
 
@@ -31,9 +32,12 @@ class Option:
     cli_flag: str
     type: str  # FLOAT, INT, BOOL, SEED, LOGIT_BIAS or STOP
     help: str
-    minimum: float | None = None
-    maximum: float | None = None
     target: str | None = None  # SamplingParams field; None: not a SamplingParams field (stop)
+
+    @property
+    def bounds(self) -> Bounds | None:
+        """The valid range (of each bias, for logit_bias); None for booleans and stop."""
+        return SAMPLING_BOUNDS.get(self.name)
 
     @property
     def python_type(self) -> builtins.type:
@@ -44,39 +48,33 @@ class Option:
 # One option per entry, laid out as the table it is.
 # fmt: off
 _OPTION_LIST = [
-    #      name, cli flag, type, help, minimum, maximum, SamplingParams field
+    #      name, cli flag, type, help, SamplingParams field
     Option("temperature", "--temperature", FLOAT, "sampling temperature; 0 is greedy",
-           0.0, 2.0, "temperature"),
+           "temperature"),
     Option("top_p", "--top-p", FLOAT, "nucleus sampling: keep the smallest set with this mass",
-           0.0, 1.0, "top_p"),
-    Option("top_k", "--top-k", INT, "keep the k most likely tokens (0: all)",
-           0, LIMITS["top_k"], "top_k"),
-    Option("min_p", "--min-p", FLOAT, "drop tokens below min_p x the top probability",
-           0.0, 1.0, "min_p"),
+           "top_p"),
+    Option("top_k", "--top-k", INT, "keep the k most likely tokens (0: all)", "top_k"),
+    Option("min_p", "--min-p", FLOAT, "drop tokens below min_p x the top probability", "min_p"),
     Option("repetition_penalty", "--repetition-penalty", FLOAT,
-           "penalize recently seen tokens (1: off)", 0.01, 10.0, "repetition_penalty"),
+           "penalize recently seen tokens (1: off)", "repetition_penalty"),
     Option("repetition_context_size", "--repetition-context-size", INT,
-           "how many recent tokens the repetition penalty looks at",
-           1, LIMITS["repetition_context_size"], "repetition_context_size"),
+           "how many recent tokens the repetition penalty looks at", "repetition_context_size"),
     Option("presence_penalty", "--presence-penalty", FLOAT,
-           "penalize tokens that already appeared", -2.0, 2.0, "presence_penalty"),
+           "penalize tokens that already appeared", "presence_penalty"),
     Option("frequency_penalty", "--frequency-penalty", FLOAT,
-           "penalize tokens by how often they appeared", -2.0, 2.0, "frequency_penalty"),
-    Option("seed", "--seed", SEED, "random seed for reproducible sampling",
-           0, 2**63 - 1, "seed"),
-    Option("max_tokens", "--max-tokens", INT, "most tokens to generate",
-           1, LIMITS["max_tokens"], "max_tokens"),
+           "penalize tokens by how often they appeared", "frequency_penalty"),
+    Option("seed", "--seed", SEED, "random seed for reproducible sampling", "seed"),
+    Option("max_tokens", "--max-tokens", INT, "most tokens to generate", "max_tokens"),
     Option("logit_bias", "--logit-bias", LOGIT_BIAS,
-           'bias per token id, JSON {"id": bias}; bounds apply to each bias',
-           -100.0, 100.0, "logit_bias"),
+           'bias per token id, JSON {"id": bias}; bounds apply to each bias', "logit_bias"),
     Option("logprobs", "--logprobs", BOOL, "return the log probability of each token",
-           target="logprobs"),
+           "logprobs"),
     Option("top_logprobs", "--top-logprobs", INT, "also return this many alternatives per token",
-           0, LIMITS["top_logprobs"], "top_logprobs"),
+           "top_logprobs"),
     Option("ignore_eos", "--ignore-eos", BOOL, "keep generating past end-of-sequence tokens",
-           target="ignore_eos"),
+           "ignore_eos"),
     Option("stop", "--stop", STOP, "stop when this string appears (repeatable); not emitted",
-           target=None),
+           None),
 ]
 # fmt: on
 
@@ -181,15 +179,9 @@ def _as_int(name: str, raw: object) -> int:
 
 
 def _check_bounds(opt: Option, value: float) -> float:
-    if opt.minimum is not None and value < opt.minimum:
-        raise InvalidRequest(f"{opt.name} must be >= {_num(opt.minimum)}", param=opt.name)
-    if opt.maximum is not None and value > opt.maximum:
-        raise InvalidRequest(f"{opt.name} must be <= {_num(opt.maximum)}", param=opt.name)
+    if opt.bounds is not None:
+        opt.bounds.check(opt.name, value)
     return value
-
-
-def _num(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else str(x)
 
 
 def _logit_bias(opt: Option, raw: object, vocab_size: int | None) -> tuple[tuple[int, float], ...]:

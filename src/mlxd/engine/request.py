@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from mlxd.config import LIMITS
+from mlxd.config import LIMITS, SAMPLING_BOUNDS
 from mlxd.engine.collector import Collector
 from mlxd.errors import ContextOverflow, InvalidRequest
 from mlxd.types import FinishReason, SamplingParams, Timings, Usage
@@ -101,38 +101,24 @@ def budget(
 
 
 def validate(req: EngineRequest, vocab_size: int) -> None:
-    """Raise InvalidRequest naming the first bad field."""
+    """Raise InvalidRequest naming the first bad field. Sampling values must lie in
+    config.SAMPLING_BOUNDS: the ranges the option table (CLI flags, HTTP fields) accepts."""
     p = req.params
     if not req.prompt_ids:
         raise InvalidRequest("prompt is empty", param="prompt")
     if any(not isinstance(t, int) or t < 0 or t >= vocab_size for t in req.prompt_ids):
         raise InvalidRequest(f"prompt token ids must be in [0, {vocab_size})", param="prompt")
-    _check(math.isfinite(p.temperature) and p.temperature >= 0, "temperature", ">= 0")
-    _check(0.0 < p.top_p <= 1.0, "top_p", "in (0, 1]")
-    _check(0 <= p.top_k <= LIMITS["top_k"], "top_k", f"in [0, {LIMITS['top_k']}]")
-    _check(0.0 <= p.min_p <= 1.0, "min_p", "in [0, 1]")
-    _check(
-        math.isfinite(p.repetition_penalty) and p.repetition_penalty > 0,
-        "repetition_penalty",
-        "> 0",
-    )
-    rcs = LIMITS["repetition_context_size"]
-    _check(1 <= p.repetition_context_size <= rcs, "repetition_context_size", f"in [1, {rcs}]")
-    _check(-2.0 <= p.presence_penalty <= 2.0, "presence_penalty", "in [-2, 2]")
-    _check(-2.0 <= p.frequency_penalty <= 2.0, "frequency_penalty", "in [-2, 2]")
+    for name, bounds in SAMPLING_BOUNDS.items():
+        value = getattr(p, name)
+        if name != "logit_bias" and value is not None:  # None: unset (seed, max_tokens)
+            bounds.check(name, value)
     _check(len(p.logit_bias) <= LIMITS["logit_bias_entries"], "logit_bias", "not too long")
     for tok, bias in p.logit_bias:
         _check(0 <= tok < vocab_size, "logit_bias", f"token ids in [0, {vocab_size})")
-        _check(math.isfinite(bias) and -100 <= bias <= 100, "logit_bias", "values in [-100, 100]")
-    if p.max_tokens is not None:
-        mt = LIMITS["max_tokens"]
-        _check(1 <= p.max_tokens <= mt, "max_tokens", f"in [1, {mt}]")
+        SAMPLING_BOUNDS["logit_bias"].check("logit_bias", bias)
     if req.max_tokens_cap is not None:
         _check(req.max_tokens_cap >= 1, "max_tokens_cap", ">= 1")
     _check(all(0 <= t < vocab_size for t in p.stop_token_ids), "stop_token_ids", "in vocab")
-    tl = LIMITS["top_logprobs"]
-    _check(0 <= p.top_logprobs <= tl, "top_logprobs", f"in [0, {tl}]")
-    _check(p.seed is None or 0 <= p.seed < 1 << 64, "seed", "in [0, 2**64)")
 
 
 def _check(ok: bool, param: str, rule: str) -> None:

@@ -1,7 +1,7 @@
 """Wire schemas for requests (pydantic): strict numbers, explicit bounds, clear refusals.
 
 Numbers are strict (no bools or strings as numbers), finite (no NaN/inf) and bounded; the
-bounds mirror mlxd.chat.options.OPTIONS and config.LIMITS (a unit test checks they agree).
+bounds are config.SAMPLING_BOUNDS and config.LIMITS, as in mlxd.chat.options.OPTIONS.
 Fields we cannot honour yet (`n` != 1, non-text `response_format`, `echo`) are refused,
 never silently ignored. Unknown extra fields (user, metadata, ...) are ignored, as OpenAI does.
 """
@@ -22,16 +22,15 @@ from pydantic import (
     model_validator,
 )
 
-from mlxd.chat.options import OPTIONS
-from mlxd.config import LIMITS
+from mlxd.config import LIMITS, SAMPLING_BOUNDS
 
 _CFG = ConfigDict(extra="ignore", allow_inf_nan=False)
 
 
 def _range(name: str) -> Any:
-    """Field bounds of one option, from the shared OPTIONS table (CLI and server agree)."""
-    opt = OPTIONS[name]
-    return Field(ge=opt.minimum, le=opt.maximum)
+    """Field bounds of one option: the range the option table and the engine check too."""
+    b = SAMPLING_BOUNDS[name]
+    return Field(gt=b.low, le=b.high) if b.low_open else Field(ge=b.low, le=b.high)
 
 
 MaxTokens = Annotated[StrictInt, _range("max_tokens")]

@@ -33,13 +33,14 @@ def make(**fields: object) -> ChatCompletionRequest:
 @pytest.mark.parametrize("name", BOUNDED)
 def test_bounds_are_the_options_table(name: str) -> None:
     opt = OPTIONS[name]
-    assert opt.minimum is not None and opt.maximum is not None
+    assert opt.bounds is not None
     is_int = opt.type in ("int", "seed")
-    lo, hi = (int(opt.minimum), int(opt.maximum)) if is_int else (opt.minimum, opt.maximum)
-    make(**{name: lo})
-    make(**{name: hi})
+    lo, hi = opt.bounds.low, opt.bounds.high
+    lo, hi = (int(lo), int(hi)) if is_int else (lo, hi)
     step = 1 if is_int else 1e-3
-    for bad in (lo - step, hi + step):
+    make(**{name: lo + step if opt.bounds.low_open else lo})
+    make(**{name: hi})
+    for bad in (lo if opt.bounds.low_open else lo - step, hi + step):
         with pytest.raises(ValidationError) as e:
             make(**{name: bad})
         assert e.value.errors()[0]["loc"][0] == name
