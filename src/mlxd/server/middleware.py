@@ -25,6 +25,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 OPEN_PATHS = frozenset({"/health"})  # no auth: load balancers and probes
 ROUTES = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"})
 
@@ -67,10 +68,12 @@ class Guard:
         send = self._counting(send, route)
         headers = _headers(scope)
         err = self._refusal(scope, headers)
-        if err is None and scope["method"] in ("POST", "PUT", "PATCH"):
+        has_body = scope["method"] in BODY_METHODS
+        if err is None and has_body:
             err, receive = await self._capped_body(headers, receive)
         if err is not None:
-            await send_error(send, err)
+            # A refused body is never read: hang up, or the server would go on receiving it.
+            await send_error(send, err, close=has_body)
             return
         await self.app(scope, receive, send)
 
@@ -147,9 +150,12 @@ def _headers(scope: Scope) -> dict[bytes, bytes]:
     return {k.lower(): v for k, v in scope["headers"]}
 
 
-async def send_error(send: Send, err: MlxdError) -> None:
+async def send_error(send: Send, err: MlxdError, *, close: bool = False) -> None:
+    """The error response; `close`: then close the connection (uvicorn does on this header)."""
     body = dumps(error_body(err)).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
     if err.http_status in (429, 503):
         headers.append((b"retry-after", b"1"))
     if err.http_status == 401:
