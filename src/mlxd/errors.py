@@ -109,3 +109,21 @@ class AuthError(MlxdError):
     http_status = 401
     error_type = "authentication_error"
     code = "invalid_api_key"
+
+
+def _with_subclasses(cls: type[MlxdError]) -> list[type[MlxdError]]:
+    return [cls] + [c for sub in cls.__subclasses__() for c in _with_subclasses(sub)]
+
+
+# MlxdError.code -> class, for the errors declared here (the ones the engine and chat layer
+# report). Built once, at import, so it never depends on which other modules were imported.
+_BY_CODE: dict[str, type[MlxdError]] = {
+    cls.code: cls for cls in _with_subclasses(MlxdError) if cls.code is not None
+}
+
+
+def from_code(code: str | None, message: str | None) -> MlxdError:
+    """The error a stream reported as a code (Finish.error_code), rebuilt as the class that
+    would have been raised, so it gets the same CLI exit code and HTTP status. Unknown or
+    missing codes are an EngineFault."""
+    return _BY_CODE.get(code or "", EngineFault)(message or "generation failed")

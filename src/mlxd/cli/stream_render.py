@@ -87,21 +87,7 @@ def decode_tps(finish: Finish) -> float:
 
 def error_from_finish(finish: Finish) -> MlxdError:
     """The MlxdError subclass whose code the engine reported, so the exit code matches."""
-    message = finish.error or "generation failed"
-    for cls in _error_classes():
-        if finish.error_code and cls.code == finish.error_code:
-            return cls(message)
-    return errors.EngineFault(message)
-
-
-def _error_classes() -> list[type[MlxdError]]:
-    found: list[type[MlxdError]] = []
-    stack: list[type[MlxdError]] = [MlxdError]
-    while stack:
-        cls = stack.pop()
-        found.append(cls)
-        stack.extend(cls.__subclasses__())
-    return found
+    return errors.from_code(finish.error_code, finish.error)
 
 
 @dataclass(slots=True)

@@ -12,25 +12,6 @@ from starlette.responses import JSONResponse, Response
 
 from mlxd import errors as E
 
-# MlxdError.code -> class, so an error that arrives as a code (FinishEvent.error_code) gets
-# the same HTTP status it would have had when raised.
-_BY_CODE: dict[str, type[E.MlxdError]] = {}
-for _cls in (
-    E.InvalidRequest,
-    E.ModelNotFound,
-    E.AmbiguousModel,
-    E.ModelBroken,
-    E.ModelRefused,
-    E.ContextOverflow,
-    E.TemplateError,
-    E.EngineBusy,
-    E.EngineUnavailable,
-    E.EngineFault,
-    E.AuthError,
-):
-    if _cls.code:
-        _BY_CODE[_cls.code] = _cls
-
 
 class PayloadTooLarge(E.InvalidRequest):
     """Request body over max_body_bytes (HTTP-only, so it lives with the server)."""
@@ -59,12 +40,6 @@ class HttpError(E.MlxdError):
 
 
 RETRY_AFTER_SECONDS = "1"
-
-
-def error_from_code(message: str, code: str | None) -> E.MlxdError:
-    """Rebuild a typed error from a stream's Finish(error, error_code)."""
-    cls = _BY_CODE.get(code or "", E.EngineFault)
-    return cls(message)
 
 
 def error_body(err: E.MlxdError) -> dict[str, Any]:

@@ -13,8 +13,8 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
-from mlxd.errors import EngineUnavailable, MlxdError
-from mlxd.server.errors import error_body, error_from_code
+from mlxd.errors import EngineUnavailable, MlxdError, from_code
+from mlxd.server.errors import error_body
 from mlxd.server.lifecycle import Generation, Lifecycle
 from mlxd.server.metrics import Metrics
 from mlxd.server.sse import DONE, event
@@ -61,7 +61,7 @@ def failure(finish: Finish, gen: Generation) -> MlxdError | None:
     if gen.aborted:
         return EngineUnavailable("server is shutting down; generation stopped")
     if finish.reason == FinishReason.ERROR:
-        return error_from_code(finish.error or "generation failed", finish.error_code)
+        return from_code(finish.error_code, finish.error)
     return None
 
 

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from mlxd import errors as E
-from mlxd.server.errors import error_from_code
+from mlxd.errors import from_code
 from mlxd.server.lifecycle import Lifecycle
 from mlxd.server.metrics import Histogram, Metrics
 from mlxd.server.middleware import host_is_loopback, route_label
@@ -91,10 +91,19 @@ def test_metrics_text() -> None:
 
 
 def test_error_codes_keep_their_status() -> None:
-    assert error_from_code("x", "queue_full").http_status == 429
-    assert error_from_code("x", "context_length_exceeded").http_status == 400
-    assert error_from_code("x", "unavailable").http_status == 503
-    assert error_from_code("x", None).http_status == 500
+    assert from_code("queue_full", "x").http_status == 429
+    assert from_code("context_length_exceeded", "x").http_status == 400
+    assert from_code("unavailable", "x").http_status == 503
+    assert from_code(None, "x").http_status == 500
+    assert from_code("no_such_code", None).message == "generation failed"
+
+
+def test_every_error_class_comes_back_from_its_code() -> None:
+    classes = [c for c in vars(E).values() if isinstance(c, type) and issubclass(c, E.MlxdError)]
+    coded = [c for c in classes if c.code is not None]
+    assert len(coded) == len(classes) - 1  # all but MlxdError itself
+    for cls in coded:
+        assert type(from_code(cls.code, "x")) is cls
 
 
 USAGE = Usage(prompt_tokens=5, completion_tokens=3, cached_tokens=2)
