@@ -54,7 +54,7 @@ def _setting_values(text: Callable[[str], str]) -> dict[str, Any]:
     }
 
 
-_DEFAULTS = _setting_values(lambda name: settings.SETTINGS[name].default)
+_DEFAULTS = _setting_values(settings.default)
 
 
 @dataclass(slots=True)

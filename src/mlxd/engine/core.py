@@ -6,7 +6,6 @@ model's batch) and, through the Backend protocol, every MLX call.
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +18,7 @@ from mlxd.engine.config import EngineConfig
 from mlxd.engine.inbox import Cancel, LoadModel, Message, Submit
 from mlxd.engine.loaded_models import LoadedModels, ModelEntry
 from mlxd.engine.request import FINISH_BY_BACKEND, Request, RequestStatus
+from mlxd.engine.residency import Residency
 from mlxd.engine.scheduler import Scheduler
 from mlxd.engine.stats import Counters
 from mlxd.errors import EngineFault, MlxdError, one_line
@@ -56,9 +56,7 @@ class Backend(Protocol):
 
     def cache_stats(self) -> tuple[int, int]: ...  # (prefix cache bytes, entries)
 
-    # Free a model the engine dropped (its prefix-cache entries, cached buffers). Optional:
-    # a backend without it (the unit tests' fakes) just lets the entry go.
-    def unload(self, entry: ModelEntry) -> None: ...
+    def unload(self, name: str) -> None: ...  # free what a dropped model held (prefix cache)
 
     def shutdown(self) -> None: ...  # called last, on the engine thread
 
@@ -112,12 +110,13 @@ class EngineCore:
         # Collectors with tokens their consumer has not been woken for (stream_interval_s).
         self._unwoken: dict[Collector, None] = {}
         self._last_flush = 0.0
-        # Residency (see maintain): when eviction must look again with nothing else happening
-        # (a TTL or a reservation due), and whether a load or a finish may have made an
-        # over-the-limit model unloadable.
-        self.next_check = math.inf
-        self.last_loaded: str | None = None  # never the LRU choice: its caller will use it
-        self._recheck_limit = False
+        self.residency = Residency(
+            models,
+            cfg.max_models,
+            cfg.model_ttl_seconds,
+            busy=self.scheduler.models_in_use,
+            unload=self._release_model,
+        )
 
     @property
     def has_work(self) -> bool:
@@ -160,10 +159,7 @@ class EngineCore:
             self.loading = False
             self.last_progress = time.monotonic()
         try:
-            # Make room before replying, so the caller sees the limit already applied.
-            self._note_use()
-            self.last_loaded = msg.name
-            self._evict()
+            self.residency.loaded(msg.name)  # before replying: the caller sees the limit applied
         finally:
             msg.reply.set_result(entry.info)
 
@@ -321,8 +317,7 @@ class EngineCore:
             self.runner.remove([request.uid], keep_cache=reason is FinishReason.CANCELLED)
         self.scheduler.remove(request)
         self.live.discard(request)
-        self.models.touch(request.model)
-        self._note_use()
+        self.residency.used(request.model)
         self.counters.by_reason[reason.value] += 1
         now = time.monotonic()
         request.collector.finish(
@@ -338,58 +333,12 @@ class EngineCore:
     def fail(self, request: Request, message: str, code: str, *, in_backend: bool = True) -> None:
         self.finish(request, FinishReason.ERROR, message, code, in_backend=in_backend)
 
-    # ---- residency -----------------------------------------------------------------
-
-    def maintain(self) -> None:
-        """Engine thread, between steps: unload what the limits let go. Costs a flag test
-        and a clock read unless a load or finish happened or a TTL is due."""
-        over = self._recheck_limit and self.models.count() > self.cfg.max_models
-        self._recheck_limit = False
-        if over or time.monotonic() >= self.next_check:
-            self._evict()
-
-    def idle_timeout(self) -> float | None:
-        """How long an idle engine may block on its inbox: until eviction must look again,
-        or forever (None) when nothing can come due."""
-        if self.next_check == math.inf:
-            return None
-        return max(0.0, self.next_check - time.monotonic())
-
-    def _note_use(self) -> None:
-        """A load or a finish: a model became (more) recently used and maybe idle."""
-        self._recheck_limit = True
-        ttl = self.cfg.model_ttl_seconds
-        if ttl > 0:
-            self.next_check = min(self.next_check, time.monotonic() + ttl)
-
-    def _busy_models(self) -> set[str]:
-        busy = {r.model for r in self.scheduler.waiting}
-        busy.update(r.model for r in self.scheduler.running.values())
-        return busy
-
-    def _evict(self) -> None:
-        """Unload models idle past the TTL, then least recently used idle ones while over
-        max_models. Busy or pinned models stay, even over the limit (a later finish calls
-        this again), and so does the model loaded last until another load: its caller is
-        about to submit to it, and unloading it first would fail that submit."""
-        self._recheck_limit = False
-        cfg, now, busy = self.cfg, time.monotonic(), self._busy_models()
-        for name in self.models.evictable(
-            busy, now, cfg.max_models, cfg.model_ttl_seconds, self.last_loaded
-        ):
-            self._unload(name, busy)
-        self.next_check = self.models.next_check(busy, now, cfg.model_ttl_seconds)
-
-    def _unload(self, name: str, busy: set[str]) -> None:
-        entry = self.models.remove_if_idle(name, busy)
-        if entry is None:  # a submit got to it first
-            return
+    def _release_model(self, name: str) -> None:
+        """`name` left the table (residency): stop its runner, free what the backend holds."""
         if self.model == name and self.runner is not None:
             self.runner.close()
             self.runner, self.model = None, None
-        unload = getattr(self.backend, "unload", None)
-        if unload is not None:
-            unload(entry)
+        self.backend.unload(name)
 
     def close(self) -> None:
         """Engine thread, on exit: release the runner, then the backend's thread state."""

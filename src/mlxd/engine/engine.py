@@ -250,7 +250,7 @@ class Engine:
                     break
                 if core.has_work:
                     core.step()
-                core.maintain()
+                core.residency.maintain()
         except BaseException as exc:  # a fault outside any one request: fatal
             self._die(f"engine fault: {one_line(exc)}")
         finally:
@@ -266,7 +266,7 @@ class Engine:
             return True
         try:
             # Idle, an engine sleeps until a message comes, or until a model's TTL is due.
-            msg = inbox.get(timeout=core.idle_timeout()) if block else inbox.get_nowait()
+            msg = inbox.get(timeout=core.residency.idle_timeout()) if block else inbox.get_nowait()
         except queue.Empty:
             return True
         while True:

@@ -43,11 +43,10 @@ class MlxBackend:
             fault_hook=self.cfg.fault_hook,
         )
 
-    def unload(self, entry: ModelEntry) -> None:
-        """Engine thread: the engine and the runner let go of `entry`; drop its prefix-cache
-        entries and our reference, then hand MLX's cached buffers back to the system."""
-        self.prefix_cache.drop(entry.info.name)
-        entry.loaded = None
+    def unload(self, name: str) -> None:
+        """Engine thread: the engine and the runner let go of model `name`; drop its
+        prefix-cache entries, then hand MLX's cached buffers back to the system."""
+        self.prefix_cache.drop(name)
         free_unused()
 
     def shutdown(self) -> None:

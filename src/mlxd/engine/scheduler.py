@@ -50,6 +50,12 @@ class Scheduler:
         head = self.waiting[0].model
         return head if head != current else None
 
+    def models_in_use(self) -> set[str]:
+        """Models with requests waiting or running."""
+        busy = {r.model for r in self.waiting}
+        busy.update(r.model for r in self.running.values())
+        return busy
+
     def start(self, request: Request, uid: int) -> None:
         request.uid = uid
         request.status = RequestStatus.PREFILLING

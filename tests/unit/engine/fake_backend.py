@@ -103,5 +103,8 @@ class FakeBackend:
     def cache_stats(self) -> tuple[int, int]:
         return 0, 0
 
+    def unload(self, name: str) -> None:
+        pass
+
     def shutdown(self) -> None:
         self.shut_down = True

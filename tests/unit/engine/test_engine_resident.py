@@ -14,6 +14,7 @@ from mlxd.backend.outputs import StepResult
 from mlxd.engine import Engine, EngineConfig, EngineRequest
 from mlxd.engine.config import parse_duration
 from mlxd.engine.loaded_models import LoadedModels, ModelEntry, ModelInfo
+from mlxd.engine.residency import choose_unloads, next_check
 from mlxd.errors import InvalidRequest, ModelNotFound
 from mlxd.types import FinishReason, SamplingParams
 
@@ -65,8 +66,8 @@ class ResidentBackend(FakeBackend):
         self.runners.append(runner)
         return runner
 
-    def unload(self, entry: ModelEntry) -> None:
-        self.unloaded.append(entry.info.name)
+    def unload(self, name: str) -> None:
+        self.unloaded.append(name)
 
 
 def make(backend: FakeBackend, **overrides: object) -> Engine:
@@ -81,59 +82,77 @@ def loaded(engine: Engine) -> tuple[str, ...]:
     return engine.stats().models_loaded
 
 
-# ---- the registry's choices --------------------------------------------------------
+# ---- the residency choices ----------------------------------------------------------
 
 
-def registry_with(*names: str) -> LoadedModels:
-    reg = LoadedModels()
+def table_with(*names: str) -> LoadedModels:
+    models = LoadedModels()
     for i, name in enumerate(names):
-        reg.put(ModelEntry(ModelInfo(name, Path(f"/m/{name}"), None, 64), None))
-        entry = reg.get(name)
+        models.put(ModelEntry(ModelInfo(name, Path(f"/m/{name}"), None, 64), None))
+        entry = models.get(name)
         assert entry is not None
-        entry.last_used = 100.0 + i  # load order = use order
-    return reg
+        entry.use.last_used = 100.0 + i  # load order = use order
+    return models
+
+
+def evictable(
+    models: LoadedModels, busy: set[str], now: float, max_models: int, ttl: float, keep=None
+) -> list[str]:
+    return choose_unloads(models.usage(), busy, now, max_models=max_models, ttl=ttl, keep=keep)[0]
 
 
 def test_lru_choice_takes_the_least_recently_used_idle_models() -> None:
-    reg = registry_with("a", "b", "c", "d")
-    assert reg.evictable(set(), 200.0, max_models=2, ttl=0) == ["a", "b"]
+    reg = table_with("a", "b", "c", "d")
+    assert evictable(reg, set(), 200.0, max_models=2, ttl=0) == ["a", "b"]
     reg.touch("a")  # now the most recent
-    assert reg.evictable(set(), 200.0, max_models=2, ttl=0) == ["b", "c"]
-    assert reg.evictable(set(), 200.0, max_models=4, ttl=0) == []
+    assert evictable(reg, set(), 200.0, max_models=2, ttl=0) == ["b", "c"]
+    assert evictable(reg, set(), 200.0, max_models=4, ttl=0) == []
 
 
 def test_lru_choice_skips_busy_pinned_pending_and_kept_models() -> None:
-    reg = registry_with("a", "b", "c", "d")
+    reg = table_with("a", "b", "c", "d")
     reg.pin("a")
     assert reg.acquire("b") is not None  # a submit in flight
-    assert reg.evictable({"c"}, 200.0, max_models=1, ttl=0, keep="d") == []
+    assert evictable(reg, {"c"}, 200.0, max_models=1, ttl=0, keep="d") == []
     reg.release("b")
-    assert reg.evictable({"c"}, 200.0, max_models=1, ttl=0, keep="d") == ["b"]
-    assert reg.remove_if_idle("c", {"c"}) is None and reg.remove_if_idle("a", set()) is None
-    assert reg.remove_if_idle("b", set()) is not None and reg.names() == ["a", "c", "d"]
+    assert evictable(reg, {"c"}, 200.0, max_models=1, ttl=0, keep="d") == ["b"]
+    assert not reg.remove_if_idle("c", {"c"}) and not reg.remove_if_idle("a", set())
+    assert reg.remove_if_idle("b", set()) and reg.names() == ["a", "c", "d"]
 
 
 def test_a_busy_choice_is_not_swapped_for_an_idle_model() -> None:
-    reg = registry_with("a", "b", "c")
-    assert reg.evictable({"a"}, 200.0, max_models=2, ttl=0, keep="c") == []  # a: later
+    reg = table_with("a", "b", "c")
+    unload, doomed = choose_unloads(reg.usage(), {"a"}, 200.0, max_models=2, ttl=0, keep="c")
+    assert (unload, doomed) == ([], {"a"})  # a: later
     reg.touch("a")  # its request finished: a is now the most recent, yet still first in line
-    assert reg.evictable(set(), 200.0, max_models=2, ttl=0) == ["a"]
+    unload, doomed = choose_unloads(reg.usage(), set(), 200.0, max_models=2, ttl=0, doomed=doomed)
+    assert (unload, doomed) == (["a"], set())
     reg.remove_if_idle("a", set())
-    assert reg.evictable(set(), 200.0, max_models=2, ttl=0) == []
+    assert evictable(reg, set(), 200.0, max_models=2, ttl=0) == []
 
 
 def test_ttl_choice_comes_first_and_counts_toward_the_limit() -> None:
-    reg = registry_with("a", "b", "c")
+    reg = table_with("a", "b", "c")
     # at t=104.5 with ttl 3: a (100) and b (101) expired; with max 2, c alone may stay
-    assert reg.evictable(set(), 104.5, max_models=2, ttl=3.0) == ["a", "b"]
-    assert reg.evictable(set(), 104.5, max_models=2, ttl=3.0, keep="a") == ["a", "b"]
-    assert reg.evictable(set(), 104.5, max_models=1, ttl=0, keep="a") == ["b", "c"]
-    assert reg.next_check(set(), 104.5, 3.0) == 103.0
-    assert reg.next_check({"a"}, 104.5, 3.0) == 104.0  # b's
+    assert evictable(reg, set(), 104.5, max_models=2, ttl=3.0) == ["a", "b"]
+    assert evictable(reg, set(), 104.5, max_models=2, ttl=3.0, keep="a") == ["a", "b"]
+    assert evictable(reg, set(), 104.5, max_models=1, ttl=0, keep="a") == ["b", "c"]
+    assert next_check(reg.usage(), set(), 104.5, 3.0, ()) == 103.0
+    assert next_check(reg.usage(), {"a"}, 104.5, 3.0, ()) == 104.0  # b's
     reg.pin("a")
     reg.pin("b")
     reg.pin("c")
-    assert reg.next_check(set(), 104.5, 3.0) == float("inf")
+    assert next_check(reg.usage(), set(), 104.5, 3.0, ()) == float("inf")
+
+
+def test_a_chosen_model_is_looked_at_again_when_its_reservation_ends() -> None:
+    reg = table_with("a", "b")
+    reg.reserve("a", seconds=50.0)
+    unload, doomed = choose_unloads(reg.usage(), set(), 0.0, max_models=1, ttl=0, keep="b")
+    assert (unload, doomed) == ([], {"a"})
+    entry = reg.get("a")
+    assert entry is not None
+    assert next_check(reg.usage(), set(), 0.0, 0, doomed) == entry.use.held_until
 
 
 # ---- the engine --------------------------------------------------------------------
@@ -269,16 +288,18 @@ def test_a_refused_submit_does_not_keep_its_model_loaded() -> None:
 def test_an_idle_engine_without_ttl_sleeps_without_a_timeout() -> None:
     with make(ResidentBackend()) as engine:
         engine.load_model("/fake/a", name="a")
-        assert engine._core.idle_timeout() is None
+        assert engine._core.residency.idle_timeout() is None
     with make(ResidentBackend(), model_ttl_seconds=60) as engine:
         engine.load_model("/fake/a", name="a", pin=True)
-        assert engine._core.idle_timeout() is None  # only pinned models: nothing can expire
+        assert (
+            engine._core.residency.idle_timeout() is None
+        )  # only pinned models: nothing can expire
         engine.load_model("/fake/b", name="b")
-        timeout = engine._core.idle_timeout()
+        timeout = engine._core.residency.idle_timeout()
         assert timeout is not None and 0 < timeout <= 60
 
 
-def test_backends_without_unload_keep_working() -> None:
+def test_the_plain_fake_backend_swaps_within_the_limit() -> None:
     backend = FakeBackend()
     with make(backend, max_models=1) as engine:
         engine.load_model("/fake/a", name="a")

@@ -1,0 +1,139 @@
+"""Residency: which loaded models stay (max_models, least recently used first; idle TTL; pins;
+reservations), decided on the engine thread between steps.
+
+Choices are made from a snapshot of the table (`LoadedModels.usage()`); each removal is
+checked again under the table's lock (`remove_if_idle`), so a model a submit acquired after
+the snapshot stays. The policy, in order: unpinned models idle (not in use, see
+`ModelUse.in_use`) for more than the TTL go; then, while more than `max_models` are loaded,
+the least recently used unpinned ones, except the model loaded last (its caller is about to
+submit to it). A chosen model that is in use is not swapped for an idle one: it is marked
+(`doomed`), stays first in line, and goes as soon as it is idle.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Collection, Sequence
+
+from mlxd.engine.loaded_models import LoadedModels, ModelUse
+
+
+def choose_unloads(
+    uses: Sequence[ModelUse],
+    busy: set[str],
+    now: float,
+    *,
+    max_models: int,
+    ttl: float,
+    keep: str | None = None,
+    doomed: Collection[str] = (),
+) -> tuple[list[str], set[str]]:
+    """(names to unload now, names chosen but in use: they go first once idle). `busy` names
+    the models with requests waiting or running; `keep` is never an LRU choice."""
+    candidates = [u for u in uses if not u.pinned]
+    expired = {
+        u.name
+        for u in candidates
+        if ttl > 0 and now - u.last_used > ttl and not u.in_use(busy, now)
+    }
+    surplus = len(uses) - len(expired) - max_models
+    ranked = sorted(
+        (u for u in candidates if u.name not in expired and u.name != keep),
+        key=lambda u: (u.name not in doomed, u.last_used),
+    )
+    unload, still_doomed = sorted(expired), set()
+    for u in ranked[: max(surplus, 0)]:
+        if u.in_use(busy, now):
+            still_doomed.add(u.name)
+        else:
+            unload.append(u.name)
+    return unload, still_doomed
+
+
+def next_check(
+    uses: Sequence[ModelUse], busy: set[str], now: float, ttl: float, doomed: Collection[str]
+) -> float:
+    """When eviction must look again with nothing else happening (math.inf: never): the
+    earliest TTL expiry of an unpinned model (when ttl > 0; a model in use now is looked at
+    again `ttl` from now, its finish touches it anyway) and the end of the reservation of a
+    model chosen to go."""
+    times = [u.held_until for u in uses if u.name in doomed and u.reserved and u.held_until > now]
+    if ttl > 0:
+        times += [
+            now + ttl if u.in_use(busy, now) else u.last_used + ttl for u in uses if not u.pinned
+        ]
+    return min(times, default=math.inf)
+
+
+class Residency:
+    """The engine thread's residency policy over `models`. `busy()` names the models with
+    requests waiting or running; `unload(name)` frees a model the table just removed."""
+
+    def __init__(
+        self,
+        models: LoadedModels,
+        max_models: int,
+        ttl: float,
+        busy: Callable[[], set[str]],
+        unload: Callable[[str], None],
+    ) -> None:
+        self.models = models
+        self.max_models = max_models
+        self.ttl = ttl
+        self._busy = busy
+        self._unload = unload
+        self.next_check = math.inf  # when a TTL or a reservation comes due
+        self.last_loaded: str | None = None  # never the LRU choice: its caller will use it
+        self._recheck_limit = False  # a load or a finish may have made a model unloadable
+        self._doomed: set[str] = set()
+
+    def loaded(self, name: str) -> None:
+        """`name` was just loaded (or asked for again): make room now, never by unloading it."""
+        self._note_use()
+        self.last_loaded = name
+        self.evict()
+
+    def used(self, name: str) -> None:
+        """A request for `name` finished: it is the most recently used, others may be idle."""
+        self.models.touch(name)
+        self._note_use()
+
+    def maintain(self) -> None:
+        """Between steps: unload what the limits let go. Costs a flag test and a clock read
+        unless a load or finish happened or a TTL is due."""
+        over = self._recheck_limit and self.models.count() > self.max_models
+        self._recheck_limit = False
+        if over or time.monotonic() >= self.next_check:
+            self.evict()
+
+    def idle_timeout(self) -> float | None:
+        """How long an idle engine may block on its inbox: until eviction must look again,
+        or forever (None) when nothing can come due."""
+        if self.next_check == math.inf:
+            return None
+        return max(0.0, self.next_check - time.monotonic())
+
+    def evict(self) -> None:
+        """Unload what the policy (see the module docstring) lets go now. Busy or pinned
+        models stay, even over the limit (a later finish looks again)."""
+        self._recheck_limit = False
+        now, busy = time.monotonic(), self._busy()
+        unload, self._doomed = choose_unloads(
+            self.models.usage(),
+            busy,
+            now,
+            max_models=self.max_models,
+            ttl=self.ttl,
+            keep=self.last_loaded,
+            doomed=self._doomed,
+        )
+        for name in unload:
+            if self.models.remove_if_idle(name, busy):  # False: a submit got to it first
+                self._unload(name)
+        self.next_check = next_check(self.models.usage(), busy, now, self.ttl, self._doomed)
+
+    def _note_use(self) -> None:
+        self._recheck_limit = True
+        if self.ttl > 0:
+            self.next_check = min(self.next_check, time.monotonic() + self.ttl)
