@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 
-def one_line(exc: BaseException | None) -> str:
-    """`TypeName: first line of the message` (the one way an exception becomes one line)."""
+def one_line(exc: BaseException | None, *, with_type: bool = True) -> str:
+    """`TypeName: first line of the message` (the one way an exception becomes one line);
+    with_type=False: the first line alone. Never empty: a bare exception gives its type name."""
     if exc is None:
         return "unknown error"
     lines = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    if not lines:
+        return type(exc).__name__
+    return f"{type(exc).__name__}: {lines[0]}" if with_type else lines[0]
 
 
 class MlxdError(Exception):

@@ -25,7 +25,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import Namespace
 
 from mlxd.config import setting
-from mlxd.errors import TemplateError
+from mlxd.errors import TemplateError, one_line
 
 __all__ = ["render_template"]
 
@@ -282,7 +282,7 @@ def render_template(
     except (MemoryError, OverflowError):
         raise TemplateError("chat template output exceeded its size budget") from None
     except Exception as e:  # the template is untrusted code: any failure is its error
-        raise TemplateError(f"chat template failed: {type(e).__name__}: {e}") from None
+        raise TemplateError(f"chat template failed: {one_line(e)}") from None
     finally:
         _budget.deadline = float("inf")
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from mlxd.cli.render import print_error
 from mlxd.cli.repl_engine import LoadedModel, drain, open_model, resolve_model
 from mlxd.cli.repl_input import MessageReader, PipeReader, TerminalReader
 from mlxd.cli.repl_options import checked_options_from_args
@@ -122,7 +123,7 @@ class Repl:
                 self.conv.messages(text), self.options, self.conv.template_kwargs()
             )
         except MlxdError as e:  # refused before generation (e.g. too long): keep chatting
-            _print_error(e)
+            print_error(e)
             return
         try:
             renderer.consume(stream)
@@ -135,7 +136,7 @@ class Repl:
             return
         finish = renderer.answer.finish
         if finish is not None and finish.reason is FinishReason.ERROR:
-            _print_error(error_from_finish(finish))
+            print_error(error_from_finish(finish))
             return
         self.conv.record(text, renderer.answer)
 
@@ -157,11 +158,6 @@ def _drain_uninterrupted(stream: Any) -> None:
             return
         except KeyboardInterrupt:
             continue
-
-
-def _print_error(error: MlxdError) -> None:
-    sys.stderr.write("mlxd: error: " + " ".join(error.message.split()) + "\n")
-    sys.stderr.flush()
 
 
 # ---- slash commands --------------------------------------------------------------------------

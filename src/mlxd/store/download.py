@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from mlxd.errors import DownloadError, InvalidRequest, ModelNotFound, ModelRefused
+from mlxd.errors import DownloadError, InvalidRequest, ModelNotFound, ModelRefused, one_line
 from mlxd.store import files as F
 from mlxd.store.hfcache import hub_cache_dir, locks_folder, repo_folder
 from mlxd.store.resume import resume_partials
@@ -50,7 +50,8 @@ def parse_repo_ref(text: str) -> tuple[str, str | None]:
     try:
         validate_repo_id(repo_id)
     except HFValidationError as e:
-        raise InvalidRequest(f"invalid repo id {repo_id!r}: {_first_line(e)}", param="model") from e
+        reason = one_line(e, with_type=False)
+        raise InvalidRequest(f"invalid repo id {repo_id!r}: {reason}", param="model") from e
     if "@" in text and not _valid_revision(revision):
         raise InvalidRequest(f"invalid revision {revision!r}", param="model")
     return repo_id, revision or None
@@ -175,6 +176,7 @@ def hub_error(e: BaseException, repo_id: str, revision: str | None) -> Exception
     )
 
     what = f"{repo_id}@{revision}" if revision else repo_id
+    reason = one_line(e, with_type=False)
     if isinstance(e, GatedRepoError):
         return DownloadError(f"{what} is gated: accept its terms on the hub and log in "
                              "(`hf auth login` or HF_TOKEN)")  # fmt: skip
@@ -189,17 +191,12 @@ def hub_error(e: BaseException, repo_id: str, revision: str | None) -> Exception
         status = e.response.status_code if e.response is not None else "?"
         if status in (401, 403):
             return DownloadError(f"{what}: access denied ({status}); it may be private or gated")
-        return DownloadError(f"hub error pulling {what} (HTTP {status}): {_first_line(e)}")
+        return DownloadError(f"hub error pulling {what} (HTTP {status}): {reason}")
     if "httpx" in type(e).__module__ and any(
         word in type(e).__name__ for word in ("Connect", "Timeout", "Network", "Protocol")
     ):
         where = hub_endpoint() or "https://huggingface.co"
-        return DownloadError(f"cannot reach the hub at {where}: {_first_line(e)}")
+        return DownloadError(f"cannot reach the hub at {where}: {reason}")
     if isinstance(e, ValueError | OSError | ConnectionError) or "httpx" in type(e).__module__:
-        return DownloadError(f"download of {what} failed: {_first_line(e) or type(e).__name__}")
-    return DownloadError(f"download of {what} failed: {type(e).__name__}: {_first_line(e)}")
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else ""
+        return DownloadError(f"download of {what} failed: {reason}")
+    return DownloadError(f"download of {what} failed: {one_line(e)}")

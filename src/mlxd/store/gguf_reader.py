@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from gguf import GGMLQuantizationType, GGUFReader
 
-from mlxd.errors import InvalidRequest, ModelBroken, ModelNotFound
+from mlxd.errors import InvalidRequest, ModelBroken, ModelNotFound, one_line
 
 GGUF_MAGIC = b"GGUF"
 
@@ -120,7 +120,7 @@ def open_gguf(path: Path) -> GgufFile:
     except MemoryError as e:
         raise ModelBroken(f"GGUF file {path.name} is corrupt: implausible sizes") from e
     except (ValueError, IndexError, KeyError, TypeError, OverflowError, UnicodeDecodeError) as e:
-        reason = " ".join(str(e).split()) or type(e).__name__
+        reason = one_line(e, with_type=False)
         raise ModelBroken(f"GGUF file {path.name} is truncated or corrupt: {reason}") from e
     return GgufFile(path=path, metadata=metadata, tensors=tensors)
 

@@ -14,7 +14,7 @@ from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
 
-from mlxd.errors import ModelBroken, ModelRefused
+from mlxd.errors import ModelBroken, ModelRefused, one_line
 from mlxd.store import files as F
 from mlxd.store.hfcache import expected_files, repo_for_snapshot
 from mlxd.store.safetensors_meta import SafetensorsHeader, read_header
@@ -273,7 +273,7 @@ def _load_tokenizer(tok: Path) -> list[Problem]:
     try:
         Tokenizer.from_file(str(tok))
     except Exception as e:  # noqa: BLE001 - any failure means it does not load
-        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        reason = one_line(e, with_type=False)
         return [_broken("bad_tokenizer", f"tokenizer.json does not load: {reason}")]
     return []
 

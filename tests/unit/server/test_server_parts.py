@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from mlxd import errors as E
-from mlxd.errors import from_code
+from mlxd.errors import from_code, one_line
 from mlxd.server.lifecycle import Lifecycle
 from mlxd.server.metrics import Histogram, Metrics
 from mlxd.server.middleware import host_is_loopback, route_label
@@ -96,6 +96,14 @@ def test_error_codes_keep_their_status() -> None:
     assert from_code("unavailable", "x").http_status == 503
     assert from_code(None, "x").http_status == 500
     assert from_code("no_such_code", None).message == "generation failed"
+
+
+def test_one_line_is_the_first_line_and_never_empty() -> None:
+    err = ValueError("  bad value\n  at line 2\n")
+    assert one_line(err) == "ValueError: bad value"
+    assert one_line(err, with_type=False) == "bad value"
+    assert one_line(KeyError(), with_type=False) == one_line(KeyError()) == "KeyError"
+    assert one_line(None) == "unknown error"
 
 
 def test_every_error_class_comes_back_from_its_code() -> None:
