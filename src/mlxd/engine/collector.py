@@ -163,6 +163,49 @@ class WakeBatch:
             self._by_loop.clear()
 
 
+class StreamWaker:
+    """When the engine thread wakes stream consumers. A first token is delivered at once
+    (time to first token); later tokens at most once per `interval_s` (0: every step), since
+    each wake-up costs the engine thread GIL time; everything pending goes out before a step
+    that may be long (`flush`). Finishes wake their consumer themselves (Collector.finish)."""
+
+    __slots__ = ("interval_s", "_batch", "_unwoken", "_last_flush")
+
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self._batch = WakeBatch()
+        self._unwoken: dict[Collector, None] = {}  # tokens pushed, consumer not yet woken
+        self._last_flush = 0.0
+
+    @property
+    def pending(self) -> bool:
+        return bool(self._unwoken)
+
+    def step_done(self, now: float, first: list[Collector], later: list[Collector]) -> None:
+        """After a step pushed tokens: `first` got their first token, `later` more tokens."""
+        unwoken = self._unwoken
+        for collector in later:
+            unwoken[collector] = None
+        if now - self._last_flush >= self.interval_s:
+            self.flush(now, first)
+        elif first:
+            self.wake(first)
+
+    def flush(self, now: float, also: list[Collector] | None = None) -> None:
+        """Wake every consumer with undelivered tokens (and `also`)."""
+        self._last_flush = now
+        collectors = list(self._unwoken)
+        self._unwoken.clear()
+        self.wake(collectors + also if also else collectors)
+
+    def wake(self, collectors: list[Collector]) -> None:
+        """Wake these consumers now: one call per event loop."""
+        batch = self._batch
+        for collector in collectors:
+            collector.wake(batch)
+        batch.send()
+
+
 def _resolve(fut: asyncio.Future[None]) -> None:
     if not fut.done():  # a cancelled consumer task cancels its future
         fut.set_result(None)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from mlxd.backend.outputs import StepResult
-from mlxd.engine.collector import Collector, WakeBatch
+from mlxd.engine.collector import Collector, StreamWaker
 from mlxd.engine.config import EngineConfig
 from mlxd.engine.inbox import Cancel, LoadModel, Message, Submit
 from mlxd.engine.loaded_models import LoadedModels, ModelEntry
@@ -106,10 +106,7 @@ class EngineCore:
         self.last_progress = time.monotonic()
         self.loading = False
         self._faulted: list[Request] = []
-        self._wakes = WakeBatch()
-        # Collectors with tokens their consumer has not been woken for (stream_interval_s).
-        self._unwoken: dict[Collector, None] = {}
-        self._last_flush = 0.0
+        self.waker = StreamWaker(cfg.stream_interval_s)
         self.residency = Residency(
             models,
             cfg.max_models,
@@ -172,8 +169,8 @@ class EngineCore:
         self._swap_model_if_needed()
         self._admit()
         if self.runner is not None and self.scheduler.running:
-            if self._unwoken and self.runner.prefill_pending:
-                self._flush(time.monotonic())  # a prefill step can be long: deliver first
+            if self.waker.pending and self.runner.prefill_pending:
+                self.waker.flush(time.monotonic())  # a prefill step can be long: deliver first
             self._run()
         self.counters.steps_total += 1
         self.last_progress = time.monotonic()
@@ -244,7 +241,8 @@ class EngineCore:
             if request is not None and request.status is RequestStatus.WAITING:
                 request.status = RequestStatus.PREFILLING
         now = time.monotonic()
-        unwoken, first_tokens = self._unwoken, []
+        first_tokens: list[Collector] = []
+        later: list[Collector] = []
         for out in result.tokens:
             request = running.get(out.uid)
             if request is None or request.error is not None:
@@ -256,7 +254,7 @@ class EngineCore:
                 if request.first_token_at is None:
                     first_tokens.append(collector)  # time to first token: deliver now
                 else:
-                    unwoken[collector] = None
+                    later.append(collector)
             elif out.finish == "length":  # the stop token itself is never emitted
                 collector.push(out.token, out.logprob, wake=False)
             if request.first_token_at is None:
@@ -265,28 +263,12 @@ class EngineCore:
             if out.finish is not None:
                 self.finish(request, FINISH_BY_BACKEND[out.finish], in_backend=False)
         self.counters.generation_tokens_total += len(result.tokens)
-        if now - self._last_flush >= self.cfg.stream_interval_s:
-            self._flush(now, first_tokens)
-        elif first_tokens:
-            self._wake(first_tokens)
+        self.waker.step_done(now, first_tokens, later)
         if self._faulted:
             faulted, self._faulted = self._faulted, []
             for request in faulted:
                 if not request.finished:
                     self.fail(request, f"request failed: {one_line(request.error)}", "engine_error")
-
-    def _flush(self, now: float, also: list[Collector] | None = None) -> None:
-        """Wake every consumer with undelivered tokens (one call per event loop)."""
-        self._last_flush = now
-        collectors = list(self._unwoken)
-        self._unwoken.clear()
-        self._wake(collectors + also if also else collectors)
-
-    def _wake(self, collectors: list[Collector]) -> None:
-        wakes = self._wakes
-        for collector in collectors:
-            collector.wake(wakes)
-        wakes.send()
 
     def _fail_batch(self, exc: Exception) -> None:
         message = f"batch step failed: {one_line(exc)}"

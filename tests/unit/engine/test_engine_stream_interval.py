@@ -6,7 +6,7 @@ from __future__ import annotations
 from concurrent.futures import Future
 from pathlib import Path
 
-from mlxd.engine.collector import Collector
+from mlxd.engine.collector import Collector, StreamWaker
 from mlxd.engine.config import EngineConfig
 from mlxd.engine.core import EngineCore, LiveRequests
 from mlxd.engine.inbox import LoadModel, Submit
@@ -17,20 +17,30 @@ from mlxd.types import FinishEvent, SamplingParams, TokenEvent
 from .fake_backend import FakeBackend
 
 
+class RecordingWaker(StreamWaker):
+    """Records which collectors each wake-up reaches."""
+
+    __slots__ = ("woken",)
+
+    def __init__(self, interval_s: float) -> None:
+        super().__init__(interval_s)
+        self.woken: list[list[Collector]] = []
+
+    def wake(self, collectors: list[Collector]) -> None:
+        self.woken.append(list(collectors))
+        super().wake(collectors)
+
+
 class RecordingCore(EngineCore):
-    """Records which collectors each wake-up reaches, per step."""
+    """An engine core whose wake-ups are recorded, driven step by step."""
 
     def __init__(self, interval: float) -> None:
         cfg = EngineConfig.from_settings(max_batch=4, stream_interval_s=interval)
         super().__init__(cfg, FakeBackend(), LoadedModels(), LiveRequests(), lambda: None)
-        self.woken: list[list[Collector]] = []
+        self.waker = self.recorder = RecordingWaker(interval)
         reply: Future = Future()
         self.handle(LoadModel("m", Path("/fake/m"), reply))
         reply.result(timeout=1)
-
-    def _wake(self, collectors: list[Collector]) -> None:
-        self.woken.append(list(collectors))
-        super()._wake(collectors)
 
     def submit(self, prompt: list[int], max_new: int) -> Request:
         request = Request(f"r{prompt[0]}", "m", prompt, SamplingParams(), max_new, Collector())
@@ -45,7 +55,7 @@ def run(core: RecordingCore, steps: int) -> None:
 
 
 def wakes_of(core: RecordingCore, request: Request) -> int:
-    return sum(request.collector in batch for batch in core.woken)
+    return sum(request.collector in batch for batch in core.recorder.woken)
 
 
 def test_interval_zero_wakes_every_step() -> None:
@@ -73,7 +83,7 @@ def test_pending_tokens_are_delivered_before_a_prefill_step() -> None:
     core = RecordingCore(1.0)
     a = core.submit([10], max_new=50)
     run(core, 5)  # a decodes; its tokens 2..5 wait for the interval
-    assert a.collector in core._unwoken
+    assert core.waker.pending  # a's tokens wait
     b = core.submit(list(range(100, 140)), max_new=5)  # 40 tokens: prefill takes 10 steps
     runner = core.runner
     assert runner is not None
@@ -81,7 +91,7 @@ def test_pending_tokens_are_delivered_before_a_prefill_step() -> None:
     step = runner.step
 
     def checked_step():
-        calls.append(runner.prefill_pending and a.collector in core._unwoken)
+        calls.append(runner.prefill_pending and core.waker.pending)
         return step()
 
     runner.step = checked_step  # type: ignore[method-assign]
