@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 
@@ -14,8 +14,13 @@ from mlxd.server.routes import router
 from mlxd.server.settings import ServerSettings
 from mlxd.server.state import ServerState
 
+if TYPE_CHECKING:
+    from mlxd.engine import Engine, ModelInfo
 
-def create_app(engine: Any, settings: ServerSettings, default_model: Any | None = None) -> FastAPI:
+
+def create_app(
+    engine: Engine, settings: ServerSettings, default_model: ModelInfo | None = None
+) -> FastAPI:
     """An app serving `engine`; `default_model` (a loaded ModelInfo) answers model "default".
 
     The engine is owned by the caller (`mlxd serve`), which closes it after the server stops.

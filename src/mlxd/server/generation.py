@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any, Protocol
+
+from starlette.types import Receive
 
 from mlxd.errors import EngineUnavailable, MlxdError, from_code
 from mlxd.server.errors import error_body
@@ -22,8 +24,6 @@ from mlxd.server.wire import Wire
 from mlxd.types import ChatEvent, Finish, FinishReason, Usage, Warning
 
 log = logging.getLogger("mlxd.server")
-
-Receive = Callable[[], Awaitable[Any]]
 
 
 class Stream(Protocol):

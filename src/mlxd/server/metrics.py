@@ -9,7 +9,10 @@ import bisect
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mlxd.engine import EngineStats
 
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -63,7 +66,7 @@ class Metrics:
         self.prompt_tokens += prompt_tokens
         self.generation_tokens += completion_tokens
 
-    def render(self, engine_stats: Any, active_http: int) -> str:
+    def render(self, engine_stats: EngineStats, active_http: int) -> str:
         """The /metrics body; engine_stats is engine.stats() (fields read by name)."""
         out: list[str] = []
         _header(out, "mlxd_http_requests_total", "counter", "HTTP requests by route and status")

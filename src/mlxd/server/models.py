@@ -14,11 +14,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mlxd.errors import InvalidRequest, ModelNotFound
+from mlxd.errors import EngineBusy, InvalidRequest, ModelNotFound
+
+if TYPE_CHECKING:
+    from mlxd.engine import Engine, ModelInfo
+    from mlxd.store.model_ref import ModelRef
 
 DEFAULT_ALIASES = frozenset({"", "default"})
+LOAD_ATTEMPTS = 2  # loads of one name per request before giving up (it keeps being pushed out)
 
 
 def check_model_name(name: str) -> None:
@@ -39,20 +44,23 @@ def check_model_name(name: str) -> None:
 class ModelRegistry:
     """Request model names -> loaded ModelInfo; loads on first use, one load at a time."""
 
-    def __init__(self, engine: Any, default: Any | None, trust_remote_code: bool = False) -> None:
+    def __init__(
+        self, engine: Engine, default: ModelInfo | None, trust_remote_code: bool = False
+    ) -> None:
         self.engine = engine
         self.default = default
         self.trust_remote_code = trust_remote_code
-        self.loaded: dict[str, Any] = {}
+        self.loaded: dict[str, ModelInfo] = {}
         self.created = int(time.time())
         if default is not None:
             self.loaded[default.name] = default  # loaded pinned by server.runner.serve
         self._lock = asyncio.Lock()
 
-    async def get(self, name: str | None) -> Any:
+    async def get(self, name: str | None) -> ModelInfo:
         """The ModelInfo of a loaded model, reserved in the engine (kept loaded for a while:
         the caller submits to it next). Loads a store model on first use, and again when
-        the engine has unloaded it (the store check and check_runnable run each time)."""
+        the engine has unloaded it (the store check and check_runnable run each time).
+        Raises EngineBusy when other loads push the model out again before it is reserved."""
         name = (name or "").strip()
         if name in DEFAULT_ALIASES:
             if self.default is None:
@@ -64,14 +72,16 @@ class ModelRegistry:
         check_model_name(name)
         async with self._lock:
             info = self.loaded.get(name)
-            # Once more after a load: another load (from outside this registry) may have
-            # pushed the model out again before the reservation.
-            for _ in range(2):
+            # A load is followed by a reservation too: another load (from outside this
+            # registry) may have pushed the model out again in between.
+            for _ in range(LOAD_ATTEMPTS):
                 if info is not None and self._reserve(info.name):
-                    break
+                    return info
                 info = await asyncio.to_thread(self._resolve_and_load, name)
                 self.loaded[name] = info
-        return info
+            if info is not None and self._reserve(info.name):
+                return info
+        raise EngineBusy(f"model '{name}' was unloaded again while loading; try again")
 
     def _reserve(self, name: str) -> bool:
         """Keep `name` loaded until its submit; False when the engine no longer has it."""
@@ -81,7 +91,7 @@ class ModelRegistry:
             return False
         return True
 
-    def _resolve_and_load(self, name: str) -> Any:
+    def _resolve_and_load(self, name: str) -> ModelInfo:
         from mlxd.store.health import check_runnable
         from mlxd.store.resolve import resolve
 
@@ -117,6 +127,6 @@ def _catalog_names() -> list[str]:
     return [str(getattr(entry, "name", entry)) for entry in list_models()]
 
 
-def load_model(engine: Any, ref: Any) -> Any:
+def load_model(engine: Engine, ref: ModelRef) -> ModelInfo:
     """engine.load_model(ref) -> ModelInfo (the engine's registry keeps it)."""
     return engine.load_model(ref)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, Request
 from starlette.background import BackgroundTask
@@ -17,6 +17,9 @@ from mlxd.server.schemas import ChatCompletionRequest, CompletionRequest
 from mlxd.server.sse import SSE_HEADERS
 from mlxd.server.state import ServerState
 from mlxd.server.wire import ChatWire, CompletionWire, Wire
+
+if TYPE_CHECKING:
+    from mlxd.chat.session import ChatStream
 
 router = APIRouter()
 
@@ -70,7 +73,7 @@ async def completions(request: Request) -> Response:
 
 
 async def _respond(
-    request: Request, st: ServerState, stream: Any, wire: Wire, streaming: bool, start: float
+    request: Request, st: ServerState, stream: ChatStream, wire: Wire, streaming: bool, start: float
 ) -> Response:
     try:
         gen = st.lifecycle.begin(stream)

@@ -11,7 +11,7 @@ import errno
 import socket
 import sys
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
@@ -19,6 +19,9 @@ from mlxd.errors import MlxdError
 from mlxd.server.app import create_app
 from mlxd.server.lifecycle import Lifecycle
 from mlxd.server.settings import ServerSettings
+
+if TYPE_CHECKING:
+    from mlxd.store.model_ref import ModelRef
 
 BACKLOG = 2048
 LIMIT_CONCURRENCY = 4096  # connections + tasks; past this uvicorn answers 503 at once
@@ -104,7 +107,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def resolve_default(model: str | None, trust_remote_code: bool) -> tuple[Any, str]:
+def resolve_default(model: str | None, trust_remote_code: bool) -> tuple[ModelRef, str]:
     """(ModelRef, served name) of the model to preload; raises MlxdError with the reason.
 
     Runs before the engine starts, so a bad --model fails in about a second."""

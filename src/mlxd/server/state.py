@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from mlxd.server.lifecycle import Lifecycle
 from mlxd.server.logprobs import TokenTexts
@@ -11,17 +11,20 @@ from mlxd.server.metrics import Metrics
 from mlxd.server.models import ModelRegistry
 from mlxd.server.settings import ServerSettings
 
+if TYPE_CHECKING:
+    from mlxd.engine import Engine, ModelInfo
+
 
 @dataclass(slots=True)
 class ServerState:
-    engine: Any
+    engine: Engine
     settings: ServerSettings
     registry: ModelRegistry
     metrics: Metrics = field(default_factory=Metrics)
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     _texts: dict[str, TokenTexts] = field(default_factory=dict)
 
-    def texts(self, info: Any) -> TokenTexts:
+    def texts(self, info: ModelInfo) -> TokenTexts:
         """Per-model token-text cache for logprobs."""
         texts = self._texts.get(info.name)
         if texts is None:
