@@ -13,6 +13,8 @@ import sys
 import termios
 import time
 
+from tests.signals import default_sigint
+
 ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>]|\r")
 
 
@@ -21,8 +23,9 @@ class PtySession:
 
     def __init__(self, args: list[str], env: dict[str, str]) -> None:
         pid, fd = pty.fork()
-        if pid == 0:  # child: exec at once, touching nothing of the parent's state
+        if pid == 0:  # child: SIGINT at its default (^C must reach it), then exec at once
             try:
+                default_sigint()
                 os.execve(sys.executable, [sys.executable, *args], env)
             finally:
                 os._exit(127)

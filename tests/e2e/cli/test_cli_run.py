@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.cli.cli_helpers import MLXD, one_json_line, run_mlxd
+from tests.signals import default_sigint
 
 
 def answer_json(model: Path, env: dict[str, str], *args: str, input: str | None = None) -> dict:
@@ -145,6 +146,7 @@ def test_ctrl_c_stops_run_with_one_line(long_chat_model: Path, cli_env: dict[str
         [*MLXD, "run", str(long_chat_model), "Hello", "--ignore-eos", "--max-tokens", "60000",
          "--hide-reasoning"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=cli_env,
+        preexec_fn=default_sigint,
     )  # fmt: skip
     try:
         assert proc.stdout is not None and proc.stdout.read(1)  # the answer is streaming

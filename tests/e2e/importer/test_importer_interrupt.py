@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from mlxd.store.default_model import find_demo_gguf
+from tests.signals import default_sigint
 
 pytestmark = pytest.mark.demo
 
@@ -25,7 +26,7 @@ def test_importer_ctrl_c_leaves_no_half_model(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [str(mlxd), "import", str(gguf), "--name", "half"],
         env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True,
+        text=True, preexec_fn=default_sigint,
     )  # fmt: skip
     try:
         weights = _wait_for_partial_weights(store, proc)

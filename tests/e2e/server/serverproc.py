@@ -13,6 +13,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.signals import default_sigint
+
 READY = re.compile(r"mlxd serve: (\S+) on (http://\S+)/v1")
 START_TIMEOUT_S = 120.0  # generous: the first start on a cold, busy CI machine imports mlx
 
@@ -59,6 +61,7 @@ def launch(args: list[str], env: dict[str, str], wait_ready: bool = True) -> Ser
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_sigint,  # some tests press Ctrl-C
     )
     server = ServerProcess(proc, env)
     ready = threading.Event()

@@ -16,6 +16,7 @@ import pytest
 from mlxd.errors import DownloadError, InvalidRequest, ModelNotFound, ModelRefused
 from tests.integration.store.clirun import cli_env, command, mlxd
 from tests.integration.store.hubserver import FixtureRepo, HubServer
+from tests.signals import default_sigint
 
 EXTRAS = {"modeling_evil.py": b"import os\n", "pytorch_model.bin": b"\x80\x04pickle",
           "README.md": b"# tiny\n"}  # fmt: skip
@@ -135,7 +136,8 @@ def test_ctrl_c_exits_130_and_next_pull_resumes(
     hub.hold.add("padding.safetensors")
     folder = repo_dir(tmp_path, "org/big")
     proc = subprocess.Popen(command("pull", "org/big"), env=cli_env(tmp_path, hub.url),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_sigint)  # fmt: skip
     try:
         assert hub.half_sent.wait(60), "the download never started"
         others = set(hub.repos["org/big"].files) - {"padding.safetensors"}
