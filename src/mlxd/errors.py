@@ -126,7 +126,7 @@ _BY_CODE: dict[str, type[MlxdError]] = {
 
 
 def from_code(code: str | None, message: str | None) -> MlxdError:
-    """The error a stream reported as a code (Finish.error_code), rebuilt as the class that
+    """The error a stream reported as a code (FinishEvent.error_code), rebuilt as the class that
     would have been raised, so it gets the same CLI exit code and HTTP status. Unknown or
     missing codes are an EngineFault."""
     return _BY_CODE.get(code or "", EngineFault)(message or "generation failed")

@@ -1,8 +1,9 @@
 """Values shared by every layer: sampling parameters, finish reasons, usage and events.
 
 Engine events speak token ids (TokenEvent, FinishEvent); chat events speak text
-(TextDelta, ReasoningDelta, ToolCall, Warning, Finish). Both are frozen values that
-cross thread boundaries unchanged. Tokenizer names what mlxd uses of mlx-lm's tokenizer.
+(TextDelta, ReasoningDelta, ToolCall, Warning) and end with the same FinishEvent. All are
+frozen values that cross thread boundaries unchanged. Tokenizer names what mlxd uses of
+mlx-lm's tokenizer.
 """
 
 from __future__ import annotations
@@ -84,6 +85,9 @@ class TokenEvent:
 
 @dataclass(frozen=True, slots=True)
 class FinishEvent:
+    """How a stream ended: the last event of an engine stream and of a chat stream (the chat
+    layer passes the engine's on, with TOOL_CALLS or STOP as its reason where it applies)."""
+
     reason: FinishReason
     usage: Usage
     timings: Timings = field(default_factory=Timings)
@@ -121,16 +125,7 @@ class Warning:
     message: str
 
 
-@dataclass(frozen=True, slots=True)
-class Finish:
-    reason: FinishReason
-    usage: Usage
-    timings: Timings = field(default_factory=Timings)
-    error: str | None = None
-    error_code: str | None = None
-
-
-ChatEvent = TextDelta | ReasoningDelta | ToolCall | Warning | Finish
+ChatEvent = TextDelta | ReasoningDelta | ToolCall | Warning | FinishEvent
 
 
 # ---- the tokenizer seam --------------------------------------------------------------

@@ -8,13 +8,13 @@ No I/O and no mlx: the caller drives it and cancels the engine request when `sto
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from mlxd.chat.formats import detect_formats
 from mlxd.chat.parser import OutputParser, merge_events
 from mlxd.types import (
     ChatEvent,
-    Finish,
     FinishEvent,
     FinishReason,
     TextDelta,
@@ -83,7 +83,8 @@ class StreamFilter:
         return self._attach(events)
 
     def finish(self, event: FinishEvent) -> list[ChatEvent]:
-        """Flush held-back text, close open blocks, and end with exactly one Finish."""
+        """Flush held-back text, close open blocks, and end with exactly one FinishEvent: the
+        engine's, its reason as the chat layer sees it (a matched stop string, tool calls)."""
         if self._finished:
             return []
         self._finished = True
@@ -93,15 +94,7 @@ class StreamFilter:
             events += self.parser.feed(self._detok.last_segment)
         events += self.parser.flush()
         events = self._attach(events)
-        events.append(
-            Finish(
-                reason=self._reason(event.reason),
-                usage=event.usage,
-                timings=event.timings,
-                error=event.error,
-                error_code=event.error_code,
-            )
-        )
+        events.append(replace(event, reason=self._reason(event.reason)))
         return events
 
     def _reason(self, engine_reason: FinishReason) -> FinishReason:

@@ -3,7 +3,7 @@
 start_chat / start_completion build the prompt, map options through OPTIONS to
 SamplingParams, submit one EngineRequest and return a ChatStream that pipes engine events
 through a StreamFilter. A stop-string match cancels the engine request; the stream still
-ends with exactly one Finish (reason STOP) carrying the engine's usage.
+ends with exactly one FinishEvent (reason STOP) carrying the engine's usage.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from mlxd.chat.options import sampling_params, stop_strings
 from mlxd.config import SERVER_DEFAULT_MAX_TOKENS_FRACTION
 from mlxd.types import (
     ChatEvent,
-    Finish,
     FinishEvent,
     FinishReason,
     TokenEvent,
@@ -40,7 +39,7 @@ __all__ = ["ChatStream", "start_chat", "start_completion"]
 class ChatStream:
     """Chat events of one request; iterate once, sync (`for`) or async (`async for`).
 
-    Always ends with exactly one Finish. Breaking out of the iteration, or cancel(), cancels
+    Always ends with exactly one FinishEvent. Breaking out of the iteration, or cancel(), cancels
     the engine request.
     """
 
@@ -57,11 +56,11 @@ class ChatStream:
         return self.handle.request_id
 
     def cancel(self) -> None:
-        """Idempotent: the stream then ends with Finish(CANCELLED) (or already ended)."""
+        """Idempotent: the stream then ends with FinishEvent(CANCELLED) (or already ended)."""
         self.handle.cancel()
 
     def __iter__(self) -> Iterator[ChatEvent]:
-        if self._done:  # iterated already: the one Finish was given
+        if self._done:  # iterated already: the one FinishEvent was given
             return
         try:
             for event in self.handle:
@@ -108,7 +107,7 @@ class ChatStream:
         events = self.filter.finish(
             FinishEvent(FinishReason.ERROR, Usage(), error="engine stream ended without finish")
         )
-        assert isinstance(events[-1], Finish)
+        assert isinstance(events[-1], FinishEvent)
         return events
 
 

@@ -92,7 +92,7 @@ def _close_quietly(engine: Any) -> None:
 
 
 def drain(stream: Any) -> None:
-    """After cancel(): consume the stream up to its Finish so the engine frees the request."""
+    """After cancel(): consume the stream up to its FinishEvent so the engine frees the request."""
     try:
         for _ in stream:
             pass

@@ -16,7 +16,7 @@ from mlxd import errors
 from mlxd.errors import MlxdError
 from mlxd.types import (
     ChatEvent,
-    Finish,
+    FinishEvent,
     FinishReason,
     ReasoningDelta,
     TextDelta,
@@ -37,7 +37,7 @@ class Answer:
     reasoning: str = ""
     tool_calls: list[ToolCall] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    finish: Finish | None = None
+    finish: FinishEvent | None = None
 
     def to_json(self) -> dict[str, Any]:
         finish = self.finish
@@ -78,14 +78,14 @@ def tool_call_json(call: ToolCall) -> dict[str, Any]:
     }
 
 
-def decode_tps(finish: Finish) -> float:
+def decode_tps(finish: FinishEvent) -> float:
     """Decode speed: tokens after the first over the time after the first token."""
     span = finish.timings.total_s - finish.timings.ttft_s
     tokens = finish.usage.completion_tokens - 1
     return tokens / span if tokens > 0 and span > 0 else 0.0
 
 
-def error_from_finish(finish: Finish) -> MlxdError:
+def error_from_finish(finish: FinishEvent) -> MlxdError:
     """The MlxdError subclass whose code the engine reported, so the exit code matches."""
     return errors.from_code(finish.error_code, finish.error)
 
@@ -108,7 +108,7 @@ class Renderer:
     _reasoning_open: bool = field(default=False, init=False)
 
     def consume(self, events: Iterable[ChatEvent]) -> Answer:
-        """Render every event; return the answer once its Finish arrived."""
+        """Render every event; return the answer once its FinishEvent arrived."""
         for event in events:
             self.on_event(event)
         return self.answer
@@ -130,7 +130,7 @@ class Renderer:
         elif isinstance(event, Warning):
             answer.warnings.append(event.message)
             self._warning(event.message)
-        elif isinstance(event, Finish):
+        elif isinstance(event, FinishEvent):
             answer.finish = event
             self._finish()
 
@@ -198,7 +198,7 @@ class Renderer:
 
 
 def check_finish(answer: Answer) -> None:
-    """Raise the request's error when it ended in one (a missing Finish is an engine fault)."""
+    """Raise the request's error when it ended in one (a missing FinishEvent is an engine fault)."""
     finish = answer.finish
     if finish is None:
         raise errors.EngineFault("the answer stream ended without a finish event")

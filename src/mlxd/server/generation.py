@@ -21,7 +21,7 @@ from mlxd.server.lifecycle import Generation, Lifecycle
 from mlxd.server.metrics import Metrics
 from mlxd.server.sse import DONE, event
 from mlxd.server.wire import Wire
-from mlxd.types import ChatEvent, Finish, FinishReason, Usage, Warning
+from mlxd.types import ChatEvent, FinishEvent, FinishReason, Usage, Warning
 
 log = logging.getLogger("mlxd.server")
 
@@ -42,7 +42,7 @@ class Timer:
         self.last: float | None = None
 
     def tick(self, ev: ChatEvent) -> None:
-        if isinstance(ev, Finish):
+        if isinstance(ev, FinishEvent):
             self.metrics.add_usage(ev.usage.prompt_tokens, ev.usage.completion_tokens)
             return
         if isinstance(ev, Warning):
@@ -56,8 +56,8 @@ class Timer:
         self.last = now
 
 
-def failure(finish: Finish, gen: Generation) -> MlxdError | None:
-    """The error a Finish stands for, if any (shutdown aborts count as 503)."""
+def failure(finish: FinishEvent, gen: Generation) -> MlxdError | None:
+    """The error a FinishEvent stands for, if any (shutdown aborts count as 503)."""
     if gen.aborted:
         return EngineUnavailable("server is shutting down; generation stopped")
     if finish.reason == FinishReason.ERROR:
@@ -75,7 +75,7 @@ async def sse_body(
             yield event(first)
         async for ev in stream:
             timer.tick(ev)
-            if isinstance(ev, Finish):
+            if isinstance(ev, FinishEvent):
                 err = failure(ev, gen)
                 if err is not None:
                     yield event(error_body(err))
@@ -102,11 +102,11 @@ async def collect(
 ) -> dict[str, Any]:
     """Run a stream to its end for a non-streaming response; a disconnect cancels it."""
     watcher = asyncio.create_task(_cancel_on_disconnect(receive, stream))
-    finish = Finish(FinishReason.CANCELLED, Usage())
+    finish = FinishEvent(FinishReason.CANCELLED, Usage())
     try:
         async for ev in stream:
             timer.tick(ev)
-            if isinstance(ev, Finish):
+            if isinstance(ev, FinishEvent):
                 finish = ev
             else:
                 wire.add(ev)

@@ -19,7 +19,7 @@ from mlxd.server.logprobs import (
 )
 from mlxd.types import (
     ChatEvent,
-    Finish,
+    FinishEvent,
     FinishReason,
     ReasoningDelta,
     TextDelta,
@@ -91,7 +91,7 @@ class ChatWire:
         if isinstance(ev, ToolCall):
             self.tool_calls.append(ev)
             return [self._chunk({"tool_calls": [tool_call_dict(ev)]})]
-        if isinstance(ev, Finish):
+        if isinstance(ev, FinishEvent):
             out = [self._chunk({}, finish_reason=self._finish_reason(ev))]
             if self.include_usage:
                 last = self._chunk({})
@@ -110,7 +110,7 @@ class ChatWire:
         elif isinstance(ev, ToolCall):
             self.tool_calls.append(ev)
 
-    def response(self, finish: Finish) -> dict[str, Any]:
+    def response(self, finish: FinishEvent) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content)}
         if self.tool_calls and not message["content"]:
             message["content"] = None
@@ -133,7 +133,7 @@ class ChatWire:
             "usage": usage_dict(finish.usage),
         }
 
-    def _finish_reason(self, finish: Finish) -> str:
+    def _finish_reason(self, finish: FinishEvent) -> str:
         if self.tool_calls and finish.reason == FinishReason.STOP:
             return "tool_calls"
         return _FINISH[finish.reason]
@@ -173,7 +173,7 @@ class CompletionWire:
     def chunks(self, ev: ChatEvent) -> list[dict[str, Any]]:
         if isinstance(ev, TextDelta):
             return [self._chunk(ev.text, self._logprobs(ev))]
-        if isinstance(ev, Finish):
+        if isinstance(ev, FinishEvent):
             out = [self._chunk("", finish=_FINISH[ev.reason])]
             if self.include_usage:
                 last = self._chunk("")
@@ -190,7 +190,7 @@ class CompletionWire:
                 self.logprobs.append(lps)
             self.text.append(ev.text)
 
-    def response(self, finish: Finish) -> dict[str, Any]:
+    def response(self, finish: FinishEvent) -> dict[str, Any]:
         choice = {
             "index": 0,
             "text": "".join(self.text),

@@ -30,7 +30,8 @@ EOS = "<|im_end|>"
 
 # A ready-made script: reasoning, answer text, then a Hermes tool call. Through the chat layer
 # (with tools) it gives ReasoningDelta("Let me see."), TextDelta("The answer is"),
-# ToolCall(get_weather, {"city": "Paris"}) and Finish(tool_calls); without tools the call is text.
+# ToolCall(get_weather, {"city": "Paris"}) and FinishEvent(tool_calls); without tools the call
+# is text.
 WEATHER_CALL = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
 WEATHER_SCRIPT = (
     "<think>", "Let me see.", "</think>", "The answer", " is", "<tool_call>", WEATHER_CALL,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mlxd.chat.session import start_chat
-from mlxd.types import Finish, FinishReason, TextDelta
+from mlxd.types import FinishEvent, FinishReason, TextDelta
 
 pytestmark = pytest.mark.demo
 
@@ -29,7 +29,7 @@ def test_chat_demo_prompt_matches_transformers_and_answers_paris(engine, demo):
     assert stream.prompt.text == expected
     events = list(stream)
     assert "Paris" in _text(events)
-    assert isinstance(events[-1], Finish)
+    assert isinstance(events[-1], FinishEvent)
     assert events[-1].reason in (FinishReason.STOP, FinishReason.LENGTH)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from mlxd.chat.filter import StreamFilter
@@ -12,6 +14,7 @@ from mlxd.types import (
     FinishReason,
     ReasoningDelta,
     TextDelta,
+    Timings,
     TokenLogprob,
     ToolCall,
     Usage,
@@ -96,7 +99,17 @@ def test_chat_filter_finish_reasons(chat_tokenizer):
     f = StreamFilter(chat_tokenizer)
     length = f.finish(FinishEvent(FinishReason.LENGTH, Usage()))
     assert [e.reason for e in length] == [FinishReason.LENGTH]
-    assert f.finish(DONE) == []  # exactly one Finish
+    assert f.finish(DONE) == []  # exactly one FinishEvent
+
+
+def test_chat_filter_passes_the_engine_finish_on_with_its_chat_reason(chat_tokenizer):
+    failed = FinishEvent(FinishReason.ERROR, Usage(2, 1, 1), Timings(0.1, 0.2, 0.3), "x", "c")
+    assert StreamFilter(chat_tokenizer).finish(failed) == [failed]
+    ids = chat_tokenizer.encode("<tool_call>\n" + CALL + "\n</tool_call>", add_special_tokens=False)
+    f = StreamFilter(chat_tokenizer, tools=True)
+    f.feed(ids)
+    finish = f.finish(replace(failed, reason=FinishReason.STOP))[-1]
+    assert finish == replace(failed, reason=FinishReason.TOOL_CALLS)
 
 
 def test_chat_filter_skips_eos_and_attaches_logprobs_to_text(chat_tokenizer):

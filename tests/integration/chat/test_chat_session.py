@@ -10,14 +10,14 @@ import pytest
 
 from mlxd.chat.session import start_chat, start_completion
 from mlxd.errors import InvalidRequest
-from mlxd.types import Finish, FinishReason, ReasoningDelta, TextDelta, ToolCall, Warning
+from mlxd.types import FinishEvent, FinishReason, ReasoningDelta, TextDelta, ToolCall, Warning
 from tests.integration.chat.conftest import CALL, SCRIPT, TOOLS
 
 USER = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
 def _split(events):
-    finishes = [e for e in events if isinstance(e, Finish)]
+    finishes = [e for e in events if isinstance(e, FinishEvent)]
     assert len(finishes) == 1 and events[-1] is finishes[0]
     return (
         "".join(e.text for e in events if isinstance(e, ReasoningDelta)),
@@ -115,7 +115,7 @@ def test_chat_session_cancel_ends_with_cancelled(engine, scripted):
         events.append(event)
         if len(events) == 1:
             stream.cancel()
-    assert isinstance(events[-1], Finish) and events[-1].reason == FinishReason.CANCELLED
+    assert isinstance(events[-1], FinishEvent) and events[-1].reason == FinishReason.CANCELLED
     assert events[-1].usage.completion_tokens < 100000
 
 

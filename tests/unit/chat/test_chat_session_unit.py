@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mlxd.chat.session import start_chat, start_completion
-from mlxd.types import Finish, FinishEvent, FinishReason, TextDelta, TokenEvent, Usage
+from mlxd.types import FinishEvent, FinishReason, TextDelta, TokenEvent, Usage
 
 
 class FakeTokenizer:
@@ -102,7 +102,7 @@ def test_chat_session_stop_cancels_the_engine_and_drains_to_finish():
     engine = FakeEngine([_tokens("abc"), _tokens("dXY"), _tokens("more"), DONE])
     stream = start_completion(engine, FakeInfo(), "p", options={"stop": ["XY"]})
     events = list(stream)
-    assert events == [TextDelta("abc"), TextDelta("d"), Finish(FinishReason.STOP, Usage(5, 3))]
+    assert events == [TextDelta("abc"), TextDelta("d"), FinishEvent(FinishReason.STOP, Usage(5, 3))]
     assert engine.handles[0].cancels >= 1
 
 
@@ -110,7 +110,7 @@ def test_chat_session_missing_finish_is_an_error_finish():
     engine = FakeEngine([_tokens("abc")])
     events = list(start_completion(engine, FakeInfo(), "p", options={}))
     assert events[0] == TextDelta("abc")
-    assert isinstance(events[-1], Finish) and events[-1].reason == FinishReason.ERROR
+    assert isinstance(events[-1], FinishEvent) and events[-1].reason == FinishReason.ERROR
 
 
 def test_chat_session_breaking_out_cancels():

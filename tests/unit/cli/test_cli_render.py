@@ -11,7 +11,7 @@ import pytest
 from mlxd.cli.stream_render import Answer, Renderer, check_finish, error_from_finish
 from mlxd.errors import ContextOverflow, EngineFault, MlxdError
 from mlxd.types import (
-    Finish,
+    FinishEvent,
     FinishReason,
     ReasoningDelta,
     TextDelta,
@@ -21,7 +21,7 @@ from mlxd.types import (
     Warning,
 )
 
-FINISH = Finish(FinishReason.STOP, Usage(7, 5, 3), Timings(0.0, 0.1, 0.5))
+FINISH = FinishEvent(FinishReason.STOP, Usage(7, 5, 3), Timings(0.0, 0.1, 0.5))
 EVENTS = [
     ReasoningDelta("let me "),
     ReasoningDelta("think"),
@@ -92,12 +92,13 @@ def test_json_shape() -> None:
 
 
 def test_error_finish_maps_to_error_class() -> None:
-    finish = Finish(FinishReason.ERROR, Usage(), error="too long", error_code=ContextOverflow.code)
+    code = ContextOverflow.code
+    finish = FinishEvent(FinishReason.ERROR, Usage(), error="too long", error_code=code)
     err = error_from_finish(finish)
     assert isinstance(err, ContextOverflow) and err.exit_code == 2
-    assert isinstance(error_from_finish(Finish(FinishReason.ERROR, Usage())), EngineFault)
+    assert isinstance(error_from_finish(FinishEvent(FinishReason.ERROR, Usage())), EngineFault)
     with pytest.raises(MlxdError):
         check_finish(Answer("m", finish=finish))
     with pytest.raises(EngineFault):
-        check_finish(Answer("m"))  # no Finish at all
+        check_finish(Answer("m"))  # no FinishEvent at all
     check_finish(Answer("m", finish=FINISH))

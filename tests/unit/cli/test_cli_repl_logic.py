@@ -13,9 +13,9 @@ import pytest
 from mlxd.cli.repl import Conversation, Repl, stats_text
 from mlxd.cli.repl_input import PipeReader
 from mlxd.errors import ContextOverflow
-from mlxd.types import Finish, FinishReason, TextDelta, Timings, Usage
+from mlxd.types import FinishEvent, FinishReason, TextDelta, Timings, Usage
 
-DONE = Finish(FinishReason.STOP, Usage(10, 3, 6), Timings(0.0, 0.1, 0.3))
+DONE = FinishEvent(FinishReason.STOP, Usage(10, 3, 6), Timings(0.0, 0.1, 0.3))
 
 
 @dataclass
@@ -29,7 +29,7 @@ class FakeStream:
             if self.interrupt_after == i and not self.cancelled:
                 raise KeyboardInterrupt
             if self.cancelled:
-                yield Finish(FinishReason.CANCELLED, Usage())
+                yield FinishEvent(FinishReason.CANCELLED, Usage())
                 return
             yield event
 
@@ -79,7 +79,7 @@ def test_ctrl_c_cancels_and_drops_the_turn(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_errors_are_reported_and_the_chat_goes_on(capsys: pytest.CaptureFixture[str]) -> None:
-    failed = Finish(FinishReason.ERROR, Usage(), error="boom", error_code="engine_error")
+    failed = FinishEvent(FinishReason.ERROR, Usage(), error="boom", error_code="engine_error")
     repl, _ = make_repl(
         ContextOverflow("prompt has 5000 tokens, window 2048"),
         FakeStream([failed]),

@@ -1,5 +1,5 @@
 """The app over a fake engine and a scripted ChatStream: the paths a real tiny model rarely
-takes (an engine error after streaming started, an error Finish without a stream)."""
+takes (an engine error after streaming started, an error FinishEvent without a stream)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 import mlxd.chat.session as session
 from mlxd.server.app import create_app
 from mlxd.server.settings import ServerSettings
-from mlxd.types import ChatEvent, Finish, FinishReason, TextDelta, Usage
+from mlxd.types import ChatEvent, FinishEvent, FinishReason, TextDelta, Usage
 
 
 @dataclass
@@ -46,7 +46,7 @@ class ScriptedStream:
             yield ev
 
 
-FAILED = Finish(
+FAILED = FinishEvent(
     FinishReason.ERROR, Usage(3, 1), error="engine fault: boom", error_code="engine_error"
 )
 
@@ -98,7 +98,7 @@ def test_error_finish_without_stream_is_an_http_error(app_with) -> None:  # type
 
 
 def test_queue_full_finish_keeps_429(app_with) -> None:  # type: ignore[no-untyped-def]
-    busy = Finish(FinishReason.ERROR, Usage(), error="queue full", error_code="queue_full")
+    busy = FinishEvent(FinishReason.ERROR, Usage(), error="queue full", error_code="queue_full")
     app, _ = app_with([busy])
     r = post(app, BODY)
     assert r.status_code == 429 and r.headers["retry-after"] == "1"

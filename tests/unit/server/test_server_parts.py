@@ -15,7 +15,7 @@ from mlxd.server.middleware import host_is_loopback, route_label
 from mlxd.server.models import check_model_name
 from mlxd.server.settings import is_loopback_host
 from mlxd.server.wire import ChatWire, CompletionWire
-from mlxd.types import Finish, FinishReason, ReasoningDelta, TextDelta, ToolCall, Usage
+from mlxd.types import FinishEvent, FinishReason, ReasoningDelta, TextDelta, ToolCall, Usage
 
 
 @pytest.mark.parametrize(
@@ -120,7 +120,7 @@ EVENTS = [
     TextDelta("Hel"),
     TextDelta("lo"),
     ToolCall(id="call_1", name="f", arguments='{"a": 1}', index=0),
-    Finish(FinishReason.STOP, USAGE),
+    FinishEvent(FinishReason.STOP, USAGE),
 ]
 
 
@@ -163,9 +163,9 @@ def test_chat_wire_chunks_with_usage() -> None:
 def test_completion_wire() -> None:
     wire = CompletionWire(model="m")
     for ev in EVENTS:
-        if not isinstance(ev, Finish):
+        if not isinstance(ev, FinishEvent):
             wire.add(ev)
-    body = wire.response(Finish(FinishReason.LENGTH, USAGE))
+    body = wire.response(FinishEvent(FinishReason.LENGTH, USAGE))
     assert body["choices"][0]["text"] == "Hello"
     assert body["choices"][0]["finish_reason"] == "length"
     assert body["choices"][0]["logprobs"] is None
