@@ -8,8 +8,6 @@ to the engine: token ids in, `StepOutput`s out, caches to and from the prefix ca
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import mlx.core as mx
 from mlx_lm.generate import BatchGenerator, StopSequences
 
@@ -56,6 +54,7 @@ class BatchRunner:
             prefill_step_size=prefill_chunk,
         )
         self._top_n: dict[int, int] = {}  # uid -> top_logprobs, only for logprobs requests
+        self._failed: dict[int, BaseException] = {}  # uid -> first sampler/processor error
 
     def insert(
         self,
@@ -63,15 +62,16 @@ class BatchRunner:
         params: SamplingParams,
         max_new: int,
         request_id: str,
-        on_error: Callable[[BaseException], None],
     ) -> tuple[int, int]:
-        """Queue one sequence; returns (uid, cached prompt tokens reused from the prefix cache)."""
+        """Queue one sequence; returns (uid, cached prompt tokens reused from the prefix cache).
+        A sampler or logits processor that raises is reported in the next StepResult."""
         cache, rest = self.prefix_cache.fetch(self.model_key, prompt_ids)
         cached = len(prompt_ids) - len(rest)
+        report = _FailureReport(self._failed)
         sampler = make_sampler(params, self.vocab_size)
         if sampler is not GREEDY or self.fault_hook is not None:
-            sampler = guard_sampler(sampler, on_error, self.fault_hook, request_id)
-        procs = [guard_processor(p, on_error) for p in make_processors(params)]
+            sampler = guard_sampler(sampler, report, self.fault_hook, request_id)
+        procs = [guard_processor(p, report) for p in make_processors(params)]
         stops = set(params.stop_token_ids)
         if not params.ignore_eos:
             stops |= self.loaded.eos_token_ids
@@ -84,6 +84,7 @@ class BatchRunner:
             logits_processors=[procs],
             stop_sequences=[StopSequences([[t] for t in sorted(stops)] or None)],
         )
+        report.uid = uid  # set before any step can call the sampler
         if params.logprobs:
             self._top_n[uid] = params.top_logprobs
         return uid, cached
@@ -99,6 +100,7 @@ class BatchRunner:
             self._store(tokens, cache)
         for uid in uids:
             self._top_n.pop(uid, None)
+            self._failed.pop(uid, None)
 
     @property
     def prefill_pending(self) -> bool:
@@ -124,7 +126,11 @@ class BatchRunner:
                 self._store(r.all_tokens, r.prompt_cache)
                 top_n.pop(r.uid, None)
         progress = [PrefillProgress(p.uid, p.progress[0], p.progress[1]) for p in prompt_resps]
-        return StepResult(outputs, progress)
+        if not self._failed:
+            return StepResult(outputs, progress)
+        failed = dict(self._failed)
+        self._failed.clear()
+        return StepResult(outputs, progress, failed)
 
     def close(self) -> None:
         self._gen.close()
@@ -159,6 +165,20 @@ class BatchRunner:
     def _store(self, tokens: list[int] | None, cache: list | None) -> None:
         if tokens and cache:
             self.prefix_cache.store(self.model_key, tokens, cache)
+
+
+class _FailureReport:
+    """One sequence's `on_error` for its guarded sampler and processors: keeps the first
+    exception per uid until the step's result reports it."""
+
+    __slots__ = ("uid", "_failed")
+
+    def __init__(self, failed: dict[int, BaseException]) -> None:
+        self.uid = -1  # set once inserted; the sampler runs only in later steps
+        self._failed = failed
+
+    def __call__(self, exc: BaseException) -> None:
+        self._failed.setdefault(self.uid, exc)
 
 
 def vocab_size(loaded: LoadedModel) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mlxd.types import TokenLogprob
 
@@ -32,5 +32,9 @@ class PrefillProgress:
 
 @dataclass(slots=True)
 class StepResult:
+    """The step's tokens, and the sequences whose sampler or logits processor raised during
+    it (uid -> the first exception): the engine fails those and ignores their tokens."""
+
     tokens: list[StepOutput]
     prefill: list[PrefillProgress]
+    failed: dict[int, BaseException] = field(default_factory=dict)

@@ -34,8 +34,7 @@ class Runner(Protocol):
         params: SamplingParams,
         max_new: int,
         request_id: str,
-        on_error: Callable[[BaseException], None],
-    ) -> tuple[int, int]: ...
+    ) -> tuple[int, int]: ...  # (uid, prompt tokens served from the prefix cache)
 
     def remove(self, uids: list[int], *, keep_cache: bool = True) -> None: ...
 
@@ -105,7 +104,6 @@ class EngineCore:
         self.runner: Runner | None = None
         self.last_progress = time.monotonic()
         self.loading = False
-        self._faulted: list[Request] = []
         self.waker = StreamWaker(cfg.stream_interval_s)
         self.residency = Residency(
             models,
@@ -201,7 +199,6 @@ class EngineCore:
                     request.params,
                     request.max_new,
                     request.request_id,
-                    self._error_sink(request),
                 )
             except Exception as exc:  # this request cannot start; the others can
                 self.fail(request, f"request failed: {one_line(exc)}", "engine_error")
@@ -216,14 +213,6 @@ class EngineCore:
                 c.prefix_cache_hits += 1
                 c.cached_tokens_total += cached
 
-    def _error_sink(self, request: Request) -> Callable[[BaseException], None]:
-        def sink(exc: BaseException) -> None:
-            if request.error is None:
-                request.error = exc
-                self._faulted.append(request)
-
-        return sink
-
     def _run(self) -> None:
         assert self.runner is not None
         try:
@@ -235,7 +224,7 @@ class EngineCore:
         self._postprocess(result)
 
     def _postprocess(self, result: StepResult) -> None:
-        running = self.scheduler.running
+        running, failed = self.scheduler.running, result.failed
         for p in result.prefill:
             request = running.get(p.uid)
             if request is not None and request.status is RequestStatus.WAITING:
@@ -245,7 +234,7 @@ class EngineCore:
         later: list[Collector] = []
         for out in result.tokens:
             request = running.get(out.uid)
-            if request is None or request.error is not None:
+            if request is None or out.uid in failed:
                 continue
             request.completion_tokens += 1
             collector = request.collector
@@ -264,11 +253,10 @@ class EngineCore:
                 self.finish(request, FINISH_BY_BACKEND[out.finish], in_backend=False)
         self.counters.generation_tokens_total += len(result.tokens)
         self.waker.step_done(now, first_tokens, later)
-        if self._faulted:
-            faulted, self._faulted = self._faulted, []
-            for request in faulted:
-                if not request.finished:
-                    self.fail(request, f"request failed: {one_line(request.error)}", "engine_error")
+        for uid, exc in failed.items():  # its sampler or a logits processor raised
+            request = running.get(uid)
+            if request is not None:
+                self.fail(request, f"request failed: {one_line(exc)}", "engine_error")
 
     def _fail_batch(self, exc: Exception) -> None:
         message = f"batch step failed: {one_line(exc)}"

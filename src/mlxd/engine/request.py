@@ -45,7 +45,6 @@ class Request:
     uid: int | None = None  # the backend's sequence id once admitted
     cached_tokens: int = 0
     completion_tokens: int = 0
-    error: BaseException | None = None  # set by a guarded sampler/processor that failed
     submitted_at: float = field(default_factory=time.monotonic)
     admitted_at: float | None = None
     first_token_at: float | None = None
@@ -71,10 +70,6 @@ class Request:
         queued = (self.admitted_at or now) - start
         ttft = (self.first_token_at - start) if self.first_token_at else 0.0
         return Timings(queued_s=queued, ttft_s=ttft, total_s=now - start)
-
-    def record_error(self, exc: BaseException) -> None:
-        if self.error is None:
-            self.error = exc
 
 
 FINISH_BY_BACKEND = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH}

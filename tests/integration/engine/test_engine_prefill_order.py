@@ -27,7 +27,7 @@ def first_steps(checkpoint: Path, prompt_len: int, **cfg) -> dict[str, dict[int,
     )
     params = SamplingParams(max_tokens=6, ignore_eos=True)
     uids = [
-        runner.insert(p, params, 6, f"r{i}", lambda exc: None)[0]
+        runner.insert(p, params, 6, f"r{i}")[0]
         for i, p in enumerate(random_prompts(3, 400, (prompt_len, prompt_len + 1), seed=5))
     ]
     token: dict[int, int] = {}

@@ -1,9 +1,10 @@
 """A fake Backend for pure-Python engine tests: no mlx. Sequence `uid` emits tokens
-prompt[-1] + 1, + 2, ... after prefilling its prompt in chunks, like BatchRunner."""
+prompt[-1] + 1, + 2, ... after prefilling its prompt in chunks, like BatchRunner. A prompt
+starting with 666 fails its insert; one starting with 777 has its sampler fail at its third
+token (reported in that step's result, like BatchRunner's guarded samplers)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,7 +41,6 @@ class FakeRunner:
         params: SamplingParams,
         max_new: int,
         request_id: str,
-        on_error: Callable[[BaseException], None],
     ) -> tuple[int, int]:
         if prompt_ids[0] == 666:
             raise ValueError("fake insert failure")
@@ -61,12 +61,15 @@ class FakeRunner:
         if self.steps == self.fail_at_step:
             raise RuntimeError("fake step failure")
         tokens, progress = [], []
+        failed: dict[int, BaseException] = {}
         for seq in list(self.seqs.values()):
             if seq.prefilled < len(seq.prompt):
                 seq.prefilled = min(len(seq.prompt), seq.prefilled + self.chunk)
                 progress.append(PrefillProgress(seq.uid, seq.prefilled, len(seq.prompt)))
                 continue
             seq.generated += 1
+            if seq.prompt[0] == 777 and seq.generated == 3:
+                failed[seq.uid] = ValueError("fake sampler failure")
             token = (seq.prompt[-1] + seq.generated) % VOCAB
             finish = None
             if token in seq.stops:
@@ -76,7 +79,7 @@ class FakeRunner:
             if finish:
                 del self.seqs[seq.uid]
             tokens.append(StepOutput(seq.uid, token, finish, None))
-        return StepResult(tokens, progress)
+        return StepResult(tokens, progress, failed)
 
     def close(self) -> None:
         self.closed = True

@@ -91,6 +91,19 @@ def test_failed_insert_fails_only_that_request() -> None:
         assert engine.stats().waiting == 0 and engine.health().ok
 
 
+def test_a_failed_sampler_fails_only_its_request() -> None:
+    with make(FakeBackend()) as engine:
+        engine.load_model("/fake/a", name="a")
+        bad = engine.submit(req("a", [777], max_tokens=5))
+        good = engine.submit(req("a", [1], max_tokens=5))
+        tokens, fin = bad.collect()
+        assert tokens == [778, 779]  # the token of the failing step is not delivered
+        assert fin.reason is FinishReason.ERROR and fin.error_code == "engine_error"
+        assert "fake sampler failure" in (fin.error or "")
+        assert good.collect()[0] == [2, 3, 4, 5, 6]
+        assert engine.health().ok and engine.stats().requests_by_finish_reason["error"] == 1
+
+
 def test_idle_time_is_not_a_stall() -> None:
     def slow_first_step(site: str, request_id: str | None) -> None:
         if site == "step" and not stepped:
