@@ -44,7 +44,7 @@ class BatchRunner:
         self.model_key = model_key
         self.prefix_cache = prefix_cache
         self.fault_hook = fault_hook
-        self.vocab_size = vocab_size(loaded)
+        self.vocab_size = loaded.vocab_size
         self.max_prefill_batch = max(1, min(prefill_batch, max_batch))
         self.prefill_group_tokens = prefill_group_tokens
         self._gen = BatchGenerator(
@@ -179,12 +179,6 @@ class _FailureReport:
 
     def __call__(self, exc: BaseException) -> None:
         self._failed.setdefault(self.uid, exc)
-
-
-def vocab_size(loaded: LoadedModel) -> int:
-    config = loaded.config
-    size = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
-    return int(size) if size else len(loaded.tokenizer.vocab)
 
 
 def release_thread_streams() -> None:

@@ -10,9 +10,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlxd.errors import ModelBroken, ModelNotFound, ModelRefused, one_line
+
+if TYPE_CHECKING:  # importing this module must not import mlx (the engine imports it)
+    import mlx.nn as nn
+    from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 # Keys of generation_config.json that become per-model sampling defaults.
 GENERATION_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
@@ -28,15 +32,17 @@ _CONTEXT_KEYS = (
 DEFAULT_CONTEXT_WINDOW = 4096
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class LoadedModel:
-    """A model ready to run: the mlx module, its TokenizerWrapper and what we read about it."""
+    """A model ready to run: the mlx module, its TokenizerWrapper and what we read about it.
+    What `Backend.load` returns; the engine builds its ModelInfo from it."""
 
     path: Path
-    model: Any
-    tokenizer: Any
+    model: nn.Module
+    tokenizer: TokenizerWrapper
     config: dict[str, Any]
     context_window: int
+    vocab_size: int
     generation_defaults: dict[str, Any] = field(default_factory=dict)
     eos_token_ids: set[int] = field(default_factory=set)
 
@@ -65,12 +71,19 @@ def load_checkpoint(path: Path | str, *, trust_remote_code: bool = False) -> Loa
         tokenizer=tokenizer,
         config=config,
         context_window=context_window(config, tokenizer),
+        vocab_size=vocab_size(config, tokenizer),
         generation_defaults=generation_defaults(path),
         eos_token_ids=set(tokenizer.eos_token_ids or ()),
     )
 
 
-def context_window(config: dict[str, Any], tokenizer: Any = None) -> int:
+def vocab_size(config: dict[str, Any], tokenizer: TokenizerWrapper) -> int:
+    """The model's vocabulary size from its config (or text_config), else the tokenizer's."""
+    size = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
+    return int(size) if size else len(tokenizer.vocab)
+
+
+def context_window(config: dict[str, Any], tokenizer: object = None) -> int:
     """The model's context length from its config (or text_config), else the tokenizer's."""
     for source in (config, config.get("text_config") or {}):
         for key in _CONTEXT_KEYS:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from mlxd.backend.loader import LoadedModel
 from mlxd.backend.outputs import StepResult
 from mlxd.engine.collector import Collector, StreamWaker
 from mlxd.engine.config import EngineConfig
@@ -49,9 +50,9 @@ class Runner(Protocol):
 class Backend(Protocol):
     """Loads models and makes runners; the only door to MLX."""
 
-    def load(self, name: str, path: Path) -> ModelEntry: ...
+    def load(self, path: Path) -> LoadedModel: ...
 
-    def make_runner(self, entry: ModelEntry) -> Runner: ...
+    def make_runner(self, name: str, model: LoadedModel) -> Runner: ...
 
     def cache_stats(self) -> tuple[int, int]: ...  # (prefix cache bytes, entries)
 
@@ -142,7 +143,9 @@ class EngineCore:
             return
         self.loading = True
         try:
-            entry = self.models.get(msg.name) or self.backend.load(msg.name, msg.path)
+            entry = self.models.get(msg.name) or ModelEntry.of(
+                msg.name, self.backend.load(msg.path)
+            )
             self.models.put(entry)
         except MlxdError as exc:
             msg.reply.set_exception(exc)
@@ -185,7 +188,7 @@ class EngineCore:
             for request in [r for r in self.scheduler.waiting if r.model == wanted]:
                 self.fail(request, f"model {wanted} is not loaded", "model_not_found")
             return
-        self.runner = self.backend.make_runner(entry)
+        self.runner = self.backend.make_runner(wanted, entry.loaded)
         self.model = wanted
 
     def _admit(self) -> None:

@@ -50,16 +50,26 @@ def _close_open_engines() -> None:
         engine.close()
 
 
+def _mlx_backend(cfg: EngineConfig) -> Backend:
+    from mlxd.backend.mlx_backend import MlxBackend  # imports mlx: only when an engine starts
+
+    return MlxBackend(
+        max_batch=cfg.max_batch,
+        prefill_chunk=cfg.prefill_chunk,
+        prefill_batch=cfg.prefill_batch,
+        prefill_group_tokens=cfg.prefill_group_tokens,
+        prefix_cache_bytes=cfg.prefix_cache_bytes,
+        trust_remote_code=cfg.trust_remote_code,
+        fault_hook=cfg.fault_hook,
+    )
+
+
 class Engine:
     """Thread-safe facade; see docs/ARCHITECTURE.md for the contract."""
 
     def __init__(self, cfg: EngineConfig | None = None, backend: Backend | None = None) -> None:
         self.cfg = cfg or EngineConfig.from_settings()
-        if backend is None:
-            from mlxd.engine.mlx_backend import MlxBackend
-
-            backend = MlxBackend(self.cfg)
-        self._backend = backend
+        self._backend = backend if backend is not None else _mlx_backend(self.cfg)
         self._models = LoadedModels()
         self._live = LiveRequests()
         self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
@@ -67,7 +77,7 @@ class Engine:
         self._queued = 0  # submitted and not yet admitted: what max_queue bounds
         self._state = "ready"  # ready | draining | stalled | failed | closed
         self._detail: str | None = None
-        self._core = EngineCore(self.cfg, backend, self._models, self._live, self._dequeued)
+        self._core = EngineCore(self.cfg, self._backend, self._models, self._live, self._dequeued)
         self._thread = threading.Thread(target=self._loop, name="mlxd-engine", daemon=True)
         self._stop = threading.Event()
         self._watchdog = threading.Thread(target=self._watch, name="mlxd-watchdog", daemon=True)

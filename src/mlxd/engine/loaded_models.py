@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from mlxd.backend.loader import LoadedModel
 from mlxd.types import Tokenizer
 
 
@@ -54,11 +55,26 @@ class ModelUse:
 @dataclass(slots=True)
 class ModelEntry:
     info: ModelInfo
-    loaded: Any  # backend LoadedModel; only the engine thread touches it
+    loaded: LoadedModel  # only the engine thread touches it
     use: ModelUse = field(init=False)
 
     def __post_init__(self) -> None:
         self.use = ModelUse(self.info.name)
+
+    @classmethod
+    def of(cls, name: str, loaded: LoadedModel) -> ModelEntry:
+        """The entry of a model the backend just loaded, known to callers as `name`."""
+        info = ModelInfo(
+            name=name,
+            path=loaded.path,
+            tokenizer=loaded.tokenizer,
+            context_window=loaded.context_window,
+            generation_defaults=dict(loaded.generation_defaults),
+            config=dict(loaded.config),
+            eos_token_ids=set(loaded.eos_token_ids),
+            vocab_size=loaded.vocab_size,
+        )
+        return cls(info, loaded)
 
 
 class LoadedModels:

@@ -8,11 +8,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mlxd.backend.loader import LoadedModel
 from mlxd.backend.outputs import PrefillProgress, StepOutput, StepResult
-from mlxd.engine.loaded_models import ModelEntry, ModelInfo
 from mlxd.types import SamplingParams
 
 VOCAB = 1000
+
+
+def fake_model(path: Path, context_window: int = 64) -> LoadedModel:
+    """A LoadedModel with no weights and no tokenizer (the fake runner needs neither)."""
+    return LoadedModel(Path(path), None, None, {}, context_window, VOCAB)  # type: ignore[arg-type]
 
 
 @dataclass
@@ -92,12 +97,11 @@ class FakeBackend:
     fail_first_runner_at: int | None = None
     shut_down: bool = False
 
-    def load(self, name: str, path: Path) -> ModelEntry:
-        info = ModelInfo(name, Path(path), None, self.context_window, vocab_size=VOCAB)
-        return ModelEntry(info=info, loaded=None)
+    def load(self, path: Path) -> LoadedModel:
+        return fake_model(path, self.context_window)
 
-    def make_runner(self, entry: ModelEntry) -> FakeRunner:
-        runner = FakeRunner(entry.info.name)
+    def make_runner(self, name: str, model: LoadedModel) -> FakeRunner:
+        runner = FakeRunner(name)
         if not self.runners:
             runner.fail_at_step = self.fail_first_runner_at
         self.runners.append(runner)

@@ -10,15 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from mlxd.backend.loader import LoadedModel
 from mlxd.backend.outputs import StepResult
 from mlxd.engine import Engine, EngineConfig, EngineRequest
 from mlxd.engine.config import parse_duration
-from mlxd.engine.loaded_models import LoadedModels, ModelEntry, ModelInfo
+from mlxd.engine.loaded_models import LoadedModels, ModelEntry
 from mlxd.engine.residency import choose_unloads, next_check
 from mlxd.errors import InvalidRequest, ModelNotFound
 from mlxd.types import FinishReason, SamplingParams
 
-from .fake_backend import FakeBackend, FakeRunner
+from .fake_backend import FakeBackend, FakeRunner, fake_model
 
 DEADLINE_S = 30.0  # generous: only a hang fails it
 
@@ -55,14 +56,14 @@ class ResidentBackend(FakeBackend):
     unloaded: list[str] = field(default_factory=list)
     loads: list[str] = field(default_factory=list)
 
-    def load(self, name: str, path: Path) -> ModelEntry:
-        self.loads.append(name)
-        return super().load(name, path)
+    def load(self, path: Path) -> LoadedModel:
+        self.loads.append(path.name)
+        return super().load(path)
 
-    def make_runner(self, entry: ModelEntry) -> FakeRunner:
-        if entry.info.name not in self.gated:
-            return super().make_runner(entry)
-        runner = GatedRunner(entry.info.name, gate=self.gate)
+    def make_runner(self, name: str, model: LoadedModel) -> FakeRunner:
+        if name not in self.gated:
+            return super().make_runner(name, model)
+        runner = GatedRunner(name, gate=self.gate)
         self.runners.append(runner)
         return runner
 
@@ -88,7 +89,7 @@ def loaded(engine: Engine) -> tuple[str, ...]:
 def table_with(*names: str) -> LoadedModels:
     models = LoadedModels()
     for i, name in enumerate(names):
-        models.put(ModelEntry(ModelInfo(name, Path(f"/m/{name}"), None, 64), None))
+        models.put(ModelEntry.of(name, fake_model(Path(f"/m/{name}"))))
         entry = models.get(name)
         assert entry is not None
         entry.use.last_used = 100.0 + i  # load order = use order

@@ -1,0 +1,63 @@
+"""The real Backend: mlx-lm models, BatchRunners and one prefix cache shared by all models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mlxd.backend.batch import BatchRunner, release_thread_streams
+from mlxd.backend.loader import LoadedModel, load_checkpoint
+from mlxd.backend.memory import free_unused
+from mlxd.backend.outputs import FaultHook
+from mlxd.backend.prefix import PrefixCache
+
+
+class MlxBackend:
+    """Every method runs on the engine thread."""
+
+    def __init__(
+        self,
+        *,
+        max_batch: int,
+        prefill_chunk: int,
+        prefill_batch: int,
+        prefill_group_tokens: int,
+        prefix_cache_bytes: int,
+        trust_remote_code: bool = False,
+        fault_hook: FaultHook | None = None,
+    ) -> None:
+        self.max_batch = max_batch
+        self.prefill_chunk = prefill_chunk
+        self.prefill_batch = prefill_batch
+        self.prefill_group_tokens = prefill_group_tokens
+        self.trust_remote_code = trust_remote_code
+        self.fault_hook = fault_hook
+        self.prefix_cache = PrefixCache(prefix_cache_bytes)
+
+    def load(self, path: Path) -> LoadedModel:
+        return load_checkpoint(path, trust_remote_code=self.trust_remote_code)
+
+    def make_runner(self, name: str, model: LoadedModel) -> BatchRunner:
+        return BatchRunner(
+            model,
+            name,
+            self.prefix_cache,
+            max_batch=self.max_batch,
+            prefill_chunk=self.prefill_chunk,
+            prefill_batch=self.prefill_batch,
+            prefill_group_tokens=self.prefill_group_tokens,
+            fault_hook=self.fault_hook,
+        )
+
+    def unload(self, name: str) -> None:
+        """The engine and the runner let go of model `name`: drop its prefix-cache entries,
+        then hand MLX's cached buffers back to the system."""
+        self.prefix_cache.drop(name)
+        free_unused()
+
+    def shutdown(self) -> None:
+        """Last call: drop cached KV and this thread's MLX streams."""
+        self.prefix_cache.clear()
+        release_thread_streams()
+
+    def cache_stats(self) -> tuple[int, int]:
+        return self.prefix_cache.nbytes, len(self.prefix_cache)
