@@ -26,16 +26,33 @@ TOOL_SCRIPT = [
     '\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n',
     "</tool_call>",
 ]
+# Arguments a parser could get wrong: nesting, a list, non-ASCII text, an escaped quote,
+# numbers, a boolean and null. The model writes them with \u escapes: mlx-lm's BPE streaming
+# detokenizer reads an added token's text as byte-level symbols, so a raw "é" in one would
+# decode to U+FFFD (real models spell non-ASCII text with byte-level tokens).
+TRIP_ARGS = {
+    "city": "São Paulo",
+    "days": 3,
+    "budget": 1250.5,
+    "tags": ["café", "museum"],
+    "opts": {"metric": True, "note": 'say "hi"', "guide": None},
+}
+TRIP_SCRIPT = [
+    "<tool_call>",
+    "\n" + json.dumps({"name": "plan_trip", "arguments": TRIP_ARGS}) + "\n",
+    "</tool_call>",
+]
 
 
 @pytest.fixture(scope="package")
 def server_home(tmp_path_factory: pytest.TempPathFactory, tiny_chat_model: Path) -> Path:
-    """An MLXD_HOME whose store holds 'scripted' (thinks, then calls get_weather) and
-    'tiny-long' (tiny-chat with a 64k window, so one request can decode for seconds) and
-    'tiny-short' (a 128-token window)."""
+    """An MLXD_HOME whose store holds 'scripted' (thinks, then calls get_weather),
+    'scripted-trip' (calls plan_trip with TRIP_ARGS), 'tiny-long' (tiny-chat with a 64k
+    window, so one request can decode for seconds) and 'tiny-short' (a 128-token window)."""
     home = tmp_path_factory.mktemp("serve-home")
     store = home / "mlxd" / "models"
     make_scripted_checkpoint(store / "scripted", TOOL_SCRIPT)
+    make_scripted_checkpoint(store / "scripted-trip", TRIP_SCRIPT)
     shutil.copytree(tiny_chat_model, store / "tiny-long")
     config = json.loads((store / "tiny-long" / "config.json").read_text())
     config["max_position_embeddings"] = 65536

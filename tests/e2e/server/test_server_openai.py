@@ -12,6 +12,8 @@ import httpx
 import openai
 import pytest
 
+from tests.e2e.server.conftest import TRIP_ARGS
+
 USER = [{"role": "user", "content": "What is the capital of France?"}]
 
 
@@ -165,6 +167,7 @@ def test_tool_calls_streamed_as_deltas(client: openai.OpenAI) -> None:
     assert len(calls) == 1
     assert calls[0].index == 0 and calls[0].id and calls[0].type == "function"
     assert calls[0].function.name == "get_weather"  # type: ignore[union-attr]
+    assert json.loads(calls[0].function.arguments) == {"city": "Paris"}  # type: ignore[union-attr,arg-type]
     reasoning = "".join(
         (c.choices[0].delta.model_extra or {}).get("reasoning_content") or ""
         for c in chunks
@@ -172,6 +175,30 @@ def test_tool_calls_streamed_as_deltas(client: openai.OpenAI) -> None:
     )
     assert reasoning == "Let me see."
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+def test_streamed_tool_call_arguments_are_the_call(client: openai.OpenAI) -> None:
+    """The arguments streamed as tool-call deltas, put together the way the openai client
+    does, are the JSON object the model wrote, and the same as without streaming."""
+    tools = [{"type": "function", "function": {"name": "plan_trip"}}]
+    kw = dict(model="scripted-trip", messages=USER, tools=tools)
+    deltas: list[str] = []
+    with client.chat.completions.stream(**kw) as stream:  # type: ignore[arg-type]
+        for event in stream:
+            if event.type == "tool_calls.function.arguments.delta":
+                deltas.append(event.arguments_delta)
+        final = stream.get_final_completion()
+    assert deltas and all(isinstance(d, str) for d in deltas)
+    (call,) = final.choices[0].message.tool_calls or []
+    assert call.function.name == "plan_trip" and call.id
+    assert isinstance(call.function.arguments, str)
+    assert "".join(deltas) == call.function.arguments
+    assert json.loads(call.function.arguments) == TRIP_ARGS
+    assert final.choices[0].finish_reason == "tool_calls"
+    assert not final.choices[0].message.content
+    whole = client.chat.completions.create(**kw)  # type: ignore[call-overload]
+    (plain,) = whole.choices[0].message.tool_calls
+    assert json.loads(plain.function.arguments) == TRIP_ARGS
 
 
 def test_tool_round_trip_and_tool_choice_none(client: openai.OpenAI) -> None:
