@@ -8,12 +8,15 @@ the end of input ends the chat with exit code 0.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING
 
 from mlxd.cli.repl_options import add_generation_flags
 
+if TYPE_CHECKING:
+    from mlxd.cli.main import Subparsers
 
-def add_parser(subparsers: Any) -> None:
+
+def add_parser(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "chat",
         help="chat with a model in the terminal",

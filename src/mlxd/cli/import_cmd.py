@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from mlxd.cli.render import human_size, print_json
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
+    from mlxd.cli.main import Subparsers
+    from mlxd.store.gguf_weights import ProgressFn
 
 DTYPE_CHOICES = ("float32", "float16", "bfloat16")
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: Subparsers) -> None:
     p = sub.add_parser(
         "import",
         help="import a GGUF file (llama) into mlxd's store",
@@ -70,10 +76,10 @@ class _progress:
 
     def __init__(self, enabled: bool) -> None:
         self.enabled = enabled
-        self.bar: Any = None
-        self.task: Any = None
+        self.bar: Progress | None = None
+        self.task: TaskID | None = None
 
-    def __enter__(self) -> Any:
+    def __enter__(self) -> ProgressFn | None:
         if not self.enabled:
             return None
         from rich.console import Console
@@ -92,6 +98,7 @@ class _progress:
         return self.update
 
     def update(self, done: int, total: int, name: str) -> None:
+        assert self.bar is not None and self.task is not None  # entered with a bar
         self.bar.update(self.task, completed=done, total=total, description=name)
 
     def __exit__(self, *exc: object) -> None:

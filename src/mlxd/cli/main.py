@@ -10,10 +10,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn, TypeAlias
 
 from mlxd import __version__
 from mlxd.errors import MlxdError
+
+if TYPE_CHECKING:
+    # What each command module's add_parser receives.
+    Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
 
 # command name -> module under mlxd.cli (one module per command group)
 COMMANDS: dict[str, str] = {

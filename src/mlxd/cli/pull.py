@@ -6,13 +6,19 @@ import argparse
 import os
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlxd.cli.render import human_size, print_error, print_json
 from mlxd.errors import MlxdError, ModelBroken
 
+if TYPE_CHECKING:
+    from pathlib import Path
 
-def add_parser(sub: Any) -> None:
+    from mlxd.cli.main import Subparsers
+    from mlxd.store.download import PullPlan
+
+
+def add_parser(sub: Subparsers) -> None:
     p = sub.add_parser("pull", help="download a model from the Hugging Face hub")
     p.add_argument("repo", help="ORG/NAME or ORG/NAME@REVISION")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -46,7 +52,7 @@ def cmd_pull(args: argparse.Namespace) -> int:
     return 0
 
 
-def _download_interruptibly(plan: Any, json_mode: bool, show_bar: bool) -> Any:
+def _download_interruptibly(plan: PullPlan, json_mode: bool, show_bar: bool) -> Path:
     """Run the download in a worker thread so the main thread keeps Ctrl-C: on interrupt we
     exit 130 at once (huggingface_hub's thread pool would otherwise finish every file in
     flight); completed files stay in the cache, and the next pull skips them and resumes
@@ -75,7 +81,7 @@ def _download_interruptibly(plan: Any, json_mode: bool, show_bar: bool) -> Any:
     return outcome["path"]
 
 
-def _wait(worker: threading.Thread, plan: Any, show_bar: bool) -> None:
+def _wait(worker: threading.Thread, plan: PullPlan, show_bar: bool) -> None:
     from mlxd.store.download import downloaded_bytes
 
     if not show_bar:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
 
 from mlxd.errors import MlxdError
 
@@ -22,7 +21,7 @@ def print_error(error: MlxdError | str, *, json_mode: bool = False) -> None:
     sys.stderr.flush()
 
 
-def print_json(obj: Any) -> None:
+def print_json(obj: object) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
     sys.stdout.flush()
 

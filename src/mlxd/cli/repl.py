@@ -12,7 +12,7 @@ import argparse
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlxd.cli.render import print_error
 from mlxd.cli.repl_engine import LoadedModel, drain, open_model, resolve_model
@@ -22,6 +22,10 @@ from mlxd.cli.stream_render import Answer, Renderer, decode_tps, error_from_fini
 from mlxd.config import mlxd_home
 from mlxd.errors import InvalidRequest, MlxdError
 from mlxd.types import FinishReason
+
+if TYPE_CHECKING:
+    from mlxd.chat.session import ChatStream
+    from mlxd.store.model_ref import ModelRef
 
 HELP = """\
 Type a message and press Enter. Multi-line: start with \"\"\" and end with \"\"\", or press
@@ -72,7 +76,7 @@ class Conversation:
             self.completion_tokens += usage.completion_tokens
 
 
-def run_repl(args: argparse.Namespace, model: Any) -> int:
+def run_repl(args: argparse.Namespace, model: ModelRef | str | None) -> int:
     """Open the model named by `model` (a ModelRef, a reference string or None) and chat."""
     if getattr(args, "json", False):
         raise InvalidRequest("--json needs a prompt (an argument or piped stdin)", param="prompt")
@@ -150,7 +154,7 @@ class Repl:
         return handler(self, arg.strip())
 
 
-def _drain_uninterrupted(stream: Any) -> None:
+def _drain_uninterrupted(stream: ChatStream) -> None:
     """A second Ctrl-C while the cancelled request winds down must not kill the chat."""
     while True:
         try:

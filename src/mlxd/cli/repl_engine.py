@@ -9,22 +9,27 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlxd.errors import MlxdError
+
+if TYPE_CHECKING:
+    from mlxd.chat.session import ChatStream
+    from mlxd.engine import Engine, ModelInfo
+    from mlxd.store.model_ref import ModelRef
 
 
 @dataclass(slots=True)
 class LoadedModel:
     """One engine with one model loaded; close() stops the engine thread."""
 
-    engine: Any  # mlxd.engine.Engine
-    info: Any  # mlxd.engine.ModelInfo
-    ref: Any  # mlxd.store.resolve.ModelRef
+    engine: Engine
+    info: ModelInfo
+    ref: ModelRef
 
     @property
     def name(self) -> str:
-        return str(self.info.name)
+        return self.info.name
 
     def ask(
         self,
@@ -32,7 +37,7 @@ class LoadedModel:
         options: dict[str, object],
         template_kwargs: dict[str, object] | None = None,
         tools: list[dict[str, Any]] | None = None,
-    ) -> Any:
+    ) -> ChatStream:
         """Submit one chat request; returns the chat layer's ChatStream (iterable, cancel())."""
         from mlxd.chat.session import start_chat
 
@@ -50,7 +55,7 @@ class LoadedModel:
         self.engine.close()
 
 
-def resolve_model(ref: str | None, *, quiet: bool = False) -> Any:
+def resolve_model(ref: str | None, *, quiet: bool = False) -> ModelRef:
     """A ModelRef for `ref`, or the embedded default model when ref is None (its first use
     imports it into the store, announced on stderr unless quiet)."""
     if ref is None:
@@ -68,7 +73,7 @@ def _notify(message: str) -> None:
 
 
 @contextmanager
-def open_model(ref: Any, *, trust_remote_code: bool = False) -> Iterator[LoadedModel]:
+def open_model(ref: ModelRef, *, trust_remote_code: bool = False) -> Iterator[LoadedModel]:
     """Check and load `ref` (a ModelRef) into a fresh single-request engine; close it after."""
     from mlxd.store.health import check_runnable
 
@@ -83,7 +88,7 @@ def open_model(ref: Any, *, trust_remote_code: bool = False) -> Iterator[LoadedM
         _close_quietly(engine)
 
 
-def _close_quietly(engine: Any) -> None:
+def _close_quietly(engine: Engine) -> None:
     """Closing must not hide the error that got us here (or add a second traceback)."""
     try:
         engine.close()
@@ -91,7 +96,7 @@ def _close_quietly(engine: Any) -> None:
         pass
 
 
-def drain(stream: Any) -> None:
+def drain(stream: ChatStream) -> None:
     """After cancel(): consume the stream up to its FinishEvent so the engine frees the request."""
     try:
         for _ in stream:

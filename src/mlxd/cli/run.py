@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any
 
 from mlxd.cli.repl_options import (
     add_generation_flags,
@@ -22,8 +22,14 @@ from mlxd.cli.repl_options import (
 )
 from mlxd.errors import AmbiguousModel, InvalidRequest, ModelNotFound
 
+if TYPE_CHECKING:
+    from mlxd.cli.main import Subparsers
+    from mlxd.cli.repl_engine import LoadedModel
+    from mlxd.cli.stream_render import Answer
+    from mlxd.store.model_ref import ModelRef
 
-def add_parser(subparsers: Any) -> None:
+
+def add_parser(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "run",
         usage="mlxd run [MODEL] [PROMPT|-] [WORDS ...] [options]",
@@ -60,7 +66,7 @@ class Invocation:
 
     model: str | None
     prompt_words: tuple[str, ...]
-    model_ref: Any = None  # the ModelRef when resolving the model was part of parsing
+    model_ref: ModelRef | None = None  # the ModelRef when resolving the model was part of parsing
 
     @property
     def wants_stdin(self) -> bool:
@@ -99,7 +105,7 @@ def _looks_like_reference(text: str) -> bool:
     return text.startswith((".", "/", "~")) or "/" in text or "@" in text
 
 
-def read_prompt(inv: Invocation, stdin: Any) -> str | None:
+def read_prompt(inv: Invocation, stdin: IO[str]) -> str | None:
     """The prompt text, or None when the REPL should open (no prompt, stdin is a terminal)."""
     words = list(inv.prompt_words)
     piped = not stdin.isatty()
@@ -141,12 +147,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def ask_once(
-    loaded: Any,
+    loaded: LoadedModel,
     messages: list[dict[str, Any]],
     options: dict[str, object],
     args: argparse.Namespace,
     tools: list[dict[str, Any]] | None = None,
-) -> Any:
+) -> Answer:
     """Stream one answer to the terminal (or collect it for --json); raise its error if any."""
     from mlxd.cli.repl_engine import drain
     from mlxd.cli.stream_render import Answer, Renderer, check_finish

@@ -6,12 +6,15 @@ fastapi/uvicorn and the engine are imported inside `run`, so `mlxd --help` stays
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlxd.config import SETTINGS, default
 
+if TYPE_CHECKING:
+    from mlxd.cli.main import Subparsers
 
-def add_parser(subparsers: Any) -> None:
+
+def add_parser(subparsers: Subparsers) -> None:
     p = subparsers.add_parser(
         "serve",
         help=f"OpenAI-compatible server ({default('host')}:{default('port')} by default)",

@@ -5,13 +5,17 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from mlxd.cli.render import human_size, print_error, print_json
 from mlxd.errors import InvalidRequest, ModelBroken
 
+if TYPE_CHECKING:
+    from mlxd.cli.main import Subparsers
+    from mlxd.store.inspect import ModelDescription
 
-def add_parser(sub: Any) -> None:
+
+def add_parser(sub: Subparsers) -> None:
     p = sub.add_parser("list", help="list models in the HF cache and mlxd's store")
     p.add_argument("pattern", nargs="?", help="substring or glob of model names")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -111,7 +115,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_description(info: Any, files: bool, config: bool) -> None:
+def _print_description(info: ModelDescription, files: bool, config: bool) -> None:
     q = info.quantization
     quant = (
         f"{q.get('bits')}-bit, group {q.get('group_size')}" if q and "bits" in q else (q or "none")
