@@ -58,13 +58,9 @@ class LoadedModel:
 def resolve_model(ref: str | None, *, quiet: bool = False) -> ModelRef:
     """A ModelRef for `ref`, or the embedded default model when ref is None (its first use
     imports it into the store, announced on stderr unless quiet)."""
-    if ref is None:
-        from mlxd.store.default_model import default_model
+    from mlxd.store.runnable import resolve_or_default
 
-        return default_model(notify=None if quiet else _notify)
-    from mlxd.store.resolve import resolve
-
-    return resolve(ref)
+    return resolve_or_default(ref, notify=None if quiet else _notify)
 
 
 def _notify(message: str) -> None:
@@ -75,9 +71,9 @@ def _notify(message: str) -> None:
 @contextmanager
 def open_model(ref: ModelRef, *, trust_remote_code: bool = False) -> Iterator[LoadedModel]:
     """Check and load `ref` (a ModelRef) into a fresh single-request engine; close it after."""
-    from mlxd.store.health import check_runnable
+    from mlxd.store.runnable import runnable_model
 
-    check_runnable(ref.path, trust_remote_code=trust_remote_code)
+    ref = runnable_model(ref, trust_remote_code=trust_remote_code)
     from mlxd.engine import Engine, EngineConfig
 
     engine = Engine(EngineConfig.from_settings(max_batch=1, trust_remote_code=trust_remote_code))

@@ -20,7 +20,6 @@ from mlxd.errors import EngineBusy, InvalidRequest, ModelNotFound
 
 if TYPE_CHECKING:
     from mlxd.engine import Engine, ModelInfo
-    from mlxd.store.model_ref import ModelRef
 
 DEFAULT_ALIASES = frozenset({"", "default"})
 LOAD_ATTEMPTS = 2  # loads of one name per request before giving up (it keeps being pushed out)
@@ -92,14 +91,10 @@ class ModelRegistry:
         return True
 
     def _resolve_and_load(self, name: str) -> ModelInfo:
-        from mlxd.store.health import check_runnable
-        from mlxd.store.resolve import resolve
+        from mlxd.store.runnable import runnable_model
 
-        ref = resolve(name)
-        if ref.source == "path":
-            raise ModelNotFound(f"model '{name}' is not in the store", param="model")
-        check_runnable(ref.path, trust_remote_code=self.trust_remote_code)
-        return load_model(self.engine, ref)
+        ref = runnable_model(name, trust_remote_code=self.trust_remote_code, store_only=True)
+        return self.engine.load_model(ref)
 
     async def list_ids(self) -> list[str]:
         """The preloaded model first, then every model the store catalog lists."""
@@ -125,8 +120,3 @@ def _catalog_names() -> list[str]:
     from mlxd.store.catalog import list_models
 
     return [str(getattr(entry, "name", entry)) for entry in list_models()]
-
-
-def load_model(engine: Engine, ref: ModelRef) -> ModelInfo:
-    """engine.load_model(ref) -> ModelInfo (the engine's registry keeps it)."""
-    return engine.load_model(ref)

@@ -111,18 +111,15 @@ def resolve_default(model: str | None, trust_remote_code: bool) -> tuple[ModelRe
     """(ModelRef, served name) of the model to preload; raises MlxdError with the reason.
 
     Runs before the engine starts, so a bad --model fails in about a second."""
-    from mlxd.store.health import check_runnable
-    from mlxd.store.resolve import resolve
+    from mlxd.store.runnable import runnable_model
 
-    if model is None:
-        from mlxd.store.default_model import default_model
-
-        ref = default_model(notify=lambda message: print(message, file=sys.stderr, flush=True))
-    else:
-        ref = resolve(model)
-    check_runnable(ref.path, trust_remote_code=trust_remote_code)
+    ref = runnable_model(model, trust_remote_code=trust_remote_code, notify=_print_line)
     # A directory given on the command line is served under its folder name, not its path.
     return ref, ref.path.name if ref.source == "path" else ref.name
+
+
+def _print_line(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
 
 def serve(settings: ServerSettings, model: str | None, engine_overrides: dict[str, Any]) -> int:
