@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import mlxd.backend  # noqa: F401  (loads the fast BLAS before any mlx import)
 from tests.checkpoints import make_checkpoint
 
 UNIT_DIR = Path(__file__).parent / "unit"

@@ -59,6 +59,10 @@ SETTINGS: dict[str, Setting] = {
     "stream_interval_ms": Setting(
         "MLXD_STREAM_INTERVAL_MS", "20", "streams deliver tokens at most this often (0: per step)"
     ),
+    "blas": Setting(
+        "MLXD_BLAS", "mkl", "CPU BLAS on Linux x86_64: mkl (when installed) or reference"
+    ),
+    "blas_threads": Setting("MLXD_BLAS_THREADS", "1", "MKL threads per matmul (1: sequential)"),
     "max_body_bytes": Setting("MLXD_MAX_BODY_BYTES", str(4 << 20), "HTTP request body cap"),
     "max_stop_strings": Setting("MLXD_MAX_STOP_STRINGS", "16", "most stop strings per request"),
     "drain_seconds": Setting("MLXD_DRAIN_SECONDS", "30", "shutdown: time running requests get"),

@@ -47,13 +47,33 @@ class OneLineParser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+class VersionAction(argparse.Action):
+    """`mlxd --version`: mlxd's and mlx's versions and which BLAS mlx's CPU matmuls use."""
+
+    def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object, **kwargs: object) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        from mlxd.backend import blas
+
+        try:
+            mlx_version = version("mlx")
+        except PackageNotFoundError:
+            mlx_version = "not installed"
+        info = blas.active()
+        print(f"mlxd {__version__} (mlx {mlx_version}; BLAS: {info.name}, {info.detail})")
+        parser.exit()
+
+
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The full parser; given argv naming a command, only that command's module is imported
     (start-up time of `mlxd run` matters, and every module costs a few milliseconds)."""
     parser = OneLineParser(
         prog="mlxd", description="Local LLMs on MLX: a model store, a CLI and an OpenAI server."
     )
-    parser.add_argument("--version", action="version", version=f"mlxd {__version__}")
+    parser.add_argument("--version", action=VersionAction, help="versions and the active BLAS")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     command = next((a for a in argv or [] if not a.startswith("-")), None)
     modules = [COMMANDS[command]] if command in COMMANDS else list(COMMANDS.values())
