@@ -12,7 +12,7 @@ import mlx.core as mx
 from mlx_lm.generate import BatchGenerator, StopSequences
 
 from mlxd.backend.loader import LoadedModel
-from mlxd.backend.outputs import FaultHook, PrefillProgress, StepOutput, StepResult
+from mlxd.backend.outputs import FaultHook, StepOutput, StepResult
 from mlxd.backend.prefix import PrefixCache
 from mlxd.backend.sampling import (
     GREEDY,
@@ -107,11 +107,15 @@ class BatchRunner:
         """Prompts wait or are being prefilled: the next step may run a prefill chunk."""
         return bool(len(self._gen._prompt_batch) or self._gen._unprocessed_sequences)
 
+    def waiting_uids(self) -> list[int]:
+        """Sequences whose prefill has not started yet, in arrival order."""
+        return [seq[0] for seq in self._gen._unprocessed_sequences]
+
     def step(self) -> StepResult:
         """One decode step for the running batch, then one prefill chunk."""
         if self.prefill_group_tokens:
             self._plan_prefill()
-        prompt_resps, gen_resps = self._gen.next()
+        _, gen_resps = self._gen.next()
         top_n = self._top_n
         if top_n:
             outputs = []
@@ -125,12 +129,11 @@ class BatchRunner:
             if r.finish_reason is not None:
                 self._store(r.all_tokens, r.prompt_cache)
                 top_n.pop(r.uid, None)
-        progress = [PrefillProgress(p.uid, p.progress[0], p.progress[1]) for p in prompt_resps]
         if not self._failed:
-            return StepResult(outputs, progress)
+            return StepResult(outputs)
         failed = dict(self._failed)
         self._failed.clear()
-        return StepResult(outputs, progress, failed)
+        return StepResult(outputs, failed)
 
     def close(self) -> None:
         self._gen.close()

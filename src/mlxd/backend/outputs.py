@@ -24,17 +24,9 @@ class StepOutput:
 
 
 @dataclass(slots=True)
-class PrefillProgress:
-    uid: int
-    done: int
-    total: int
-
-
-@dataclass(slots=True)
 class StepResult:
     """The step's tokens, and the sequences whose sampler or logits processor raised during
     it (uid -> the first exception): the engine fails those and ignores their tokens."""
 
     tokens: list[StepOutput]
-    prefill: list[PrefillProgress]
     failed: dict[int, BaseException] = field(default_factory=dict)

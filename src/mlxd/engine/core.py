@@ -228,10 +228,6 @@ class EngineCore:
 
     def _postprocess(self, result: StepResult) -> None:
         running, failed = self.scheduler.running, result.failed
-        for p in result.prefill:
-            request = running.get(p.uid)
-            if request is not None and request.status is RequestStatus.WAITING:
-                request.status = RequestStatus.PREFILLING
         now = time.monotonic()
         first_tokens: list[Collector] = []
         later: list[Collector] = []

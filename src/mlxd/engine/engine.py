@@ -120,12 +120,6 @@ class Engine:
             raise ModelNotFound(f"model {name!r} is not loaded")
         return entry.info
 
-    def model(self, name: str) -> ModelInfo:
-        entry = self._models.get(name)
-        if entry is None:
-            raise ModelNotFound(f"model {name!r} is not loaded")
-        return entry.info
-
     # ---- requests -------------------------------------------------------------------
 
     def submit(self, req: EngineRequest) -> RequestHandle:

@@ -32,9 +32,4 @@ class Shutdown:
     """Fail whatever is pending and stop the thread."""
 
 
-@dataclass(frozen=True, slots=True)
-class Drain:
-    """Admit nothing new; the engine stops taking submits (queued requests still run)."""
-
-
-Message = Submit | Cancel | LoadModel | Shutdown | Drain
+Message = Submit | Cancel | LoadModel | Shutdown

@@ -36,8 +36,10 @@ def first_steps(checkpoint: Path, prompt_len: int, **cfg) -> dict[str, dict[int,
     try:
         for step in range(200):
             result = runner.step()
-            for p in result.prefill:
-                prefill.setdefault(p.uid, step)
+            waiting = runner.waiting_uids()
+            for uid in uids:
+                if uid not in waiting:  # its first prefill chunk ran by this step
+                    prefill.setdefault(uid, step)
             for out in result.tokens:
                 token.setdefault(out.uid, step)
                 if out.finish is not None:

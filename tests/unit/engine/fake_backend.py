@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlxd.backend.loader import LoadedModel
-from mlxd.backend.outputs import PrefillProgress, StepOutput, StepResult
+from mlxd.backend.outputs import StepOutput, StepResult
 from mlxd.types import SamplingParams
 
 VOCAB = 1000
@@ -65,12 +65,11 @@ class FakeRunner:
         self.steps += 1
         if self.steps == self.fail_at_step:
             raise RuntimeError("fake step failure")
-        tokens, progress = [], []
+        tokens = []
         failed: dict[int, BaseException] = {}
         for seq in list(self.seqs.values()):
             if seq.prefilled < len(seq.prompt):
                 seq.prefilled = min(len(seq.prompt), seq.prefilled + self.chunk)
-                progress.append(PrefillProgress(seq.uid, seq.prefilled, len(seq.prompt)))
                 continue
             seq.generated += 1
             if seq.prompt[0] == 777 and seq.generated == 3:
@@ -84,7 +83,7 @@ class FakeRunner:
             if finish:
                 del self.seqs[seq.uid]
             tokens.append(StepOutput(seq.uid, token, finish, None))
-        return StepResult(tokens, progress, failed)
+        return StepResult(tokens, failed)
 
     def close(self) -> None:
         self.closed = True

@@ -43,7 +43,7 @@ class GatedRunner(FakeRunner):
     def step(self) -> StepResult:
         if not self.gate.is_set():
             time.sleep(0.001)  # the engine loop calls step() in a loop; do not spin
-            return StepResult([], [])
+            return StepResult([])
         return super().step()
 
 
