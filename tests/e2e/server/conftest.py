@@ -43,16 +43,22 @@ TRIP_SCRIPT = [
     "</tool_call>",
 ]
 
+# One token per chunk: a stop string can span several tokens ("s forty-t" spans " is",
+# " forty" and "-two"), and "Yes fine" holds a false start of it ("s f").
+STOP_SCRIPT = ["Yes", " fine", ".", " It", " is", " forty", "-two", " now", "!"]
+
 
 @pytest.fixture(scope="package")
 def server_home(tmp_path_factory: pytest.TempPathFactory, tiny_chat_model: Path) -> Path:
     """An MLXD_HOME whose store holds 'scripted' (thinks, then calls get_weather),
-    'scripted-trip' (calls plan_trip with TRIP_ARGS), 'tiny-long' (tiny-chat with a 64k
-    window, so one request can decode for seconds) and 'tiny-short' (a 128-token window)."""
+    'scripted-trip' (calls plan_trip with TRIP_ARGS), 'scripted-stop' (says STOP_SCRIPT),
+    'tiny-long' (tiny-chat with a 64k window, so one request can decode for seconds) and
+    'tiny-short' (a 128-token window)."""
     home = tmp_path_factory.mktemp("serve-home")
     store = home / "mlxd" / "models"
     make_scripted_checkpoint(store / "scripted", TOOL_SCRIPT)
     make_scripted_checkpoint(store / "scripted-trip", TRIP_SCRIPT)
+    make_scripted_checkpoint(store / "scripted-stop", STOP_SCRIPT)
     shutil.copytree(tiny_chat_model, store / "tiny-long")
     config = json.loads((store / "tiny-long" / "config.json").read_text())
     config["max_position_embeddings"] = 65536

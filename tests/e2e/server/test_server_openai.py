@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from tests.e2e.server.conftest import TRIP_ARGS
+from tests.e2e.server.conftest import STOP_SCRIPT, TRIP_ARGS
 
 USER = [{"role": "user", "content": "What is the capital of France?"}]
 
@@ -80,6 +80,38 @@ def test_stop_string_cuts_the_answer(client: openai.OpenAI) -> None:
     stop = full[3:5]
     cut, reason = chat_text(client, max_tokens=24, stop=[stop], extra_body={"ignore_eos": True})
     assert cut == full[: full.index(stop)]
+    assert reason == "stop"
+
+
+def stream_content(client: openai.OpenAI, endpoint: str, **kw: object) -> tuple[list[str], str]:
+    """The content deltas of one streamed request (chat or completions), and its one finish
+    reason."""
+    if endpoint == "chat":
+        chunks = list(client.chat.completions.create(messages=USER, stream=True, **kw))  # type: ignore[call-overload]
+        texts = [c.choices[0].delta.content or "" for c in chunks if c.choices]
+    else:
+        chunks = list(client.completions.create(prompt="Well?", stream=True, **kw))  # type: ignore[call-overload]
+        texts = [c.choices[0].text for c in chunks if c.choices]
+    reasons = [
+        c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+    ]
+    assert len(reasons) == 1, reasons
+    return [t for t in texts if t], reasons[0]
+
+
+@pytest.mark.parametrize("endpoint", ["chat", "completions"])
+def test_streamed_stop_string_across_tokens(client: openai.OpenAI, endpoint: str) -> None:
+    """'scripted-stop' says "Yes fine. It is forty-two now!" one token per chunk. A stop
+    string spanning three of its tokens cuts the stream just before it: no partial stop
+    string leaks, and a false start of it ("s f" in "Yes fine") is not held back for good."""
+    full = "".join(STOP_SCRIPT)
+    deltas, reason = stream_content(client, endpoint, model="scripted-stop", max_tokens=20)
+    assert "".join(deltas) == full and reason == "stop"  # the script, then EOS
+    stop = "s forty-t"
+    deltas, reason = stream_content(
+        client, endpoint, model="scripted-stop", max_tokens=20, stop=["nowhere", stop]
+    )
+    assert "".join(deltas) == full[: full.index(stop)] == "Yes fine. It i"
     assert reason == "stop"
 
 
