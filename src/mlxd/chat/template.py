@@ -14,13 +14,14 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sized
 from datetime import datetime
 from typing import Any
 
 import jinja2
 import jinja2.ext
 from jinja2.exceptions import SecurityError, TemplateSyntaxError
+from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import Namespace
 
@@ -62,22 +63,22 @@ class _BudgetedEnvironment(ImmutableSandboxedEnvironment):
 
     intercepted_binops = frozenset({"*", "+", "**", "%"})
 
-    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+    def call_binop(self, context: Context, operator: str, left: object, right: object) -> object:
         _budget.check_time()
         _precheck_binop(operator, left, right)
         result = super().call_binop(context, operator, left, right)
         _check_result(result)
         return result
 
-    def getattr(self, obj: Any, attribute: str) -> Any:
+    def getattr(self, obj: object, attribute: str) -> object:
         _budget.check_time()
         return super().getattr(obj, attribute)
 
-    def getitem(self, obj: Any, argument: Any) -> Any:
+    def getitem(self, obj: object, argument: object) -> object:
         _budget.check_time()
         return super().getitem(obj, argument)
 
-    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+    def call(__self, __context: Context, __obj: object, *args: object, **kwargs: object) -> object:  # noqa: N805
         _budget.check_time()
         # str.format arrives wrapped by the sandbox; its __wrapped__ is the bound method.
         target = getattr(getattr(__obj, "__wrapped__", __obj), "__self__", None)
@@ -89,7 +90,7 @@ class _BudgetedEnvironment(ImmutableSandboxedEnvironment):
         return result
 
 
-def _precheck_binop(operator: str, left: Any, right: Any) -> None:
+def _precheck_binop(operator: str, left: object, right: object) -> None:
     if operator == "*":
         for seq, n in ((left, right), (right, left)):
             if isinstance(seq, str | list | tuple) and isinstance(n, int):
@@ -103,14 +104,14 @@ def _precheck_binop(operator: str, left: Any, right: Any) -> None:
             raise TemplateError("chat template arithmetic result is too large")
 
 
-def _precheck_args(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+def _precheck_args(args: tuple[object, ...], kwargs: Mapping[str, object]) -> None:
     # On a string or list, a huge integer argument (center(10**9)) means a huge result.
     for value in (*args, *kwargs.values()):
         if isinstance(value, int) and not isinstance(value, bool):
             _budget.check_size(abs(value))
 
 
-def _estimate(name: str, target: Any, args: tuple[Any, ...]) -> int:
+def _estimate(name: str, target: object, args: tuple[object, ...]) -> int:
     """Upper bound on the output size of string-amplifying filters and methods, before running.
 
     The sandbox cannot interrupt a single C-level call, so the few operations whose output can
@@ -128,9 +129,9 @@ def _estimate(name: str, target: Any, args: tuple[Any, ...]) -> int:
     if name == "join":
         if isinstance(target, str) and args:  # str.join(iterable): target is the separator
             items = args[0]
-            return _size(items) + len(target) * (len(items) if hasattr(items, "__len__") else 1)
+            return _size(items) + len(target) * (len(items) if isinstance(items, Sized) else 1)
         sep = args[0] if args and isinstance(args[0], str) else ""
-        return size + len(sep) * (len(target) if hasattr(target, "__len__") else 1)
+        return size + len(sep) * (len(target) if isinstance(target, Sized) else 1)
     if name in ("format", "format_map") and isinstance(target, str):
         return size + (_budget.max_bytes + 1 if _BIG_WIDTH.search(target) else 0)
     if name == "expandtabs" and isinstance(target, str):
@@ -141,7 +142,7 @@ def _estimate(name: str, target: Any, args: tuple[Any, ...]) -> int:
     return size
 
 
-def _size(value: Any) -> int:
+def _size(value: object) -> int:
     if isinstance(value, str):
         return len(value)
     if isinstance(value, list | tuple):
@@ -149,14 +150,14 @@ def _size(value: Any) -> int:
     return 0
 
 
-def _check_result(result: Any) -> None:
+def _check_result(result: object) -> None:
     if isinstance(result, str | list | tuple):
         _budget.check_size(len(result))
 
 
-def _budgeted_filter(func: Any) -> Any:
+def _budgeted_filter(func: Callable[..., object]) -> Callable[..., object]:
     @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: object, **kwargs: object) -> object:
         _budget.check_time()
         values = [a for a in args if isinstance(a, str | list | tuple)]
         if values:  # the filtered value: the first string/list argument (after any context)
@@ -190,7 +191,7 @@ def _raise_exception(message: object) -> None:
 
 
 def _tojson(
-    x: Any,
+    x: object,
     ensure_ascii: bool = False,
     indent: int | None = None,
     separators: tuple[str, str] | None = None,
@@ -216,7 +217,7 @@ class _SafeNamespace(Namespace):
             raise SecurityError("chat templates cannot use underscore names in namespace()")
         Namespace.__init__(self, attrs)
 
-    def __setitem__(self, name: str, value: Any) -> None:
+    def __setitem__(self, name: str, value: object) -> None:
         # `{% set ns.s = ns.s ~ ns.s %}` in a loop is how a template grows a string unboundedly.
         _budget.check_time()
         if isinstance(name, str) and name.startswith("_"):
