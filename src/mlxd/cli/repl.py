@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mlxd.cli.render import print_error
-from mlxd.cli.repl_engine import LoadedModel, drain, open_model, resolve_model
+from mlxd.cli.repl_engine import InProcessModel, drain, open_model, resolve_model
 from mlxd.cli.repl_input import MessageReader, PipeReader, TerminalReader
 from mlxd.cli.repl_options import checked_options_from_args
 from mlxd.cli.stream_render import Answer, Renderer, decode_tps, error_from_finish
@@ -98,7 +98,7 @@ def run_repl(args: argparse.Namespace, model: ModelRef | str | None) -> int:
 
 @dataclass(slots=True)
 class Repl:
-    loaded: LoadedModel
+    loaded: InProcessModel
     conv: Conversation
     options: dict[str, object]
     interactive: bool

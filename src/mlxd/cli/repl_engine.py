@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 @dataclass(slots=True)
-class LoadedModel:
+class InProcessModel:
     """One engine with one model loaded; close() stops the engine thread."""
 
     engine: Engine
@@ -69,7 +69,7 @@ def _notify(message: str) -> None:
 
 
 @contextmanager
-def open_model(ref: ModelRef, *, trust_remote_code: bool = False) -> Iterator[LoadedModel]:
+def open_model(ref: ModelRef, *, trust_remote_code: bool = False) -> Iterator[InProcessModel]:
     """Check and load `ref` (a ModelRef) into a fresh single-request engine; close it after."""
     from mlxd.store.runnable import runnable_model
 
@@ -79,7 +79,7 @@ def open_model(ref: ModelRef, *, trust_remote_code: bool = False) -> Iterator[Lo
     engine = Engine(EngineConfig.from_settings(max_batch=1, trust_remote_code=trust_remote_code))
     try:
         info = engine.load_model(ref.path, ref.name, pin=True)  # a chat keeps its model
-        yield LoadedModel(engine=engine, info=info, ref=ref)
+        yield InProcessModel(engine=engine, info=info, ref=ref)
     finally:
         _close_quietly(engine)
 

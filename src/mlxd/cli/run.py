@@ -24,7 +24,7 @@ from mlxd.errors import AmbiguousModel, InvalidRequest, ModelNotFound
 
 if TYPE_CHECKING:
     from mlxd.cli.main import Subparsers
-    from mlxd.cli.repl_engine import LoadedModel
+    from mlxd.cli.repl_engine import InProcessModel
     from mlxd.cli.stream_render import Answer
     from mlxd.store.model_ref import ModelRef
 
@@ -147,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def ask_once(
-    loaded: LoadedModel,
+    loaded: InProcessModel,
     messages: list[dict[str, Any]],
     options: dict[str, object],
     args: argparse.Namespace,

@@ -67,7 +67,7 @@ def _env(name: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mlxd.server.runner import serve
+    from mlxd.server.launch import serve
     from mlxd.server.settings import ServerSettings
 
     settings = ServerSettings.from_config(

@@ -9,8 +9,8 @@ from fastapi import FastAPI
 from mlxd import __version__
 from mlxd.server.errors import install_handlers
 from mlxd.server.middleware import Guard
-from mlxd.server.models import ModelRegistry
 from mlxd.server.routes import router
+from mlxd.server.served_models import ServedModels
 from mlxd.server.settings import ServerSettings
 from mlxd.server.state import ServerState
 
@@ -32,8 +32,8 @@ def create_app(
         redoc_url=None,
         openapi_url=None,
     )
-    registry = ModelRegistry(engine, default_model, settings.trust_remote_code)
-    state = ServerState(engine=engine, settings=settings, registry=registry)
+    models = ServedModels(engine, default_model, settings.trust_remote_code)
+    state = ServerState(engine=engine, settings=settings, models=models)
     app.state.mlxd = state
     install_handlers(app)
     app.include_router(router)

@@ -36,7 +36,7 @@ async def chat_completions(request: Request) -> Response:
     st = _state(request)
     start = time.perf_counter()
     req = parse(ChatCompletionRequest, await request.body(), st.settings)
-    info = await st.registry.get(req.model)
+    info = await st.models.get(req.model)
     messages, tools, kwargs = chat_inputs(req, st.settings)
     stream = await asyncio.to_thread(
         lambda: start_chat(
@@ -61,7 +61,7 @@ async def completions(request: Request) -> Response:
     st = _state(request)
     start = time.perf_counter()
     req = parse(CompletionRequest, await request.body(), st.settings)
-    info = await st.registry.get(req.model)
+    info = await st.models.get(req.model)
     stream = await asyncio.to_thread(
         lambda: start_completion(
             st.engine, info, req.prompt_text(), options=req.options(), server_defaults=True
@@ -101,16 +101,16 @@ async def _respond(
 @router.get("/v1/models")
 async def list_models(request: Request) -> Response:
     st = _state(request)
-    ids = await st.registry.list_ids()
-    return JSONResponse({"object": "list", "data": [st.registry.card(i) for i in ids]})
+    ids = await st.models.list_ids()
+    return JSONResponse({"object": "list", "data": [st.models.card(i) for i in ids]})
 
 
 @router.get("/v1/models/{model_id:path}")
 async def get_model(request: Request, model_id: str) -> Response:
     st = _state(request)
-    if not await st.registry.exists(model_id):
+    if not await st.models.exists(model_id):
         raise ModelNotFound(f"model '{model_id}' is not known", param="model")
-    return JSONResponse(st.registry.card(model_id))
+    return JSONResponse(st.models.card(model_id))
 
 
 @router.get("/health")
@@ -124,7 +124,7 @@ async def health(request: Request) -> Response:
         "status": "ok" if ok else "unavailable",
         "state": state,
         "detail": getattr(h, "detail", None),
-        "model": st.registry.default.name if st.registry.default is not None else None,
+        "model": st.models.default.name if st.models.default is not None else None,
     }
     return JSONResponse(body, status_code=200 if ok else 503)
 

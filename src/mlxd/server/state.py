@@ -1,4 +1,4 @@
-"""What every route shares: the engine, settings, model registry, metrics and lifecycle."""
+"""What every route shares: the engine, settings, served models, metrics and lifecycle."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from mlxd.server.lifecycle import Lifecycle
 from mlxd.server.logprobs import TokenTexts
 from mlxd.server.metrics import Metrics
-from mlxd.server.models import ModelRegistry
+from mlxd.server.served_models import ServedModels
 from mlxd.server.settings import ServerSettings
 
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 class ServerState:
     engine: Engine
     settings: ServerSettings
-    registry: ModelRegistry
+    models: ServedModels
     metrics: Metrics = field(default_factory=Metrics)
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     _texts: dict[str, TokenTexts] = field(default_factory=dict)

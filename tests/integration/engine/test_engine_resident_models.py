@@ -140,18 +140,18 @@ def test_prefix_cache_drop_forgets_one_model_only() -> None:
 def test_server_models_reserve_and_load_again(
     make_engine: EngineFactory, three_models: tuple[Path, Path, Path], isolated_home: Path
 ) -> None:
-    """The server's ModelRegistry never hands out a model the engine unloaded, and the model
+    """The server's ServedModels never hands out a model the engine unloaded, and the model
     it hands out stays loaded until the request is submitted, even if another loads first."""
     import asyncio
     import shutil
 
-    from mlxd.server.models import ModelRegistry
+    from mlxd.server.served_models import ServedModels
 
     store = isolated_home / "mlxd" / "models"
     for path in three_models[:2]:
         shutil.copytree(path, store / path.name)
     engine = make_engine(max_models=1)
-    models = ModelRegistry(engine, default=None)
+    models = ServedModels(engine, default=None)
 
     async def scenario() -> None:
         a = await models.get("a")

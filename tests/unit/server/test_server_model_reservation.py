@@ -1,4 +1,4 @@
-"""The server's ModelRegistry hands out a model only with an engine reservation, even when the
+"""The server's ServedModels hands out a model only with an engine reservation, even when the
 engine pushes the model out again right after loading it (a fake engine; the real one is in
 tests/integration/engine/test_engine_resident_models.py)."""
 
@@ -11,7 +11,7 @@ import pytest
 
 from mlxd import errors as E
 from mlxd.engine import ModelInfo
-from mlxd.server.models import LOAD_ATTEMPTS, ModelRegistry
+from mlxd.server.served_models import LOAD_ATTEMPTS, ServedModels
 from mlxd.store.model_ref import ModelRef
 
 
@@ -52,7 +52,7 @@ def store_model(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 @pytest.mark.parametrize("pushed_out", range(LOAD_ATTEMPTS))
 def test_server_models_reserve_after_every_load(store_model: None, pushed_out: int) -> None:
     engine = PushyEngine(pushed_out)
-    info = asyncio.run(ModelRegistry(engine, default=None).get("m"))
+    info = asyncio.run(ServedModels(engine, default=None).get("m"))
     assert info.name == "m"
     assert engine.loads == pushed_out + 1
     assert engine.reserved == ["m"]  # the model handed out is reserved
@@ -61,5 +61,5 @@ def test_server_models_reserve_after_every_load(store_model: None, pushed_out: i
 def test_server_models_give_up_when_always_pushed_out(store_model: None) -> None:
     engine = PushyEngine(pushed_out=LOAD_ATTEMPTS)
     with pytest.raises(E.EngineBusy):
-        asyncio.run(ModelRegistry(engine, default=None).get("m"))
+        asyncio.run(ServedModels(engine, default=None).get("m"))
     assert engine.loads == LOAD_ATTEMPTS and engine.reserved == []

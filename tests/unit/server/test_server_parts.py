@@ -12,7 +12,7 @@ from mlxd.errors import from_code, one_line
 from mlxd.server.lifecycle import Lifecycle
 from mlxd.server.metrics import Histogram, Metrics
 from mlxd.server.middleware import host_is_loopback, route_label
-from mlxd.server.models import check_model_name
+from mlxd.server.served_models import check_model_name
 from mlxd.server.settings import is_loopback_host
 from mlxd.server.wire import ChatWire, CompletionWire
 from mlxd.types import FinishEvent, FinishReason, ReasoningDelta, TextDelta, ToolCall, Usage

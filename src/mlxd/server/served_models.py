@@ -40,7 +40,7 @@ def check_model_name(name: str) -> None:
         )
 
 
-class ModelRegistry:
+class ServedModels:
     """Request model names -> loaded ModelInfo; loads on first use, one load at a time."""
 
     def __init__(
@@ -52,7 +52,7 @@ class ModelRegistry:
         self.loaded: dict[str, ModelInfo] = {}
         self.created = int(time.time())
         if default is not None:
-            self.loaded[default.name] = default  # loaded pinned by server.runner.serve
+            self.loaded[default.name] = default  # loaded pinned by server.launch.serve
         self._lock = asyncio.Lock()
 
     async def get(self, name: str | None) -> ModelInfo:
@@ -72,7 +72,7 @@ class ModelRegistry:
         async with self._lock:
             info = self.loaded.get(name)
             # A load is followed by a reservation too: another load (from outside this
-            # registry) may have pushed the model out again in between.
+            # table) may have pushed the model out again in between.
             for _ in range(LOAD_ATTEMPTS):
                 if info is not None and self._reserve(info.name):
                     return info
