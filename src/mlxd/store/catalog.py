@@ -20,7 +20,7 @@ from mlxd.store.resolve import store_names
 
 
 @dataclass(frozen=True, slots=True)
-class ModelEntry:
+class CatalogEntry:
     """One listed model. `id` is what `resolve()` accepts and what /v1/models reports."""
 
     id: str
@@ -62,7 +62,7 @@ class ModelEntry:
         }
 
 
-def list_models(pattern: str | None = None) -> list[ModelEntry]:
+def list_models(pattern: str | None = None) -> list[CatalogEntry]:
     """Models whose id matches `pattern` (case-insensitive substring, or a glob with * ? [)."""
     entries = [_hf_entry(repo) for repo in scan_repos()]
     entries += [entry(store_dir() / name, name, "store", None) for name in store_names()]
@@ -77,7 +77,7 @@ def _matches(name: str, pattern: str | None) -> bool:
     return pattern.lower() in name.lower()
 
 
-def _hf_entry(repo: CachedRepo) -> ModelEntry:
+def _hf_entry(repo: CachedRepo) -> CatalogEntry:
     snapshot = repo.snapshot()
     if snapshot is None:
         status = Severity.INCOMPLETE if repo.incomplete_blobs() else Severity.BROKEN
@@ -86,7 +86,7 @@ def _hf_entry(repo: CachedRepo) -> ModelEntry:
     return entry(snapshot, repo.repo_id, "hf", snapshot.name)
 
 
-def entry(path: Path, name: str, source: Source, revision: str | None) -> ModelEntry:
+def entry(path: Path, name: str, source: Source, revision: str | None) -> CatalogEntry:
     """Describe one model directory for listing (headers only, never tensors)."""
     report = check(path)
     config = facts.read_json(path / "config.json")
@@ -96,7 +96,7 @@ def entry(path: Path, name: str, source: Source, revision: str | None) -> ModelE
     template = facts.chat_template(path, tok_config)
     dtypes = [t.dtype for h in report.headers for t in h.tensors]
     size, modified = _size_and_mtime(path)
-    return ModelEntry(
+    return CatalogEntry(
         id=name,
         source=source,
         path=path,
@@ -117,10 +117,10 @@ def _bare(
     problems: tuple[Problem, ...],
     source: Source = "hf",
     revision: str | None = None,
-) -> ModelEntry:
+) -> CatalogEntry:
     size, modified = _size_and_mtime(path)
     status = next((s.value for s in Severity if any(p.severity is s for p in problems)), "ok")
-    return ModelEntry(name, source, path, revision, size, modified, "unknown", "-", None,
+    return CatalogEntry(name, source, path, revision, size, modified, "unknown", "-", None,
                       status, problems)  # fmt: skip
 
 
