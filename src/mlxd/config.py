@@ -64,6 +64,24 @@ SETTINGS: dict[str, Setting] = {
     ),
     "blas_threads": Setting("MLXD_BLAS_THREADS", "1", "MKL threads per matmul (1: sequential)"),
     "max_body_bytes": Setting("MLXD_MAX_BODY_BYTES", str(4 << 20), "HTTP request body cap"),
+    "header_timeout_seconds": Setting(
+        "MLXD_HEADER_TIMEOUT",
+        "20",
+        "a connection closes unless its request headers arrive "
+        "within this many seconds (of its start or of its previous response)",
+    ),
+    "body_timeout_seconds": Setting(
+        "MLXD_BODY_TIMEOUT", "60", "a request body must arrive within this many seconds (408)"
+    ),
+    "keep_alive_seconds": Setting(
+        "MLXD_KEEP_ALIVE", "30", "an idle keep-alive connection closes after this many seconds"
+    ),
+    "max_connections": Setting(
+        "MLXD_MAX_CONNECTIONS",
+        "512",
+        "open connections at most; at the cap a new one pushes "
+        "out the oldest connection waiting for headers",
+    ),
     "max_stop_strings": Setting("MLXD_MAX_STOP_STRINGS", "16", "most stop strings per request"),
     "drain_seconds": Setting("MLXD_DRAIN_SECONDS", "30", "shutdown: time running requests get"),
     "template_seconds": Setting("MLXD_TEMPLATE_SECONDS", "2", "chat template render time budget"),

@@ -1,7 +1,8 @@
 """Run the app under uvicorn: bind first, preload the model, serve, drain on SIGTERM/Ctrl-C.
 
 uvicorn settings are chosen for bursts: keep-alive on, a listen backlog of 2048 (mlx-lm's
-server accepts 5 pending connections), one worker (one engine per process), asyncio + h11.
+server accepts 5 pending connections), one worker (one engine per process), asyncio + h11
+with a header timeout and a connection cap (server/connections.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import uvicorn
 
 from mlxd.errors import MlxdError
 from mlxd.server.app import create_app
+from mlxd.server.connections import guarded_protocol
 from mlxd.server.lifecycle import Lifecycle
 from mlxd.server.settings import ServerSettings
 
@@ -24,8 +26,6 @@ if TYPE_CHECKING:
     from mlxd.store.model_ref import ModelRef
 
 BACKLOG = 2048
-LIMIT_CONCURRENCY = 4096  # connections + tasks; past this uvicorn answers 503 at once
-KEEP_ALIVE_SECONDS = 30
 ABORT_GRACE_SECONDS = 2.0  # after the drain: time for aborted streams to send their error
 
 
@@ -140,12 +140,13 @@ def serve(settings: ServerSettings, model: str | None, engine_overrides: dict[st
         config = uvicorn.Config(
             app,
             loop="asyncio",
-            http="h11",
+            http=guarded_protocol(settings.header_timeout, settings.max_connections),
             ws="none",
             lifespan="off",
             backlog=BACKLOG,
-            limit_concurrency=LIMIT_CONCURRENCY,
-            timeout_keep_alive=KEEP_ALIVE_SECONDS,
+            # Connections + tasks; above our own cap, which evicts idle connections first.
+            limit_concurrency=2 * settings.max_connections,
+            timeout_keep_alive=settings.keep_alive,  # type: ignore[arg-type]
             log_level="warning",
             access_log=False,
             server_header=False,

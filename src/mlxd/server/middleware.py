@@ -7,11 +7,13 @@ through untouched and the per-request cost stays a few attribute reads.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from mlxd.errors import AuthError, EngineUnavailable, MlxdError
+from mlxd.server.connections import RequestTimeout
 from mlxd.server.errors import HostNotAllowed, PayloadTooLarge, error_body
 from mlxd.server.lifecycle import Lifecycle
 from mlxd.server.metrics import Metrics
@@ -110,7 +112,8 @@ class Guard:
     async def _capped_body(
         self, headers: dict[bytes, bytes], receive: Receive
     ) -> tuple[MlxdError | None, Receive]:
-        """Read the whole body up to the cap (Content-Length checked first, then counted)."""
+        """Read the whole body up to the cap (Content-Length checked first, then counted),
+        within the body timeout."""
         cap = self.settings.max_body_bytes
         too_big = PayloadTooLarge(f"request body is larger than {cap} bytes")
         length = headers.get(b"content-length")
@@ -118,17 +121,22 @@ class Guard:
             return too_big, receive
         chunks: list[bytes] = []
         size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return EngineUnavailable("client disconnected"), receive
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > cap:
-                return too_big, receive
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
+        try:
+            async with asyncio.timeout(self.settings.body_timeout):
+                while True:
+                    message = await receive()
+                    if message["type"] != "http.request":
+                        return EngineUnavailable("client disconnected"), receive
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > cap:
+                        return too_big, receive
+                    chunks.append(chunk)
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            timeout = self.settings.body_timeout
+            return RequestTimeout(f"request body not received within {timeout:g}s"), receive
         return None, _replay(b"".join(chunks), receive)
 
 

@@ -21,6 +21,10 @@ class ServerSettings:
     api_key: str = default("api_key")
     allowed_origins: tuple[str, ...] = ()
     max_body_bytes: int = default_int("max_body_bytes")
+    header_timeout: float = default_float("header_timeout_seconds")
+    body_timeout: float = default_float("body_timeout_seconds")
+    keep_alive: float = default_float("keep_alive_seconds")
+    max_connections: int = default_int("max_connections")
     max_stop_strings: int = default_int("max_stop_strings")
     drain_seconds: float = default_float("drain_seconds")
     trust_remote_code: bool = False
@@ -39,6 +43,10 @@ class ServerSettings:
                 "api_key": setting("api_key"),
                 "allowed_origins": parse_origins(setting("allowed_origins")),
                 "max_body_bytes": setting_int("max_body_bytes"),
+                "header_timeout": float(setting("header_timeout_seconds")),
+                "body_timeout": float(setting("body_timeout_seconds")),
+                "keep_alive": float(setting("keep_alive_seconds")),
+                "max_connections": setting_int("max_connections"),
                 "max_stop_strings": setting_int("max_stop_strings"),
                 "drain_seconds": float(setting("drain_seconds")),
             }
