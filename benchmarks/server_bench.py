@@ -1,12 +1,20 @@
-"""Benchmark `mlxd serve` against `python -m mlx_lm.server` on the same checkpoint.
+"""Benchmark `mlxd serve` against its peers on the same checkpoint, side by side in one run.
 
-Many concurrent streaming clients (1, 4, 8, 16 by default); per server and load it reports time
-to first token (p50/p99), inter-token latency (p50/p99) and aggregate tokens/s, as JSON on
-stdout. Two loads: greedy, and a client mix at temperature 0.7 with a `seed` in every request.
-EOS is suppressed with logit_bias on both servers, so every request decodes max_tokens.
+Peers: `python -m mlx_lm.server` (this venv's mlx-lm, or --mlx-lm-python), `vllm-mlx serve DIR
+--continuous-batching` (--vllm-mlx BIN) and `rapid-mlx serve DIR` (--rapid-mlx BIN), each from
+its own venv. Closed loop: N streaming clients (1, 8, 16 by default), each sending its share of
+--requests distinct prompts (~256 tokens) one after another; per server and load it reports
+time to first token (p50/p99/mean), inter-token latency and aggregate tokens/s, as JSON on
+stdout. Two loads: greedy, and temperature 0.7 with a `seed` in every request. EOS is
+suppressed with logit_bias, so every request decodes max_tokens. --rounds repeats every
+(server, load, clients) cell in alternating server order. --blas mkl runs every server with
+Intel MKL (mlxd by MLXD_BLAS, the peers by preloading libmkl_rt), `ships` with what each
+ships with (mlxd: MKL; peers: mlx's reference BLAS), `reference` all without MKL.
 
     python benchmarks/server_bench.py                      # 0.25M-parameter checkpoint
     python benchmarks/server_bench.py --kind big --max-tokens 32
+    python benchmarks/server_bench.py --kind tiny --max-tokens 128 --requests 48 --rounds 2 \
+        --servers mlxd,mlx_lm,vllm-mlx,rapid-mlx --vllm-mlx VENV/bin/vllm-mlx --rapid-mlx ...
 """
 
 from __future__ import annotations
@@ -43,43 +51,53 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start(kind: str, model: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
+def server_command(kind: str, model: Path, port: int, args: argparse.Namespace) -> list[str]:
     if kind == "mlxd":
-        cmd = [
-            sys.executable,
-            "-m",
-            "mlxd.cli.main",
-            "serve",
-            "--model",
-            str(model),
+        return [sys.executable, "-m", "mlxd.cli.main", "serve", "--model", str(model)] + [
             "--port",
             str(port),
         ]
-    else:
-        cmd = [
-            sys.executable,
-            "-m",
-            "mlx_lm.server",
-            "--model",
-            str(model),
-            "--port",
-            str(port),
-            "--log-level",
-            "WARNING",
-        ]
+    if kind == "mlx_lm":
+        python = args.mlx_lm_python or sys.executable
+        return [python, "-m", "mlx_lm.server", "--model", str(model), "--port", str(port)]
+    if kind == "vllm-mlx":
+        return [args.vllm_mlx, "serve", str(model), "--port", str(port), "--continuous-batching"]
+    if kind == "rapid-mlx":
+        return [args.rapid_mlx, "serve", str(model), "--port", str(port)]
+    raise ValueError(kind)
+
+
+def blas_env(kind: str, env: dict[str, str], blas: str, python: str) -> dict[str, str]:
+    """mlxd picks its BLAS with MLXD_BLAS; a peer gets MKL by preloading its runtime."""
+    env = dict(env, MLXD_BLAS="mkl" if blas in ("mkl", "ships") else "reference")
+    if kind != "mlxd" and blas == "mkl":
+        lib = Path(python).resolve().parents[1] / "lib" / "libmkl_rt.so.3"
+        if not lib.is_file():
+            lib = Path(sys.prefix) / "lib" / "libmkl_rt.so.3"
+        env.update(LD_PRELOAD=str(lib), MKL_THREADING_LAYER="SEQUENTIAL")
+    return env
+
+
+def start(
+    kind: str, model: Path, env: dict[str, str], args: argparse.Namespace
+) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    cmd = server_command(kind, model, port, args)
+    env = blas_env(kind, env, args.blas, Path(cmd[0]).parent.as_posix() + "/python")
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         try:
             if httpx.get(url + "/v1/models", timeout=2).status_code == 200:
                 return proc, url
         except httpx.TransportError:
             pass
+        if proc.poll() is not None:
+            break
         time.sleep(0.2)
     proc.kill()
-    raise RuntimeError(f"{kind} server did not start")
+    raise RuntimeError(f"{kind} server did not start: {' '.join(cmd)}")
 
 
 async def one_request(client: httpx.AsyncClient, url: str, body: dict[str, object]) -> Sample:
@@ -116,16 +134,27 @@ async def one_request(client: httpx.AsyncClient, url: str, body: dict[str, objec
     return sample
 
 
-def request_body(load: str, client_id: int, n: int, max_tokens: int, eos: int) -> dict[str, object]:
+WORDS = (
+    "river stone light cloud paper music garden window silver orange forest engine winter "
+    "harbor candle letter bridge mountain market signal planet morning thunder violet ocean"
+).split()
+
+
+def prompt_text(client_id: int, n: int, words: int) -> str:
+    """Distinct for every (client, request): no prompt is a prefix of another's."""
+    body = " ".join(
+        WORDS[(client_id * 7 + n * 13 + i * (n + 3)) % len(WORDS)] for i in range(words)
+    )
+    return f"Client {client_id} request {n}: {body}. Summarize."
+
+
+def request_body(
+    load: str, client_id: int, n: int, args: argparse.Namespace, eos: int
+) -> dict[str, object]:
     body: dict[str, object] = {
         "model": "default",
-        "messages": [
-            {
-                "role": "user",
-                "content": f"Client {client_id} asks question {n}: what is the capital of France?",
-            }
-        ],
-        "max_tokens": max_tokens,
+        "messages": [{"role": "user", "content": prompt_text(client_id, n, args.prompt_words)}],
+        "max_tokens": args.max_tokens,
         "stream": True,
         "stream_options": {"include_usage": True},
         "logit_bias": {str(eos): -100.0},
@@ -138,17 +167,23 @@ def request_body(load: str, client_id: int, n: int, max_tokens: int, eos: int) -
 
 
 async def run_level(
-    url: str, load: str, clients: int, per_client: int, max_tokens: int, eos: int, model: str
+    url: str,
+    load: str,
+    clients: int,
+    per_client: int,
+    args: argparse.Namespace,
+    eos: int,
+    model: str,
 ) -> dict[str, float]:
     limits = httpx.Limits(max_connections=clients + 4, max_keepalive_connections=clients + 4)
-    async with httpx.AsyncClient(timeout=600, limits=limits) as client:
+    async with httpx.AsyncClient(timeout=900, limits=limits) as client:
         errors = 0
 
         async def worker(cid: int) -> list[Sample]:
             nonlocal errors
             out = []
             for n in range(per_client):
-                body = request_body(load, cid, n, max_tokens, eos)
+                body = request_body(load, cid, n, args, eos)
                 body["model"] = model
                 try:
                     out.append(await one_request(client, url, body))
@@ -172,6 +207,7 @@ async def run_level(
         "agg_tok_s": round(tokens / wall, 1),
         "ttft_p50_ms": round(1000 * pct(ttfts, 50), 1),
         "ttft_p99_ms": round(1000 * pct(ttfts, 99), 1),
+        "ttft_mean_ms": round(1000 * statistics.fmean(ttfts), 1) if ttfts else 0.0,
         "itl_p50_ms": round(1000 * pct(gaps, 50), 2),
         "itl_p99_ms": round(1000 * pct(gaps, 99), 2),
     }
@@ -186,19 +222,18 @@ def pct(values: list[float], p: float) -> float:
 
 
 def bench_server(
-    kind: str, model_dir: Path, env: dict[str, str], args: argparse.Namespace, eos: int
-) -> dict[str, list[dict[str, float]]]:
-    proc, url = start(kind, model_dir, env)
+    kind: str, model_dir: Path, env: dict[str, str], args: argparse.Namespace, eos: int, load: str
+) -> list[dict[str, float]]:
+    """One server process: a warm-up, then every concurrency level of one load."""
+    proc, url = start(kind, model_dir, env, args)
     model = "default" if kind == "mlxd" else str(model_dir)
     try:
-        asyncio.run(run_level(url, "greedy", 1, 1, 8, eos, model))  # warm-up
-        out: dict[str, list[dict[str, float]]] = {}
-        for load in ("greedy", "seeded"):
-            out[load] = [
-                asyncio.run(run_level(url, load, c, args.per_client, args.max_tokens, eos, model))
-                for c in args.concurrency
-            ]
-            print(f"{kind} {load}: {json.dumps(out[load])}", file=sys.stderr, flush=True)
+        asyncio.run(run_level(url, "greedy", 1, 1, args, eos, model))  # warm-up
+        out = []
+        for c in args.concurrency:
+            per_client = max(1, args.requests // c)
+            out.append(asyncio.run(run_level(url, load, c, per_client, args, eos, model)))
+            print(f"{kind} {load} {c}: {json.dumps(out[-1])}", file=sys.stderr, flush=True)
         return out
     finally:
         proc.terminate()
@@ -212,9 +247,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kind", default="small", help="tests/checkpoints.py size: tiny/small/big")
     parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--per-client", type=int, default=2, help="requests per client")
-    parser.add_argument("--concurrency", default="1,4,8,16")
-    parser.add_argument("--skip-mlx-lm", action="store_true")
+    parser.add_argument("--prompt-words", type=int, default=48, help="~256 tokens on tiny")
+    parser.add_argument("--requests", type=int, default=16, help="requests per level (closed loop)")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--concurrency", default="1,8,16")
+    parser.add_argument("--loads", default="greedy,seeded")
+    parser.add_argument("--servers", default="mlxd,mlx_lm")
+    parser.add_argument("--blas", default="ships", choices=["ships", "mkl", "reference"])
+    parser.add_argument("--mlx-lm-python", default=None, help="python of a venv with mlx-lm")
+    parser.add_argument("--vllm-mlx", default="vllm-mlx", help="the vllm-mlx executable")
+    parser.add_argument("--rapid-mlx", default="rapid-mlx", help="the rapid-mlx executable")
     args = parser.parse_args()
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
 
@@ -227,30 +269,52 @@ def main() -> None:
     env = dict(
         os.environ, MLXD_HOME=str(work / "home"), HF_HOME=str(work / "hf"), HF_HUB_OFFLINE="1"
     )
-    params = _param_count(model_dir)
+    servers = args.servers.split(",")
     report: dict[str, object] = {
         "checkpoint": args.kind,
-        "parameters": params,
+        "parameters": _param_count(model_dir),
+        "prompt_tokens": _prompt_tokens(model_dir, args.prompt_words),
         "max_tokens": args.max_tokens,
-        "per_client": args.per_client,
+        "requests_per_level": args.requests,
+        "rounds": args.rounds,
+        "blas": args.blas,
         "cpu_count": os.cpu_count(),
     }
-    servers = ["mlxd"] + ([] if args.skip_mlx_lm else ["mlx_lm"])
-    results = {s: bench_server(s, model_dir, env, args, eos) for s in servers}
+    results: dict[str, dict[str, list[list[dict[str, float]]]]] = {
+        s: {load: [] for load in args.loads.split(",")} for s in servers
+    }
+    for r in range(args.rounds):
+        for load in args.loads.split(","):
+            for server in servers if r % 2 == 0 else servers[::-1]:
+                results[server][load].append(bench_server(server, model_dir, env, args, eos, load))
     report["results"] = results
-    if "mlx_lm" in results:
-        report["ratio_mlxd_over_mlx_lm"] = {
-            load: [
-                {
-                    "clients": a["clients"],
-                    "agg_tok_s": round(a["agg_tok_s"] / max(b["agg_tok_s"], 1e-9), 2),
-                    "ttft_p99": round(a["ttft_p99_ms"] / max(b["ttft_p99_ms"], 1e-9), 2),
-                }
-                for a, b in zip(results["mlxd"][load], results["mlx_lm"][load], strict=True)
-            ]
-            for load in ("greedy", "seeded")
-        }
+    report["summary"] = _summary(results, args)
     print(json.dumps(report, indent=2))
+
+
+def _summary(
+    results: dict[str, dict[str, list[list[dict[str, float]]]]], args: argparse.Namespace
+) -> dict[str, dict[str, dict[str, list[float]]]]:
+    """server -> load -> figure -> one value per concurrency level: the median over rounds."""
+    out: dict[str, dict[str, dict[str, list[float]]]] = {}
+    for server, loads in results.items():
+        out[server] = {}
+        for load, rounds in loads.items():
+            out[server][load] = {
+                key: [
+                    statistics.median(rnd[i][key] for rnd in rounds)
+                    for i in range(len(args.concurrency))
+                ]
+                for key in ("agg_tok_s", "ttft_p99_ms", "ttft_mean_ms")
+            }
+    return out
+
+
+def _prompt_tokens(model_dir: Path, words: int) -> int:
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    return len(tok.encode(prompt_text(0, 0, words)).ids)
 
 
 def _param_count(model_dir: Path) -> int:
