@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,6 +93,16 @@ def launch(args: list[str], env: dict[str, str], wait_ready: bool = True) -> Ser
         time.sleep(0.05)
     proc.kill()
     raise RuntimeError("mlxd serve never became healthy:\n" + "".join(server.stderr))
+
+
+def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    """Poll until predicate() is true: a liveness bound, not a timing assertion."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 def metric(text: str, name: str) -> float:

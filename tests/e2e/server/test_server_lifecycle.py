@@ -16,21 +16,11 @@ import httpx
 import openai
 import pytest
 
-from tests.e2e.server.serverproc import ServerProcess, launch, metric, server_env
+from tests.e2e.server.serverproc import ServerProcess, launch, metric, server_env, wait_for
 
 USER = [{"role": "user", "content": "Tell me a story."}]
 # Seconds of decoding: 'tiny-long' has a 64k window (see conftest); tests cancel it early.
 LONG = {"model": "tiny-long", "messages": USER, "max_tokens": 30000, "ignore_eos": True}
-
-
-def wait_for(predicate, what: str, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
-    """Poll until predicate() is true: a liveness bound, not a timing assertion."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def metrics(http: httpx.Client) -> str:
