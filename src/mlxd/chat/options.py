@@ -9,19 +9,31 @@ generation_config.json defaults, then `mlxd.config.SAMPLING_DEFAULTS`.
 
 from __future__ import annotations
 
-import builtins
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import Enum
 
 from mlxd.config import LIMITS, SAMPLING_BOUNDS, SAMPLING_DEFAULTS, Bounds, setting_int
 from mlxd.errors import InvalidRequest
 from mlxd.types import SamplingParams
 
-__all__ = ["OPTIONS", "Option", "sampling_params", "stop_strings", "validate_option"]
+__all__ = ["OPTIONS", "Option", "OptionKind", "sampling_params", "stop_strings", "validate_option"]
 
-# Option kinds: how a value is parsed and checked.
-FLOAT, INT, BOOL, SEED, LOGIT_BIAS, STOP = "float", "int", "bool", "seed", "logit_bias", "stop"
+
+class OptionKind(Enum):
+    """How an option's value is parsed and checked."""
+
+    FLOAT = "float"
+    INT = "int"
+    SEED = "seed"  # an int that may be None (unset)
+    BOOL = "bool"
+    LOGIT_BIAS = "logit_bias"  # {token id: bias}, bounds apply to each bias
+    STOP = "stop"  # a string or a list of strings
+
+
+FLOAT, INT, SEED, BOOL = OptionKind.FLOAT, OptionKind.INT, OptionKind.SEED, OptionKind.BOOL
+LOGIT_BIAS, STOP = OptionKind.LOGIT_BIAS, OptionKind.STOP
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +42,7 @@ class Option:
 
     name: str
     cli_flag: str
-    type: str  # FLOAT, INT, BOOL, SEED, LOGIT_BIAS or STOP
+    kind: OptionKind
     help: str
     target: str | None = None  # SamplingParams field; None: not a SamplingParams field (stop)
 
@@ -38,11 +50,6 @@ class Option:
     def bounds(self) -> Bounds | None:
         """The valid range (of each bias, for logit_bias); None for booleans and stop."""
         return SAMPLING_BOUNDS.get(self.name)
-
-    @property
-    def python_type(self) -> builtins.type:
-        """The argparse `type=` for the CLI flag (stop and logit_bias take strings)."""
-        return {FLOAT: float, INT: int, SEED: int, BOOL: bool}.get(self.type, str)
 
 
 # One option per entry, laid out as the table it is.
@@ -127,15 +134,15 @@ def stop_strings(options: Mapping[str, object]) -> list[str]:
 
 def validate_option(opt: Option, raw: object, *, vocab_size: int | None = None) -> object:
     """Check one raw value against its Option; return the value in SamplingParams form."""
-    if opt.type == FLOAT:
+    if opt.kind is FLOAT:
         return _check_bounds(opt, _as_float(opt.name, raw))
-    if opt.type in (INT, SEED):
+    if opt.kind in (INT, SEED):
         return int(_check_bounds(opt, _as_int(opt.name, raw)))
-    if opt.type == BOOL:
+    if opt.kind is BOOL:
         if not isinstance(raw, bool):
             raise InvalidRequest(f"{opt.name} must be true or false", param=opt.name)
         return raw
-    if opt.type == LOGIT_BIAS:
+    if opt.kind is LOGIT_BIAS:
         return _logit_bias(opt, raw, vocab_size)
     return _stop(opt, raw)
 

@@ -13,6 +13,7 @@ import json
 import re
 import uuid
 from collections.abc import Callable, Sequence
+from enum import Enum, auto
 from typing import Any
 
 from mlxd.chat.formats import Formats, ToolFormat
@@ -28,8 +29,17 @@ __all__ = [
     "split_at_marker",
 ]
 
-CONTENT, REASONING, TOOL = "content", "reasoning", "tool"
-H_HEADER, H_BODY = "harmony-header", "harmony-body"
+
+class Mode(Enum):
+    """What the parser is reading now."""
+
+    CONTENT = auto()  # answer text
+    REASONING = auto()  # inside <think>-style markers
+    TOOL = auto()  # inside a tool call
+    HARMONY_HEADER = auto()  # GPT-OSS: between <|start|>/<|channel|> and <|message|>
+    HARMONY_BODY = auto()  # GPT-OSS: a message on the channel the header named
+
+
 _H_CLOSERS = ("<|end|>", "<|call|>", "<|return|>")
 _H_OPENERS = ("<|start|>", "<|channel|>")
 _H_CHANNEL = re.compile(r"<\|channel\|>\s*([A-Za-z_]+)")
@@ -120,11 +130,12 @@ class OutputParser:
         self._ws_kind: type[TextDelta] | type[ReasoningDelta] = TextDelta
         self._at_start = True
         if formats.harmony:
-            self.mode, self._header, self._channel, self._recipient = H_BODY, "", "final", ""
+            self.mode = Mode.HARMONY_BODY
+            self._header, self._channel, self._recipient = "", "final", ""
         else:
             open_ = reasoning_open and formats.reasoning is not None
-            self.mode = REASONING if open_ else CONTENT
-        self._strip = self.mode == REASONING  # drop whitespace right after a marker
+            self.mode = Mode.REASONING if open_ else Mode.CONTENT
+        self._strip = self.mode is Mode.REASONING  # drop whitespace right after a marker
 
     @property
     def stopped(self) -> bool:
@@ -133,9 +144,9 @@ class OutputParser:
     @property
     def in_text(self) -> bool:
         """The next output would be answer text (not reasoning, a tool call or structure)."""
-        if self.mode == H_BODY:
+        if self.mode is Mode.HARMONY_BODY:
             return self._channel != "analysis" and not self._is_harmony_tool()
-        return self.mode == CONTENT
+        return self.mode is Mode.CONTENT
 
     def feed(self, text: str) -> list[ChatEvent]:
         self._scan(self.stops.feed(text))
@@ -164,14 +175,14 @@ class OutputParser:
             self._on_marker(marker)
 
     def _markers(self) -> tuple[str, ...]:
-        if self.mode == H_BODY:
+        if self.mode is Mode.HARMONY_BODY:
             return _H_CLOSERS + _H_OPENERS
-        if self.mode == H_HEADER:
+        if self.mode is Mode.HARMONY_HEADER:
             return ("<|message|>",)
-        if self.mode == REASONING:
+        if self.mode is Mode.REASONING:
             assert self.formats.reasoning is not None
             return (self.formats.reasoning[1],)
-        if self.mode == TOOL:
+        if self.mode is Mode.TOOL:
             assert self.tool is not None
             return (self.tool.end,) if self.tool.end else ()
         markers = []
@@ -184,23 +195,23 @@ class OutputParser:
     def _on_marker(self, marker: str) -> None:
         self.markers_seen += 1
         self._ws_tail = ""  # whitespace right before a marker is layout, not content
-        if self.mode in (H_BODY, H_HEADER):
+        if self.mode in (Mode.HARMONY_BODY, Mode.HARMONY_HEADER):
             self._on_harmony_marker(marker)
-        elif self.mode == CONTENT and self.tool is not None and marker == self.tool.start:
-            self.mode, self._tool_buf, self._at_start = TOOL, "", False
+        elif self.mode is Mode.CONTENT and self.tool is not None and marker == self.tool.start:
+            self.mode, self._tool_buf, self._at_start = Mode.TOOL, "", False
             self._tool_marker = marker
-        elif self.mode == CONTENT:
-            self.mode, self._strip = REASONING, True
-        elif self.mode == REASONING:
-            self.mode, self._strip = CONTENT, True
-        else:  # TOOL end marker
+        elif self.mode is Mode.CONTENT:
+            self.mode, self._strip = Mode.REASONING, True
+        elif self.mode is Mode.REASONING:
+            self.mode, self._strip = Mode.CONTENT, True
+        else:  # Mode.TOOL end marker
             self._finish_tool(terminated=True)
 
     def _emit(self, text: str) -> None:
-        if self.mode == H_HEADER:
+        if self.mode is Mode.HARMONY_HEADER:
             self._header += text
             return
-        if self.mode == TOOL or (self.mode == H_BODY and self._is_harmony_tool()):
+        if self.mode is Mode.TOOL or (self.mode is Mode.HARMONY_BODY and self._is_harmony_tool()):
             self._tool_buf += text
             return
         if self._strip:
@@ -208,7 +219,9 @@ class OutputParser:
             if not text:
                 return
             self._strip = False
-        if self.mode == REASONING or (self.mode == H_BODY and self._channel == "analysis"):
+        if self.mode is Mode.REASONING or (
+            self.mode is Mode.HARMONY_BODY and self._channel == "analysis"
+        ):
             self._deliver(ReasoningDelta, text)
         elif self.tool is not None and self.tool.json_at_start and self._at_start:
             self._content_at_start(text)
@@ -222,7 +235,7 @@ class OutputParser:
             return
         self._at_start = False
         if stripped.startswith("{"):
-            self.mode, self._tool_buf, self._lead_ws = TOOL, stripped, ""
+            self.mode, self._tool_buf, self._lead_ws = Mode.TOOL, stripped, ""
             self._tool_marker = ""  # a bare JSON call has no start marker to give back
             return
         self._text(self._lead_ws + text)
@@ -246,9 +259,9 @@ class OutputParser:
     # ---- tool calls ---------------------------------------------------------------------
 
     def _close_open_block(self) -> None:
-        if self.mode == TOOL:
+        if self.mode is Mode.TOOL:
             self._finish_tool(terminated=self.tool is not None and self.tool.end is None)
-        elif self.mode == H_BODY and self._is_harmony_tool():
+        elif self.mode is Mode.HARMONY_BODY and self._is_harmony_tool():
             self._finish_harmony_tool()
         if self._lead_ws and not self._strip:
             self._text(self._lead_ws)
@@ -260,7 +273,7 @@ class OutputParser:
     def _finish_tool(self, *, terminated: bool) -> None:
         assert self.tool is not None
         body, self._tool_buf = self._tool_buf, ""
-        self.mode, self._strip = CONTENT, True
+        self.mode, self._strip = Mode.CONTENT, True
         try:
             calls = self.tool.parse(body)
         except ValueError as e:
@@ -286,17 +299,17 @@ class OutputParser:
         return self.tools_enabled and self._recipient.startswith("functions.")
 
     def _on_harmony_marker(self, marker: str) -> None:
-        if self.mode == H_HEADER:  # "<|message|>": the header is complete
+        if self.mode is Mode.HARMONY_HEADER:  # "<|message|>": the header is complete
             channel = _H_CHANNEL.search(self._header)
             recipient = _H_RECIPIENT.search(self._header)
             self._channel = channel.group(1) if channel else "final"
             self._recipient = recipient.group(1) if recipient else ""
-            self.mode, self._header, self._tool_buf = H_BODY, "", ""
+            self.mode, self._header, self._tool_buf = Mode.HARMONY_BODY, "", ""
             self._strip = False
             return
         if self._is_harmony_tool():
             self._finish_harmony_tool()
-        self.mode, self._header = H_HEADER, (marker if marker in _H_OPENERS else "")
+        self.mode, self._header = Mode.HARMONY_HEADER, (marker if marker in _H_OPENERS else "")
         self._channel, self._recipient = "final", ""
 
     def _finish_harmony_tool(self) -> None:

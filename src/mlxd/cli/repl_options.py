@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
+
+from mlxd.chat.options import OPTIONS, Option, OptionKind
 
 # Flags this module defines itself; an OPTIONS entry with the same flag is skipped.
 OWN_FLAGS = ("--system", "--json", "--model", "--hide-reasoning", "--no-think")
@@ -37,17 +39,18 @@ def add_generation_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "sampling", "each flag sets the /v1/chat/completions request field named in its help"
     )
-    for option in _options():
-        flag = getattr(option, "cli_flag", None)
-        if not flag or flag in OWN_FLAGS:
+    for option in OPTIONS.values():
+        if option.cli_flag in OWN_FLAGS:
             continue
-        group.add_argument(flag, dest=_dest(option), default=None, **_flag_kwargs(option))
+        group.add_argument(
+            option.cli_flag, dest=_dest(option), default=None, **_flag_kwargs(option)
+        )
 
 
 def options_from_args(args: argparse.Namespace) -> dict[str, object]:
     """The request options the user set, keyed by server field name (unset ones are absent)."""
     options: dict[str, object] = {}
-    for option in _options():
+    for option in OPTIONS.values():
         value = getattr(args, _dest(option), None)
         if value is not None:
             options[option.name] = value
@@ -72,37 +75,25 @@ def template_kwargs_from(no_think: bool) -> dict[str, object] | None:
 # ---- the option table --------------------------------------------------------------------
 
 
-def _options() -> Iterable[Any]:
-    from mlxd.chat.options import OPTIONS
-
-    return OPTIONS.values() if isinstance(OPTIONS, dict) else OPTIONS
-
-
-def _dest(option: Any) -> str:
+def _dest(option: Option) -> str:
     return "opt_" + option.name
 
 
-def _kind(option: Any) -> str:
-    kind = getattr(option, "type", str)
-    return kind if isinstance(kind, str) else getattr(kind, "__name__", "str")
-
-
-def _flag_kwargs(option: Any) -> dict[str, Any]:
+def _flag_kwargs(option: Option) -> dict[str, Any]:
     """argparse settings for one option; values are checked against the table's bounds
     later, by sampling_params, exactly as the server checks its fields."""
-    kind = _kind(option)
-    help_text = f"{getattr(option, 'help', '') or ''} [request field: {option.name}]".strip()
-    if kind == "bool":
-        return {"action": "store_true", "help": help_text}
-    if kind in ("stop", "list"):
-        return {"action": "append", "metavar": "TEXT", "help": help_text}
-    if kind in ("logit_bias", "dict"):
-        return {"type": _json_object, "metavar": "JSON", "help": help_text}
-    if kind in ("int", "seed"):
-        return {"type": _strict(int), "metavar": "N", "help": help_text}
-    if kind == "float":
-        return {"type": _strict(float), "metavar": "X", "help": help_text}
-    return {"metavar": "TEXT", "help": help_text}
+    help_text = f"{option.help} [request field: {option.name}]"
+    match option.kind:
+        case OptionKind.BOOL:
+            return {"action": "store_true", "help": help_text}
+        case OptionKind.STOP:
+            return {"action": "append", "metavar": "TEXT", "help": help_text}
+        case OptionKind.LOGIT_BIAS:
+            return {"type": _json_object, "metavar": "JSON", "help": help_text}
+        case OptionKind.INT | OptionKind.SEED:
+            return {"type": _strict(int), "metavar": "N", "help": help_text}
+        case OptionKind.FLOAT:
+            return {"type": _strict(float), "metavar": "X", "help": help_text}
 
 
 def _strict(kind: type) -> Callable[[str], object]:

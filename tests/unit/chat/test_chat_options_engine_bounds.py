@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from mlxd.chat.options import OPTIONS, Option, sampling_params
+from mlxd.chat.options import OPTIONS, Option, OptionKind, sampling_params
 from mlxd.engine.request import EngineRequest, validate
 from mlxd.errors import InvalidRequest
 from mlxd.types import SamplingParams
@@ -18,7 +18,7 @@ def edges(opt: Option) -> tuple[list[float], list[float]]:
     """(values just inside the range, values just outside it), down to the last float."""
     b = opt.bounds
     assert b is not None
-    if opt.python_type is int:
+    if opt.kind in (OptionKind.INT, OptionKind.SEED):
         low, high = int(b.low), int(b.high)
         inside = [low + 1 if b.low_open else low, high]
         return inside, [low if b.low_open else low - 1, high + 1]

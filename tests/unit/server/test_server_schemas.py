@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from mlxd.chat.options import OPTIONS
+from mlxd.chat.options import OPTIONS, OptionKind
 from mlxd.errors import InvalidRequest
 from mlxd.server.inputs import chat_inputs, parse
 from mlxd.server.schemas import ChatCompletionRequest, CompletionRequest
@@ -34,7 +34,7 @@ def make(**fields: object) -> ChatCompletionRequest:
 def test_bounds_are_the_options_table(name: str) -> None:
     opt = OPTIONS[name]
     assert opt.bounds is not None
-    is_int = opt.type in ("int", "seed")
+    is_int = opt.kind in (OptionKind.INT, OptionKind.SEED)
     lo, hi = opt.bounds.low, opt.bounds.high
     lo, hi = (int(lo), int(hi)) if is_int else (lo, hi)
     step = 1 if is_int else 1e-3
