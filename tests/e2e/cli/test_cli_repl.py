@@ -52,14 +52,20 @@ def stats(session: PtySession) -> re.Match[str]:
 
 
 def test_ctrl_c_cancels_the_answer_and_keeps_the_model(chat, long_chat_model: Path) -> None:
-    session = chat(str(long_chat_model), "--ignore-eos", "--max-tokens", "60000")
+    """^C typed on the terminal mid-answer (the tty driver turns it into SIGINT) stops that
+    answer only: the next question gets a whole answer, and the chat goes on."""
+    session = chat(str(long_chat_model), "--ignore-eos", "--max-tokens", "1000")
     session.send("Tell me everything\r")
-    session.expect(r"Tell me everything\n.+")  # the answer started streaming
-    session.interrupt()
+    session.expect(r"Tell me everything\n.+")  # the answer started streaming (~4 s in all)
+    session.send("\x03")
     session.expect(r"\[answer cancelled\]")
     session.expect(PROMPT)
     assert session.alive()
     command(session, "/stats", "no answer yet")  # the cancelled turn was dropped
+    command(session, "Tell me more", r"Tell me more\n.+")
+    assert "[answer cancelled]" not in session.text[session.text.index("Tell me more") :]
+    last = stats(session)
+    assert int(last.group(3)) == 1  # the second answer, whole
     session.send("\x04")  # Ctrl-D at an empty prompt
     session.expect("Bye")
     assert session.wait() == 0
