@@ -89,6 +89,12 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     OneLineParser.json_mode = "--json" in argv
+    bad = _non_utf8_argument(argv)
+    if bad is not None:
+        from mlxd.cli.render import print_error
+
+        print_error(bad, json_mode=OneLineParser.json_mode)
+        return bad.exit_code
     parser = build_parser(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -102,6 +108,13 @@ def main(argv: list[str] | None = None) -> int:
 
         print_error(e, json_mode=json_mode)
         return e.exit_code
+    except UnicodeDecodeError as e:  # stdin or a file read strictly (a UTF-8 locale)
+        from mlxd.cli.render import print_error
+        from mlxd.cli.utf8 import decode_error
+
+        error = decode_error(e)
+        print_error(error, json_mode=json_mode)
+        return error.exit_code
     except KeyboardInterrupt:
         from mlxd.cli.render import print_error
 
@@ -110,6 +123,18 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         _silence_broken_pipe()
         return 0
+
+
+def _non_utf8_argument(argv: list[str]) -> MlxdError | None:
+    """Arguments are text (prompts, names, flags): one that is not UTF-8 is refused up front."""
+    from mlxd.cli.utf8 import check_utf8
+
+    for i, arg in enumerate(argv, 1):
+        try:
+            check_utf8(arg, f"argument {i}")
+        except MlxdError as e:
+            return e
+    return None
 
 
 def _silence_broken_pipe() -> None:

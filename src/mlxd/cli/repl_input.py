@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, TextIO
 
+from mlxd.cli.utf8 import check_utf8
+
 FENCE = '"""'
 PROMPT, CONTINUATION = ">>> ", "... "
 
@@ -56,7 +58,7 @@ class PipeReader:
     def _line(self, prompt: str) -> str | None:
         if self._echo:
             print(prompt, end="", flush=True)
-        line = self._stream.readline()
+        line = check_utf8(self._stream.readline(), "stdin")
         return None if line == "" else line.rstrip("\n")
 
     def read(self) -> str | None:

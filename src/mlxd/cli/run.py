@@ -20,6 +20,7 @@ from mlxd.cli.repl_options import (
     checked_options_from_args,
     template_kwargs_from,
 )
+from mlxd.cli.utf8 import check_utf8
 from mlxd.errors import AmbiguousModel, InvalidRequest, ModelNotFound
 
 if TYPE_CHECKING:
@@ -110,7 +111,7 @@ def read_prompt(inv: Invocation, stdin: IO[str]) -> str | None:
     words = list(inv.prompt_words)
     piped = not stdin.isatty()
     if inv.wants_stdin or (not words and piped):
-        head = stdin.read()
+        head = check_utf8(stdin.read(), "stdin")
         rest = " ".join(words[1:] if inv.wants_stdin else words)
         text = head.rstrip("\n") + ("\n\n" + rest if rest else "")
     elif words:
