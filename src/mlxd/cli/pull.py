@@ -78,7 +78,8 @@ def _download_interruptibly(plan: PullPlan, json_mode: bool, show_bar: bool) -> 
         os._exit(130)
     if "error" in outcome:
         raise outcome["error"]
-    return outcome["path"]
+    path: Path = outcome["path"]
+    return path
 
 
 def _wait(worker: threading.Thread, plan: PullPlan, show_bar: bool) -> None:

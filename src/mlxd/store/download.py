@@ -13,12 +13,15 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING
 
 from mlxd.errors import DownloadError, InvalidRequest, ModelNotFound, ModelRefused, one_line
 from mlxd.store import files as F
 from mlxd.store.hfcache import hub_cache_dir, locks_folder, repo_folder
 from mlxd.store.resume import resume_partials
+
+if TYPE_CHECKING:
+    from filelock import FileLock
 
 _REVISION = re.compile(r"[A-Za-z0-9._/-]{1,200}")
 
@@ -156,7 +159,7 @@ def _write_ref(plan: PullPlan) -> None:
     os.replace(tmp, ref)
 
 
-def _repo_lock(repo_id: str) -> Any:
+def _repo_lock(repo_id: str) -> FileLock:
     """One pull per repo at a time, so stale partial files can be cleared safely."""
     from filelock import FileLock
 

@@ -219,5 +219,5 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _write_json(path: Path, obj: Any) -> None:
+def _write_json(path: Path, obj: object) -> None:
     path.write_text(json.dumps(obj, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -8,14 +8,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 from gguf import GGMLQuantizationType, GGUFReader
+from gguf.gguf_reader import ReaderTensor
 
 from mlxd.errors import InvalidRequest, ModelBroken, ModelNotFound, one_line
 
 GGUF_MAGIC = b"GGUF"
+T = TypeVar("T")
 
 # Tensor encodings gguf.quants.dequantize turns into float32 with numpy. The issue requires
 # F32/F16/Q4_0/Q4_1/Q8_0; the other block formats share the same library path.
@@ -56,8 +59,12 @@ class _CheckedReader(GGUFReader):
     def data(self, value: np.ndarray) -> None:
         self._plain = value.view(np.ndarray)
 
-    def _get(  # type: ignore[override]
-        self, offset: int, dtype: Any, count: int = 1, override_order: Any = None
+    def _get(
+        self,
+        offset: int,
+        dtype: npt.DTypeLike,
+        count: int = 1,
+        override_order: Literal["I", "S", "<"] | None = None,
     ) -> np.ndarray:
         count = int(count)
         end = int(offset) + np.dtype(dtype).itemsize * count
@@ -92,17 +99,16 @@ class GgufFile:
     def architecture(self) -> str:
         return str(self.metadata.get("general.architecture", ""))
 
-    def value(self, key: str, kind: type, default: Any = None) -> Any:
+    def value(self, key: str, kind: type[T], default: T | None = None) -> T:
         """Metadata `key` checked to be of `kind` (int/float/str/bool/list), or `default`."""
         if key not in self.metadata:
             if default is None:
                 raise ModelBroken(f"GGUF file {self.path.name} lacks required metadata {key!r}")
             return default
-        value = self.metadata[key]
-        ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+        value: object = self.metadata[key]
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value, ok = float(value), True
-        if not ok:
+            value = float(value)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             raise ModelBroken(
                 f"GGUF metadata {key!r} has type {type(value).__name__}, expected {kind.__name__}"
             )
@@ -139,7 +145,7 @@ def _check_file(path: Path) -> None:
         raise ModelBroken(f"{path.name} is not a GGUF file (bad magic bytes)")
 
 
-def _tensor(t: Any) -> GgufTensor:
+def _tensor(t: ReaderTensor) -> GgufTensor:
     qtype = GGMLQuantizationType(int(t.tensor_type))
     shape = tuple(int(d) for d in reversed(t.shape.tolist()))
     return GgufTensor(name=t.name, qtype=qtype, shape=shape, data=t.data)

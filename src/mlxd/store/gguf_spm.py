@@ -8,8 +8,6 @@ SentencePieceExtractor does: every split of a piece into two pieces, ranked by i
 
 from __future__ import annotations
 
-from typing import Any
-
 from tokenizers import Tokenizer, decoders, models, normalizers
 
 from mlxd.errors import ModelBroken
@@ -53,8 +51,12 @@ def spm_tokenizer(
     except Exception as e:  # tokenizers raises a bare Exception for bad vocabularies
         raise ModelBroken(f"GGUF SentencePiece vocabulary is inconsistent: {e}") from e
     tok = Tokenizer(model)
-    steps: list[Any] = [normalizers.Replace(" ", SPACE)]
-    decode: list[Any] = [decoders.Replace(SPACE, " "), decoders.ByteFallback(), decoders.Fuse()]
+    steps: list[normalizers.Normalizer] = [normalizers.Replace(" ", SPACE)]
+    decode: list[decoders.Decoder] = [
+        decoders.Replace(SPACE, " "),
+        decoders.ByteFallback(),
+        decoders.Fuse(),
+    ]
     if space_prefix:  # SentencePiece's add_dummy_prefix: a leading "▁", removed on decode
         steps.insert(0, normalizers.Prepend(SPACE))
         decode.append(decoders.Strip(" ", 1, 0))

@@ -104,7 +104,7 @@ def _bpe_tokenizer(gguf: GgufFile, tokens: list[str], warnings: list[str]) -> To
     return tok
 
 
-def _pre_tokenizer(pre: str, warnings: list[str]) -> Any:
+def _pre_tokenizer(pre: str, warnings: list[str]) -> pre_tokenizers.PreTokenizer:
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     if pre in _DIGITS_PRE:
         return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
@@ -163,7 +163,7 @@ def _added(
 
 def _post_processor(
     special: dict[str, int], tokens: list[str], add_bos: bool, add_eos: bool
-) -> Any:
+) -> processors.PostProcessor | None:
     """A template adding BOS/EOS as the GGUF asks, or None when it adds neither."""
     pieces = [("bos", add_bos), ("eos", add_eos)]
     if not any(flag and role in special for role, flag in pieces):
