@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlxd.config import setting
+from mlxd.errors import one_line
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +56,7 @@ def _choose() -> BlasInfo:
     try:
         ctypes.CDLL(str(lib), mode=ctypes.RTLD_GLOBAL)
     except OSError as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return BlasInfo("reference", f"MKL failed to load: {first}")
+        return BlasInfo("reference", f"MKL failed to load: {one_line(exc, with_type=False)}")
     layer = os.environ["MKL_THREADING_LAYER"].lower()
     return BlasInfo("mkl", f"{lib} ({layer}, {max(threads, 1)} thread(s))")
 
