@@ -9,8 +9,9 @@ to the engine: token ids in, `StepOutput`s out, caches to and from the prefix ca
 from __future__ import annotations
 
 import mlx.core as mx
-from mlx_lm.generate import BatchGenerator, StopSequences
+from mlx_lm.generate import StopSequences
 
+from mlxd.backend import mlx_lm_compat as compat
 from mlxd.backend.loader import LoadedModel
 from mlxd.backend.outputs import FaultHook, StepOutput, StepResult
 from mlxd.backend.prefix import PrefixCache
@@ -47,7 +48,7 @@ class BatchRunner:
         self.vocab_size = loaded.vocab_size
         self.max_prefill_batch = max(1, min(prefill_batch, max_batch))
         self.prefill_group_tokens = prefill_group_tokens
-        self._gen = BatchGenerator(
+        self._gen = compat.new_batch_generator(
             loaded.model,
             completion_batch_size=max_batch,
             prefill_batch_size=self.max_prefill_batch,
@@ -105,11 +106,11 @@ class BatchRunner:
     @property
     def prefill_pending(self) -> bool:
         """Prompts wait or are being prefilled: the next step may run a prefill chunk."""
-        return bool(len(self._gen._prompt_batch) or self._gen._unprocessed_sequences)
+        return compat.prefilling(self._gen) or compat.prompts_waiting(self._gen)
 
     def waiting_uids(self) -> list[int]:
         """Sequences whose prefill has not started yet, in arrival order."""
-        return [seq[0] for seq in self._gen._unprocessed_sequences]
+        return [uid for uid, _ in compat.waiting_prompts(self._gen)]
 
     def step(self) -> StepResult:
         """One decode step for the running batch, then one prefill chunk."""
@@ -144,28 +145,28 @@ class BatchRunner:
         Prompts are prefilled side by side only while the padded group (longest x count)
         stays within `prefill_group_tokens`: a burst of short prompts starts decoding together
         (as in mlx-lm's whole-wave prefill), while long prompts go one at a time so that the
-        first one streams early instead of waiting for the slowest of its wave. Reads
-        BatchGenerator internals (mlx-lm is pinned): no public way to size the next group.
+        first one streams early instead of waiting for the slowest of its wave. mlx-lm has
+        no public way to size the next group: see mlx_lm_compat.
         """
         gen = self._gen
-        if len(gen._prompt_batch) or not gen._unprocessed_sequences:
+        if compat.prefilling(gen) or not compat.prompts_waiting(gen):
             return  # a group being prefilled keeps its members
-        if 0 in gen._generation_batch._num_tokens:
+        if compat.first_token_due(gen):
             # A sequence just finished its prefill and its first token is computed in this
             # step: emit it before the next prompt's prefill chunk, else that token would
             # wait for the whole chunk (one decode step of delay for the next prompt instead).
-            gen.prefill_batch_size = 0
+            compat.limit_next_prefill(gen, 0)
             return
         count, longest = 0, 0
-        for seq in gen._unprocessed_sequences:
-            candidate = max(longest, sum(len(segment) for segment in seq[1]))
+        for _, length in compat.waiting_prompts(gen):
+            candidate = max(longest, length)
             too_big = candidate * (count + 1) > self.prefill_group_tokens
             if count >= self.max_prefill_batch or (count and too_big):
                 break
             count, longest = count + 1, candidate
-        gen.prefill_batch_size = max(count, 1)
+        compat.limit_next_prefill(gen, max(count, 1))
 
-    def _store(self, tokens: list[int] | None, cache: list | None) -> None:
+    def _store(self, tokens: list[int] | None, cache: compat.PromptCache | None) -> None:
         if tokens and cache:
             self.prefix_cache.store(self.model_key, tokens, cache)
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from mlxd.errors import ModelBroken, ModelNotFound, ModelRefused, one_line
 
 if TYPE_CHECKING:  # importing this module must not import mlx (the engine imports it)
-    import mlx.nn as nn
+    from mlx.nn.layers.base import Module
     from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 # Keys of generation_config.json that become per-model sampling defaults.
@@ -38,7 +38,7 @@ class LoadedModel:
     What `Backend.load` returns; the engine builds its ModelInfo from it."""
 
     path: Path
-    model: nn.Module
+    model: Module
     tokenizer: TokenizerWrapper
     config: dict[str, Any]
     context_window: int

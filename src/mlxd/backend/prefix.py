@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache
 
-from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache, trim_prompt_cache
+from mlxd.backend.mlx_lm_compat import PromptCache, drop_model, trim_cache
 
 # Bytes decide eviction; the entry count only guards against pathological tiny entries.
 _MAX_ENTRIES = 1 << 16
@@ -29,40 +29,25 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self._lru)
 
-    def fetch(self, model_key: str, tokens: list[int]) -> tuple[list[Any] | None, list[int]]:
+    def fetch(self, model_key: str, tokens: list[int]) -> tuple[PromptCache | None, list[int]]:
         """(cache, rest): the cache holds len(tokens) - len(rest) tokens; rest is never empty,
         since the last prompt token must run through the model to give the first logits."""
         if not self.enabled:
             return None, tokens
         cache, rest = self._lru.fetch_nearest_cache(model_key, tokens)
         if cache is not None and not rest:
-            if can_trim_prompt_cache(cache) and trim_prompt_cache(cache, 1) == 1:
+            if can_trim_prompt_cache(cache) and trim_cache(cache, 1) == 1:
                 return cache, tokens[-1:]
             return None, tokens
         return cache, list(rest)
 
-    def store(self, model_key: str, tokens: list[int], cache: list[Any]) -> None:
+    def store(self, model_key: str, tokens: list[int], cache: PromptCache) -> None:
         if self.enabled and tokens and cache:
             self._lru.insert_cache(model_key, list(tokens), cache)
 
     def drop(self, model_key: str) -> int:
         """Forget every entry of one model (it was unloaded); returns how many went."""
-        # LRUPromptCache has no per-model removal (mlx-lm 0.32): walk its LRU order, pop
-        # that model's entries from the trie and keep its byte counters right, as its own
-        # trim_to does for the entries it evicts.
-        lru, dropped = self._lru, 0
-        for queue in lru._lru._lrus.values():
-            kept = [(model, tokens) for model, tokens in queue if model != model_key]
-            for model, tokens in queue:
-                if model == model_key:
-                    entry = lru._trie.pop(model, tokens)
-                    lru._n_bytes -= entry.nbytes
-                    lru._n_bytes_by_type[entry.cache_type] -= entry.nbytes
-                    dropped += 1
-            queue.clear()
-            queue.extend(kept)
-        lru._trie._trie.pop(model_key, None)
-        return dropped
+        return drop_model(self._lru, model_key)
 
     def clear(self) -> None:
         self._lru.trim_to(n_sequences=0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import mlx.core as mx
 from mlx_lm.sample_utils import (
@@ -111,6 +111,6 @@ def token_logprob(row: Any, token: int, top_n: int) -> TokenLogprob:
     idx = mx.argpartition(-row, kth=top_n - 1)[:top_n]
     vals = row[idx]
     order = mx.argsort(-vals)
-    ids: list[int] = idx[order].tolist()  # type: ignore[assignment]
-    lps: list[float] = vals[order].tolist()  # type: ignore[assignment]
+    ids = cast("list[int]", idx[order].tolist())  # a 1-d array: a flat list
+    lps = cast("list[float]", vals[order].tolist())
     return TokenLogprob(token, lp, tuple(zip(ids, lps, strict=True)))

@@ -1,0 +1,162 @@
+"""mlx-lm internals mlxd relies on, in one place (mlx-lm is pinned in pyproject.toml).
+
+Nothing else in mlxd reads or writes mlx-lm's private state. What we rely on:
+
+- `BatchGenerator.prefill_batch_size` is read at every `next()`, so setting it sizes the next
+  prefill group; `_unprocessed_sequences` holds the prompts not yet started, in arrival order,
+  as tuples whose [0] is the uid and [1] the prompt's token segments; `_prompt_batch` is the
+  group being prefilled (length 0 when none); `_generation_batch._num_tokens[i]` is 0 for a
+  sequence whose first token the next `next()` returns.
+- `LRUPromptCache` has no per-model removal: `drop_model` walks its LRU deques (`_lru._lrus`),
+  its trie (`_trie.pop`, `_trie._trie`) and keeps its byte counters (`_n_bytes`,
+  `_n_bytes_by_type`) right, as its own `trim_to` does.
+- `trim_prompt_cache` returns the number of tokens trimmed (annotated `List[Any]`).
+
+The Protocols name what we use of mlx-lm's objects, private members included, so mypy checks
+them against the installed mlx-lm; tests/integration/engine/test_engine_mlx_lm_compat.py checks
+the behaviour and fails on any mlx-lm other than PINNED.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator, Sized
+from typing import TYPE_CHECKING, Protocol
+
+from mlx_lm.generate import BatchGenerator, StopSequences
+from mlx_lm.models.cache import LRUPromptCache, trim_prompt_cache
+
+if TYPE_CHECKING:
+    import mlx.core as mx
+    from mlx.nn.layers.base import Module
+
+    from mlxd.backend.sampling import Processor, Sampler
+
+PINNED = "0.32.2"  # the mlx-lm these helpers were checked against
+
+# A prompt not yet started, in BatchGenerator._unprocessed_sequences: (uid, token segments, ...)
+_Queued = tuple[int, list[list[int]], *tuple[object, ...]]
+
+
+class CacheLayer(Protocol):
+    """One layer of a model's KV cache (mlx-lm's KVCache, RotatingKVCache, ...)."""
+
+    @property
+    def nbytes(self) -> int: ...
+
+
+PromptCache = list[CacheLayer]  # one layer per transformer block
+
+
+class Generated(Protocol):
+    """One new token of one sequence, from `BatchGenerator.next()`."""
+
+    @property
+    def uid(self) -> int: ...
+    @property
+    def token(self) -> int: ...
+    @property
+    def logprobs(self) -> mx.array: ...
+    @property
+    def finish_reason(self) -> str | None: ...  # "stop", "length" or None
+    @property
+    def prompt_cache(self) -> PromptCache | None: ...  # set when finished
+    @property
+    def all_tokens(self) -> list[int] | None: ...  # set when finished
+
+
+class _Decoding(Protocol):
+    @property
+    def _num_tokens(self) -> list[int]: ...
+
+
+class BatchGen(Protocol):
+    """What mlxd uses of `BatchGenerator`; the underscored members are private state."""
+
+    prefill_batch_size: int
+
+    def insert(
+        self,
+        prompts: list[list[int]],
+        max_tokens: list[int] | None = None,
+        caches: list[PromptCache] | None = None,
+        all_tokens: list[list[int]] | None = None,
+        samplers: list[Sampler] | None = None,
+        logits_processors: list[list[Processor]] | None = None,
+        stop_sequences: list[StopSequences] | None = None,
+    ) -> list[int]: ...
+
+    def remove(
+        self, uids: list[int], return_prompt_caches: bool = False
+    ) -> dict[int, tuple[PromptCache, list[int]]]: ...
+
+    def next(self) -> tuple[list[object], list[Generated]]: ...
+
+    def close(self) -> None: ...
+
+    @property
+    def _prompt_batch(self) -> Sized: ...
+    @property
+    def _unprocessed_sequences(self) -> Collection[_Queued]: ...
+    @property
+    def _generation_batch(self) -> _Decoding: ...
+
+
+def new_batch_generator(
+    model: Module, *, completion_batch_size: int, prefill_batch_size: int, prefill_step_size: int
+) -> BatchGen:
+    gen: BatchGen = BatchGenerator(
+        model,
+        completion_batch_size=completion_batch_size,
+        prefill_batch_size=prefill_batch_size,
+        prefill_step_size=prefill_step_size,
+    )
+    return gen
+
+
+def prefilling(gen: BatchGen) -> bool:
+    """A group of prompts is being prefilled (it keeps its members until done)."""
+    return len(gen._prompt_batch) > 0
+
+
+def prompts_waiting(gen: BatchGen) -> bool:
+    """Some prompt has not started its prefill."""
+    return len(gen._unprocessed_sequences) > 0
+
+
+def waiting_prompts(gen: BatchGen) -> Iterator[tuple[int, int]]:
+    """(uid, prompt length) of each prompt whose prefill has not started, in arrival order."""
+    for seq in gen._unprocessed_sequences:
+        yield seq[0], sum(len(segment) for segment in seq[1])
+
+
+def first_token_due(gen: BatchGen) -> bool:
+    """A sequence that finished its prefill gets its first token from the next `next()`."""
+    return 0 in gen._generation_batch._num_tokens
+
+
+def limit_next_prefill(gen: BatchGen, prompts: int) -> None:
+    """At most `prompts` waiting prompts start prefilling at the next `next()` (0: none)."""
+    gen.prefill_batch_size = prompts
+
+
+def trim_cache(cache: PromptCache, tokens: int) -> int:
+    """Trim `tokens` from the end of a trimmable cache, in place; returns how many went."""
+    trimmed: object = trim_prompt_cache(cache, tokens)
+    return trimmed if isinstance(trimmed, int) else 0
+
+
+def drop_model(lru: LRUPromptCache, model_key: str) -> int:
+    """Remove every entry of `model_key` from `lru`; returns how many went."""
+    dropped = 0
+    for queue in lru._lru._lrus.values():
+        kept = [(model, tokens) for model, tokens in queue if model != model_key]
+        for model, tokens in queue:
+            if model == model_key:
+                entry = lru._trie.pop(model, tokens)
+                lru._n_bytes -= entry.nbytes
+                lru._n_bytes_by_type[entry.cache_type] -= entry.nbytes
+                dropped += 1
+        queue.clear()
+        queue.extend(kept)
+    lru._trie._trie.pop(model_key, None)
+    return dropped

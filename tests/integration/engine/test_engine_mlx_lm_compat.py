@@ -1,0 +1,82 @@
+"""The mlx-lm internals mlxd relies on (backend/mlx_lm_compat.py), checked on the installed
+mlx-lm. A failure here means an mlx-lm upgrade changed one of them: read each helper against
+the new mlx-lm source, fix it, then update PINNED."""
+
+from __future__ import annotations
+
+from importlib.metadata import version
+from pathlib import Path
+
+import mlx.core as mx
+from mlx_lm.models.cache import KVCache, LRUPromptCache
+
+from mlxd.backend import mlx_lm_compat as compat
+from mlxd.backend.loader import load_checkpoint
+
+
+def test_mlx_lm_is_the_version_the_helpers_were_checked_against() -> None:
+    assert version("mlx-lm") == compat.PINNED, (
+        "mlx-lm is not the pinned version: re-check backend/mlx_lm_compat.py, then PINNED"
+    )
+
+
+def waiting(gen: compat.BatchGen) -> list[int]:
+    return [uid for uid, _ in compat.waiting_prompts(gen)]
+
+
+def test_batch_generator_state_the_runner_reads_and_sets(tiny_chat_model: Path) -> None:
+    model = load_checkpoint(tiny_chat_model).model
+    gen = compat.new_batch_generator(
+        model, completion_batch_size=4, prefill_batch_size=4, prefill_step_size=16
+    )
+    try:
+        uids = gen.insert([[11] * 40, [12] * 5, [13] * 7], max_tokens=[3, 3, 3])
+        assert list(compat.waiting_prompts(gen)) == list(zip(uids, [40, 5, 7], strict=True))
+        assert compat.prompts_waiting(gen) and not compat.prefilling(gen)
+        compat.limit_next_prefill(gen, 0)  # read again at every next(): nothing starts
+        gen.next()
+        assert waiting(gen) == uids and not compat.prefilling(gen)
+        compat.limit_next_prefill(gen, 1)
+        gen.next()
+        assert waiting(gen) == uids[1:] and compat.prefilling(gen)  # 40 tokens, chunks of 16
+        compat.limit_next_prefill(gen, 0)
+        seen: list[int] = []
+        for _ in range(10):
+            if compat.first_token_due(gen):
+                break
+            seen += [g.uid for g in gen.next()[1]]
+        assert compat.first_token_due(gen) and not compat.prefilling(gen) and not seen
+        first = gen.next()[1]
+        assert [g.uid for g in first] == [uids[0]] and not compat.first_token_due(gen)
+        finished = [g for _ in range(5) for g in gen.next()[1] if g.finish_reason is not None]
+        assert [(g.uid, g.finish_reason) for g in finished] == [(uids[0], "length")]
+        done = finished[0]
+        assert done.all_tokens is not None and len(done.all_tokens) == 40 + 3
+        assert done.prompt_cache and all(isinstance(c.nbytes, int) for c in done.prompt_cache)
+        assert compat.trim_cache(done.prompt_cache, 1) == 1
+        assert set(gen.remove(uids[1:], return_prompt_caches=True)) == set(uids[1:])
+        assert not compat.prompts_waiting(gen)
+    finally:
+        gen.close()
+
+
+def kv(tokens: int) -> list[KVCache]:
+    cache = KVCache()
+    cache.update_and_fetch(mx.zeros((1, 2, tokens, 8)), mx.zeros((1, 2, tokens, 8)))
+    return [cache]
+
+
+def test_drop_model_keeps_the_lru_prompt_cache_consistent() -> None:
+    lru = LRUPromptCache(max_size=100, max_bytes=1 << 30)
+    lru.insert_cache("a", [1, 2, 3], kv(3))
+    lru.insert_cache("b", [1, 2, 3], kv(3))
+    lru.insert_cache("a", [5, 6], kv(2), cache_type="user")
+    assert compat.drop_model(lru, "a") == 2
+    assert (len(lru), lru.nbytes) == (1, kv(3)[0].nbytes)
+    by_type = lru.stats_by_type()
+    assert sum(t["n_bytes"] for t in by_type.values()) == lru.nbytes
+    assert sum(t["n_sequences"] for t in by_type.values()) == 1
+    assert lru.fetch_nearest_cache("a", [1, 2, 3, 4])[0] is None
+    assert lru.fetch_nearest_cache("b", [1, 2, 3, 4])[1] == [4]
+    lru.insert_cache("a", [1, 2], kv(2))  # the model's trie starts afresh
+    assert lru.fetch_nearest_cache("a", [1, 2, 9])[1] == [9]
