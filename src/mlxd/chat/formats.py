@@ -168,7 +168,10 @@ def _call_from_object(item: object) -> dict[str, Any]:
     return call
 
 
-def _wrap_mlx_parser(parser: Any, tools: list[dict[str, Any]] | None) -> Parser:
+def _wrap_mlx_parser(
+    parser: Callable[[str, list[dict[str, Any]] | None], object],
+    tools: list[dict[str, Any]] | None,
+) -> Parser:
     def parse(text: str) -> list[dict[str, Any]]:
         try:
             result = parser(text, tools)

@@ -286,7 +286,9 @@ class OutputParser:
         for call in calls:
             self._add_call(call["name"], call["arguments"], call.get("id"))
 
-    def _add_call(self, name: str, arguments: Any, call_id: str | None = None) -> None:
+    def _add_call(
+        self, name: str, arguments: str | dict[str, Any], call_id: str | None = None
+    ) -> None:
         args = (
             arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
         )

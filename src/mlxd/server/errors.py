@@ -55,7 +55,7 @@ def error_response(err: E.MlxdError) -> JSONResponse:
     return JSONResponse(error_body(err), status_code=err.http_status, headers=headers)
 
 
-def _field_name(loc: tuple[Any, ...]) -> str:
+def _field_name(loc: tuple[int | str, ...]) -> str:
     """pydantic loc -> dotted field name, without the "body" root and union-branch tags."""
     parts = [str(p) for p in loc if p != "body"]
     keep = [p for p in parts if not _is_type_tag(p)]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypedDict
 
 from mlxd.types import Tokenizer, TokenLogprob
 
@@ -21,6 +21,15 @@ class TokenTexts:
             text = self._tokenizer.decode([token_id])
             self._cache[token_id] = text
         return text
+
+
+class CompletionLogprobs(TypedDict):
+    """The legacy completions shape: parallel lists, one entry per token."""
+
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]]
+    text_offset: list[int]
 
 
 def _finite(lp: float) -> float:
@@ -49,9 +58,12 @@ def chat_logprobs(items: tuple[TokenLogprob, ...], texts: TokenTexts) -> list[di
 
 def completion_logprobs(
     items: tuple[TokenLogprob, ...], texts: TokenTexts, offset: int
-) -> dict[str, list[Any]]:
+) -> CompletionLogprobs:
     """Legacy shape: parallel lists; offset is the text length before these tokens."""
-    tokens, lps, tops, offsets = [], [], [], []
+    tokens: list[str] = []
+    lps: list[float] = []
+    tops: list[dict[str, float]] = []
+    offsets: list[int] = []
     for item in items:
         token = texts(item.token_id)
         tokens.append(token)
@@ -62,16 +74,13 @@ def completion_logprobs(
     return {"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets}
 
 
-def merge_completion_logprobs(parts: list[dict[str, list[Any]]]) -> dict[str, list[Any]] | None:
+def merge_completion_logprobs(parts: list[CompletionLogprobs]) -> CompletionLogprobs | None:
     if not parts:
         return None
-    merged: dict[str, list[Any]] = {
-        "tokens": [],
-        "token_logprobs": [],
-        "top_logprobs": [],
-        "text_offset": [],
-    }
+    merged = CompletionLogprobs(tokens=[], token_logprobs=[], top_logprobs=[], text_offset=[])
     for part in parts:
-        for key, values in part.items():
-            merged[key].extend(values)
+        merged["tokens"] += part["tokens"]
+        merged["token_logprobs"] += part["token_logprobs"]
+        merged["top_logprobs"] += part["top_logprobs"]
+        merged["text_offset"] += part["text_offset"]
     return merged

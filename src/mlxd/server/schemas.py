@@ -21,16 +21,18 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.fields import FieldInfo
 
 from mlxd.config import LIMITS, SAMPLING_BOUNDS
 
 _CFG = ConfigDict(extra="ignore", allow_inf_nan=False)
 
 
-def _range(name: str) -> Any:
+def _range(name: str) -> FieldInfo:
     """Field bounds of one option: the range the option table and the engine check too."""
     b = SAMPLING_BOUNDS[name]
-    return Field(gt=b.low, le=b.high) if b.low_open else Field(ge=b.low, le=b.high)
+    bounds: FieldInfo = Field(gt=b.low, le=b.high) if b.low_open else Field(ge=b.low, le=b.high)
+    return bounds
 
 
 MaxTokens = Annotated[StrictInt, _range("max_tokens")]

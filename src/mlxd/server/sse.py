@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 DONE = b"data: [DONE]\n\n"
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-def dumps(obj: Any) -> str:
+def dumps(obj: object) -> str:
     """Compact JSON; non-ASCII kept as is (UTF-8 on the wire)."""
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
-def event(obj: Any) -> bytes:
+def event(obj: object) -> bytes:
     return b"data: " + dumps(obj).encode() + b"\n\n"

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mlxd.server.logprobs import (
+    CompletionLogprobs,
     TokenTexts,
     chat_logprobs,
     completion_logprobs,
@@ -66,7 +67,7 @@ class ChatWire:
     tool_calls: list[ToolCall] = field(default_factory=list)
     logprobs: list[dict[str, Any]] = field(default_factory=list)
 
-    def _chunk(self, delta: dict[str, Any], **choice: Any) -> dict[str, Any]:
+    def _chunk(self, delta: dict[str, Any], **choice: object) -> dict[str, Any]:
         body: dict[str, Any] = {
             "id": self.id,
             "object": "chat.completion.chunk",
@@ -153,9 +154,11 @@ class CompletionWire:
     created: int = field(default_factory=lambda: int(time.time()))
     text: list[str] = field(default_factory=list)
     offset: int = 0
-    logprobs: list[dict[str, list[Any]]] = field(default_factory=list)
+    logprobs: list[CompletionLogprobs] = field(default_factory=list)
 
-    def _chunk(self, text: str, logprobs: Any = None, finish: str | None = None) -> dict[str, Any]:
+    def _chunk(
+        self, text: str, logprobs: CompletionLogprobs | None = None, finish: str | None = None
+    ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "id": self.id,
             "object": "text_completion",
@@ -206,7 +209,7 @@ class CompletionWire:
             "usage": usage_dict(finish.usage),
         }
 
-    def _logprobs(self, ev: TextDelta) -> dict[str, list[Any]] | None:
+    def _logprobs(self, ev: TextDelta) -> CompletionLogprobs | None:
         if self.texts is None or not ev.logprobs:
             self.offset += len(ev.text)
             return None
