@@ -35,6 +35,12 @@ SETTINGS: dict[str, Setting] = {
         "origins (comma-separated) browsers may call `mlxd serve` from; a request with any "
         "other Origin header gets 403 ('*': any origin)",
     ),
+    "load_memory_fraction": Setting(
+        "MLXD_LOAD_MEMORY_FRACTION",
+        "0.9",
+        "a model loads only if its weights fit in this fraction of the memory the process may "
+        "use (available RAM, cgroup and rlimit headroom); 0: no check",
+    ),
     "max_batch": Setting("MLXD_MAX_BATCH", "16", "most requests decoding at once (server)"),
     "max_queue": Setting("MLXD_MAX_QUEUE", "64", "most requests waiting; more get EngineBusy"),
     "prefill_chunk": Setting("MLXD_PREFILL_CHUNK", "512", "prompt tokens prefilled per step"),

@@ -69,6 +69,12 @@ class ModelRefused(ModelBroken):
     code = "model_refused"
 
 
+class ModelTooLarge(ModelBroken):
+    """The model's weights do not fit in the memory this process may use."""
+
+    code = "model_too_large"
+
+
 class ContextOverflow(InvalidRequest):
     code = "context_length_exceeded"
 

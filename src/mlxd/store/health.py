@@ -10,30 +10,15 @@ import importlib.util
 import json
 import os
 from dataclasses import dataclass
-from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
 
-from mlxd.errors import ModelBroken, ModelRefused, one_line
+from mlxd.errors import ModelBroken, ModelRefused, ModelTooLarge, one_line
 from mlxd.store import files as F
 from mlxd.store.hfcache import expected_files, repo_for_snapshot
+from mlxd.store.limits import architecture_problems, memory_problems
+from mlxd.store.problems import Problem, Severity
 from mlxd.store.safetensors_meta import SafetensorsHeader, read_header
-
-
-class Severity(StrEnum):
-    INCOMPLETE = "incomplete"  # a pull was interrupted; pulling again completes it
-    BROKEN = "broken"  # corrupt, missing or unsupported: cannot run
-    REFUSED = "refused"  # ships code or pickles: mlxd will not run it
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    severity: Severity
-    code: str
-    message: str
-
-    def to_dict(self) -> dict[str, str]:
-        return {"severity": self.severity.value, "code": self.code, "message": self.message}
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +29,7 @@ class HealthReport:
 
     @property
     def status(self) -> str:
-        """ "ok", or the worst severity: incomplete > broken > refused."""
+        """ "ok", or the worst severity: incomplete > broken > refused > too_large."""
         for sev in Severity:
             if any(p.severity is sev for p in self.problems):
                 return sev.value
@@ -59,18 +44,24 @@ class HealthReport:
 
 
 def check_runnable(path: Path, trust_remote_code: bool = False) -> None:
-    """Raise ModelBroken (incl. incomplete) or ModelRefused if the model cannot be run.
+    """Raise ModelBroken (incl. incomplete), ModelRefused or ModelTooLarge if the model cannot
+    be run. Reads headers only: a model is refused before any of it is loaded.
 
     `trust_remote_code` waives auto_map / model_file refusals, never pickle-only weights
     (mlx-lm cannot load them anyway)."""
     report = check(path)
-    blocking = [p for p in report.problems if p.severity is not Severity.REFUSED]
+    found = {sev: [p for p in report.problems if p.severity is sev] for sev in Severity}
+    blocking = found[Severity.INCOMPLETE] + found[Severity.BROKEN]
     if blocking:
         raise ModelBroken(f"model at {path} is {blocking[0].severity.value}: {blocking[0].message}")
-    refused = [p for p in report.problems if not (trust_remote_code and p.code != "pickle_only")]
+    refused = [
+        p for p in found[Severity.REFUSED] if not (trust_remote_code and p.code != "pickle_only")
+    ]
     if refused:
         hint = "" if refused[0].code == "pickle_only" else " (pass --trust-remote-code to allow)"
         raise ModelRefused(f"model at {path} is refused: {refused[0].message}{hint}")
+    if found[Severity.TOO_LARGE]:
+        raise ModelTooLarge(f"model at {path} is too large: {found[Severity.TOO_LARGE][0].message}")
 
 
 def check(path: Path, deep: bool = False) -> HealthReport:
@@ -103,6 +94,9 @@ def check(path: Path, deep: bool = False) -> HealthReport:
     problems += _check_remote_code(config, tok_config)
     headers, weight_problems = _check_weights(path, names, skip)
     problems += weight_problems
+    if config is not None and headers:  # what loading it would build and need, from headers
+        problems += architecture_problems(config, headers)
+        problems += memory_problems(headers)
     problems += _check_tokenizer(path, skip, deep)
     return HealthReport(path, tuple(problems), tuple(headers))
 

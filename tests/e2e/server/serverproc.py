@@ -52,8 +52,20 @@ def server_env(home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def launch(args: list[str], env: dict[str, str], wait_ready: bool = True) -> ServerProcess:
-    """Start `mlxd serve ARGS --port 0`; wait for its ready line and a 200 from /health."""
+def _child_setup(extra: Callable[[], None] | None) -> None:
+    default_sigint()  # some tests press Ctrl-C
+    if extra is not None:
+        extra()
+
+
+def launch(
+    args: list[str],
+    env: dict[str, str],
+    wait_ready: bool = True,
+    preexec_fn: Callable[[], None] | None = None,
+) -> ServerProcess:
+    """Start `mlxd serve ARGS --port 0`; wait for its ready line and a 200 from /health.
+    `preexec_fn` runs in the child before it starts (e.g. tests.hostile.memory_capped())."""
     cmd = [sys.executable, "-m", "mlxd.cli.main", "serve", "--port", "0", *args]
     proc = subprocess.Popen(
         cmd,
@@ -62,7 +74,7 @@ def launch(args: list[str], env: dict[str, str], wait_ready: bool = True) -> Ser
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=default_sigint,  # some tests press Ctrl-C
+        preexec_fn=lambda: _child_setup(preexec_fn),
     )
     server = ServerProcess(proc, env)
     ready = threading.Event()

@@ -1,0 +1,167 @@
+"""What loading a model would build and need, checked from config.json and the safetensors
+headers before any load.
+
+A config is data from a stranger: `num_hidden_layers: 1000000000` makes mlx-lm build a
+billion layer objects (gigabytes of Python objects, long before any weight is read). So the
+counts a model's code loops over must be whole numbers the weights can back, and the weights
+must fit in the memory this process may use.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+from pathlib import Path
+from typing import Any
+
+from mlxd.config import setting
+from mlxd.store.problems import Problem, Severity, broken
+from mlxd.store.safetensors_meta import SafetensorsHeader, TensorInfo
+
+# Config keys whose value mlx-lm models loop over to build modules (per layer, per expert).
+LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+# `model.layers.3.`, `transformer.h.3.`, `backbone.blocks.3.`: the index of a layer's tensors.
+_LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer)\.(\d+)\.")
+
+
+def architecture_problems(
+    config: dict[str, Any], headers: list[SafetensorsHeader]
+) -> list[Problem]:
+    """Layer and expert counts of config.json (and its text_config) against the weights:
+    each must be a whole number, and no larger than what the tensors hold."""
+    tensors = [t for h in headers for t in h.tensors]
+    if not tensors:
+        return []
+    layers = _layer_count(tensors)
+    bounds = {key: layers or len(tensors) for key in LAYER_KEYS}
+    bounds |= {key: _expert_bound(tensors) for key in EXPERT_KEYS}
+    problems = []
+    for prefix, section in _sections(config):
+        for key, bound in bounds.items():
+            value = section.get(key)
+            name = prefix + key
+            if value is None:
+                continue
+            if not _is_count(value):
+                problems.append(
+                    broken("config_mismatch", f"config.json {name} is {value!r}, not a count")
+                )
+            elif value > bound:
+                noun = "layers" if key in LAYER_KEYS else "experts"
+                problems.append(
+                    broken(
+                        "config_mismatch",
+                        f"config.json declares {value} {noun} ({name}), the weights hold {bound}",
+                    )
+                )
+    return problems
+
+
+def memory_problems(headers: list[SafetensorsHeader]) -> list[Problem]:
+    """The weights against `load_memory_fraction` of the memory this process may use."""
+    fraction = float(setting("load_memory_fraction"))
+    available = available_memory()
+    if fraction <= 0 or available is None:
+        return []
+    needed = sum(h.data_bytes for h in headers)
+    limit, source = available
+    if needed <= fraction * limit:
+        return []
+    return [
+        Problem(
+            Severity.TOO_LARGE,
+            "too_large",
+            f"its weights need {_gb(needed)} of memory, {_gb(limit)} is available ({source}); "
+            "MLXD_LOAD_MEMORY_FRACTION=0 turns this check off",
+        )
+    ]
+
+
+def available_memory() -> tuple[int, str] | None:
+    """(bytes, what limits them): the least of free RAM, the cgroup's and the rlimits'
+    headroom. None when nothing is known."""
+    candidates = [c for c in (_ram(), _cgroup(), *_rlimits()) if c is not None]
+    return min(candidates, default=None)
+
+
+def _layer_count(tensors: list[TensorInfo]) -> int:
+    indices = [int(m.group(1)) for t in tensors for m in [_LAYER_INDEX.search(t.name)] if m]
+    return max(indices) + 1 if indices else 0
+
+
+def _expert_bound(tensors: list[TensorInfo]) -> int:
+    """Experts are stacked (one tensor, experts first) or one module each (a tensor each)."""
+    stacked = [t.shape[0] for t in tensors if len(t.shape) >= 3]
+    return max([len(tensors), *stacked])
+
+
+def _sections(config: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    out = [("", config)]
+    for key in ("text_config", "language_config", "llm_config"):
+        if isinstance(config.get(key), dict):
+            out.append((f"{key}.", config[key]))
+    return out
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.1f} GB"
+
+
+def _ram() -> tuple[int, str] | None:
+    """MemAvailable on Linux; physical memory elsewhere (macOS shares it with the GPU)."""
+    meminfo = _read_kb_fields(Path("/proc/meminfo"))
+    if "MemAvailable" in meminfo:
+        return meminfo["MemAvailable"], "available memory"
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "physical memory"
+    except (ValueError, OSError):
+        return None
+
+
+def _cgroup() -> tuple[int, str] | None:
+    """cgroup v2 headroom (containers): memory.max minus memory.current."""
+    try:
+        line = Path("/proc/self/cgroup").read_text().splitlines()[0]
+        folder = Path("/sys/fs/cgroup") / line.split("::", 1)[1].lstrip("/")
+        limit = (folder / "memory.max").read_text().strip()
+        used = int((folder / "memory.current").read_text())
+    except (OSError, IndexError, ValueError):
+        return None
+    if not limit.isdigit():  # "max": no limit
+        return None
+    return max(int(limit) - used, 0), "cgroup memory limit"
+
+
+def _rlimits() -> list[tuple[int, str] | None]:
+    """Headroom under RLIMIT_AS and RLIMIT_DATA (ulimit -v / -d) of this process."""
+    status = _read_kb_fields(Path("/proc/self/status"))
+    out: list[tuple[int, str] | None] = []
+    for limit, used_field, name in (
+        (resource.RLIMIT_AS, "VmSize", "address-space limit"),
+        (resource.RLIMIT_DATA, "VmData", "data-size limit"),
+    ):
+        soft, _hard = resource.getrlimit(limit)
+        if soft != resource.RLIM_INFINITY:
+            out.append((max(soft - status.get(used_field, 0), 0), name))
+    return out
+
+
+def _read_kb_fields(path: Path) -> dict[str, int]:
+    """`Name:   1234 kB` lines (/proc/meminfo, /proc/self/status) as bytes."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return {}
+    out = {}
+    for line in lines:
+        name, _, rest = line.partition(":")
+        parts = rest.split()
+        if len(parts) == 2 and parts[1] == "kB" and parts[0].isdigit():
+            out[name] = int(parts[0]) * 1024
+    return out
