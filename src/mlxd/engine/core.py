@@ -141,49 +141,60 @@ class EngineCore:
     def _load(self, msg: LoadModel) -> None:
         if msg.reply.done():
             return
-        self.loading = True
         try:
-            entry = self.models.get(msg.name) or ModelEntry.of(
-                msg.name, self.backend.load(msg.path)
-            )
-            self.models.put(entry)
+            entry = self._loaded_entry(msg.name, msg.path)
         except MlxdError as exc:
             msg.reply.set_exception(exc)
             return
         except Exception as exc:  # a loader bug must not kill the engine
-            msg.reply.set_exception(EngineFault(f"loading {msg.name} failed: {exc}"))
+            msg.reply.set_exception(EngineFault(f"loading {msg.name} failed: {one_line(exc)}"))
             return
-        finally:
-            self.loading = False
-            self.last_progress = time.monotonic()
         try:
             self.residency.loaded(msg.name)  # before replying: the caller sees the limit applied
         finally:
             msg.reply.set_result(entry.info)
 
+    def _loaded_entry(self, name: str, path: Path) -> ModelEntry:
+        """The entry of `name`, loaded first unless it already is; registered as used now.
+        A load is not a stall: `loading` keeps the watchdog quiet meanwhile."""
+        self.loading = True
+        try:
+            entry = self.models.get(name)
+            if entry is None:
+                entry = ModelEntry.of(name, self.backend.load(path))
+            self.models.put(entry)
+            return entry
+        finally:
+            self.loading = False
+            self.last_progress = time.monotonic()
+
     # ---- one step -------------------------------------------------------------------
 
     def step(self) -> None:
-        """Schedule (swap model, admit), run one batched step, postprocess its tokens."""
+        """One engine step: schedule, run the batch, postprocess its tokens."""
         if self.cfg.fault_hook is not None:
             self.cfg.fault_hook("step", None)
-        self._swap_model_if_needed()
-        self._admit()
-        if self.runner is not None and self.scheduler.running:
-            if self.waker.pending and self.runner.prefill_pending:
-                self.waker.flush(time.monotonic())  # a prefill step can be long: deliver first
-            self._run()
+        runner = self._schedule()
+        if runner is not None:
+            result = self._run(runner)
+            if result is not None:
+                self._postprocess(result)
         self.counters.steps_total += 1
         self.last_progress = time.monotonic()
+
+    def _schedule(self) -> Runner | None:
+        """Swap in the model the queue needs and admit what fits; the runner to step, or
+        None when nothing runs."""
+        self._swap_model_if_needed()
+        self._admit()
+        return self.runner if self.scheduler.running else None
 
     def _swap_model_if_needed(self) -> None:
         wanted = self.scheduler.model_to_swap_in(self.model)
         if wanted is None:
             return
         entry = self.models.get(wanted)
-        if self.runner is not None:
-            self.runner.close()
-            self.runner, self.model = None, None
+        self._close_runner()
         if entry is None:  # unloaded meanwhile: fail what waits for it
             for request in [r for r in self.scheduler.waiting if r.model == wanted]:
                 self.fail(request, f"model {wanted} is not loaded", "model_not_found")
@@ -198,10 +209,7 @@ class EngineCore:
             request.admitted_at = time.monotonic()
             try:
                 uid, cached = self.runner.insert(
-                    request.prompt_ids,
-                    request.params,
-                    request.max_new,
-                    request.request_id,
+                    request.prompt_ids, request.params, request.max_new, request.request_id
                 )
             except Exception as exc:  # this request cannot start; the others can
                 self.fail(request, f"request failed: {one_line(exc)}", "engine_error")
@@ -209,58 +217,64 @@ class EngineCore:
             self.on_dequeue()
             request.cached_tokens = cached
             self.scheduler.start(request, uid)
-            c = self.counters
-            c.prompt_tokens_total += request.prompt_len
-            c.prefilled_tokens_total += request.prompt_len - cached
-            if cached:
-                c.prefix_cache_hits += 1
-                c.cached_tokens_total += cached
+            self.counters.admitted(request.prompt_len, cached)
 
-    def _run(self) -> None:
-        assert self.runner is not None
+    def _run(self, runner: Runner) -> StepResult | None:
+        """One batched step; None when it raised (its batch is failed and dropped)."""
+        if self.waker.pending and runner.prefill_pending:
+            self.waker.flush(time.monotonic())  # a prefill step can be long: deliver first
         try:
-            result = self.runner.step()
+            return runner.step()
         except Exception as exc:
             # The batch's state is unknown after a failed step: fail its requests, start over.
             self._fail_batch(exc)
-            return
-        self._postprocess(result)
+            return None
 
     def _postprocess(self, result: StepResult) -> None:
-        running, failed = self.scheduler.running, result.failed
+        """Deliver the step's tokens, end the sequences that finished, wake consumers, and
+        fail the sequences whose sampler or logits processor raised."""
         now = time.monotonic()
-        first_tokens: list[Collector] = []
+        first, later = self._deliver(result, now)
+        self.counters.generation_tokens_total += len(result.tokens)
+        self.waker.step_done(now, first, later)
+        running = self.scheduler.running
+        for uid, exc in result.failed.items():
+            request = running.get(uid)
+            if request is not None:
+                self.fail(request, f"request failed: {one_line(exc)}", "engine_error")
+
+    def _deliver(self, result: StepResult, now: float) -> tuple[list[Collector], list[Collector]]:
+        """Push each token to its request's collector (the stop token itself is never
+        emitted) and finish the requests that ended. Returns the collectors that got their
+        first token and those that got a later one, for the wake-up."""
+        running, failed = self.scheduler.running, result.failed
+        first: list[Collector] = []
         later: list[Collector] = []
         for out in result.tokens:
             request = running.get(out.uid)
             if request is None or out.uid in failed:
                 continue
             request.completion_tokens += 1
-            collector = request.collector
-            if out.finish is None:
-                collector.push(out.token, out.logprob, wake=False)
-                if request.first_token_at is None:
-                    first_tokens.append(collector)  # time to first token: deliver now
-                else:
-                    later.append(collector)
-            elif out.finish == "length":  # the stop token itself is never emitted
-                collector.push(out.token, out.logprob, wake=False)
+            if out.finish != "stop":
+                request.collector.push(out.token, out.logprob, wake=False)
             if request.first_token_at is None:
                 request.first_token_at = now
                 request.status = RequestStatus.DECODING
+                if out.finish is None:
+                    first.append(request.collector)  # time to first token: deliver now
+            elif out.finish is None:
+                later.append(request.collector)
             if out.finish is not None:
                 self.finish(request, FINISH_BY_BACKEND[out.finish], in_backend=False)
-        self.counters.generation_tokens_total += len(result.tokens)
-        self.waker.step_done(now, first_tokens, later)
-        for uid, exc in failed.items():  # its sampler or a logits processor raised
-            request = running.get(uid)
-            if request is not None:
-                self.fail(request, f"request failed: {one_line(exc)}", "engine_error")
+        return first, later
 
     def _fail_batch(self, exc: Exception) -> None:
         message = f"batch step failed: {one_line(exc)}"
         for request in list(self.scheduler.running.values()):
             self.fail(request, message, "engine_error", in_backend=False)
+        self._close_runner()
+
+    def _close_runner(self) -> None:
         if self.runner is not None:
             self.runner.close()
         self.runner, self.model = None, None
@@ -304,9 +318,8 @@ class EngineCore:
 
     def _release_model(self, name: str) -> None:
         """`name` left the table (residency): stop its runner, free what the backend holds."""
-        if self.model == name and self.runner is not None:
-            self.runner.close()
-            self.runner, self.model = None, None
+        if self.model == name:
+            self._close_runner()
         self.backend.unload(name)
 
     def close(self) -> None:

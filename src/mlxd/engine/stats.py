@@ -49,3 +49,11 @@ class Counters:
     prefilled_tokens_total: int = 0
     # Every key present from the start, so readers never see the dict change size.
     by_reason: dict[str, int] = field(default_factory=lambda: {r.value: 0 for r in FinishReason})
+
+    def admitted(self, prompt_len: int, cached: int) -> None:
+        """A request started: `cached` of its `prompt_len` tokens came from the prefix cache."""
+        self.prompt_tokens_total += prompt_len
+        self.prefilled_tokens_total += prompt_len - cached
+        if cached:
+            self.prefix_cache_hits += 1
+            self.cached_tokens_total += cached
