@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol, TextIO
+from typing import TYPE_CHECKING, Protocol, TextIO
 
 from mlxd.cli.utf8 import check_utf8
+
+if TYPE_CHECKING:  # prompt_toolkit loads only for a terminal chat
+    from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 
 FENCE = '"""'
 PROMPT, CONTINUATION = ">>> ", "... "
@@ -94,18 +97,18 @@ class TerminalReader:
             return ""
 
 
-def _key_bindings():  # type: ignore[no-untyped-def]
+def _key_bindings() -> KeyBindings:
     from prompt_toolkit.key_binding import KeyBindings
 
     bindings = KeyBindings()
 
     @bindings.add("escape", "enter")
-    def _newline(event) -> None:  # type: ignore[no-untyped-def]
+    def _newline(event: KeyPressEvent) -> None:
         """Esc+Enter (Alt+Enter on most terminals) starts a new line in the message."""
         event.current_buffer.insert_text("\n")
 
     @bindings.add("c-c")
-    def _interrupt(event) -> None:  # type: ignore[no-untyped-def]
+    def _interrupt(event: KeyPressEvent) -> None:
         """Ctrl-C clears a line being typed; at an empty prompt it ends the chat."""
         buffer = event.current_buffer
         if buffer.text:
