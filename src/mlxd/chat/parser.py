@@ -40,6 +40,10 @@ class Mode(Enum):
     HARMONY_BODY = auto()  # GPT-OSS: a message on the channel the header named
 
 
+# Whitespace right before a marker is layout and is dropped, so trailing whitespace waits to see
+# what follows; at most this many characters, and only where a marker can follow, so an answer
+# that starts with (or is) a run of newlines still streams as it is generated.
+WS_HOLD_CHARS = 2
 _H_CLOSERS = ("<|end|>", "<|call|>", "<|return|>")
 _H_OPENERS = ("<|start|>", "<|channel|>")
 _H_CHANNEL = re.compile(r"<\|channel\|>\s*([A-Za-z_]+)")
@@ -232,6 +236,10 @@ class OutputParser:
         stripped = text.lstrip()
         if not stripped:
             self._lead_ws += text
+            excess = len(self._lead_ws) - WS_HOLD_CHARS
+            if excess > 0:  # too long to be layout before a JSON call: it is content
+                self._events.append(TextDelta(self._lead_ws[:excess]))
+                self._lead_ws = self._lead_ws[excess:]
             return
         self._at_start = False
         if stripped.startswith("{"):
@@ -245,10 +253,16 @@ class OutputParser:
         self._deliver(TextDelta, text)
 
     def _deliver(self, kind: type[TextDelta] | type[ReasoningDelta], text: str) -> None:
-        """Emit `text`, holding trailing whitespace until we know no marker follows it."""
+        """Emit `text`, holding up to WS_HOLD_CHARS of trailing whitespace while a marker
+        could still follow it (then it is layout, dropped)."""
         full = self._ws_tail + text
-        body = full.rstrip()
-        self._ws_tail, self._ws_kind = full[len(body) :], kind
+        held = len(full) - len(full.rstrip()) if self._markers() else 0
+        held = min(held, WS_HOLD_CHARS)
+        body, self._ws_tail, self._ws_kind = (
+            full[: len(full) - held],
+            full[len(full) - held :],
+            kind,
+        )
         if body:
             self._events.append(kind(body))
 

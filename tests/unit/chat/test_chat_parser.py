@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mlxd.chat.formats import HERMES, LLAMA3, MISTRAL, Formats
-from mlxd.chat.parser import OutputParser, holdback, merge_events, parse_output
+from mlxd.chat.parser import WS_HOLD_CHARS, OutputParser, holdback, merge_events, parse_output
 from mlxd.types import ChatEvent, ReasoningDelta, TextDelta, ToolCall, Warning
 
 THINK = ("<think>", "</think>")
@@ -310,12 +310,33 @@ def _prefix_match(got: list[ChatEvent], expected: list[ChatEvent]) -> bool:
 
 def test_chat_parser_stop_sets_stopped_and_ignores_later_text():
     parser = OutputParser(F_PLAIN, stop=["END"])
-    assert parser.feed("abc E") == [T("abc")]  # " " waits: a marker could follow it
+    assert parser.feed("abc E") == [T("abc ")]  # "E" may start END; no marker can follow " "
     assert not parser.stopped
     assert parser.feed("ND more") == []
     assert parser.stopped
     assert parser.feed("even more") == []
-    assert parser.flush() == [T(" ")]  # no marker came: the space was content
+    assert parser.flush() == []
+
+
+@pytest.mark.parametrize("formats", [F_PLAIN, F_THINK, F_LLAMA], ids=["plain", "think", "llama"])
+def test_chat_parser_streams_a_run_of_newlines_holding_at_most_a_few(formats: Formats) -> None:
+    # An answer of 40 newline tokens arrives as it is generated, not as one chunk at the end:
+    # only what could still be layout before a marker waits, WS_HOLD_CHARS at most.
+    parser = OutputParser(formats, tools=True)
+    sent = ""
+    for i in range(1, 41):
+        sent += "".join(e.text for e in parser.feed("\n") if isinstance(e, TextDelta))
+        assert len(sent) >= i - WS_HOLD_CHARS
+    sent += "".join(e.text for e in parser.flush() if isinstance(e, TextDelta))
+    assert sent == "\n" * 40
+
+
+def test_chat_parser_whitespace_before_a_marker_is_still_layout() -> None:
+    parser = OutputParser(F_THINK, tools=True)
+    assert parser.feed("Sure.") == [T("Sure.")]
+    assert parser.feed(" \n") == []  # held: a marker may follow
+    (call,) = parser.feed(f"<tool_call>{CALL}</tool_call>")  # no " \n" text before it
+    assert isinstance(call, ToolCall) and (call.name, call.arguments) == ("get_weather", ARGS)
 
 
 def test_chat_parser_holds_back_only_possible_marker_prefixes():
