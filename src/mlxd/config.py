@@ -90,6 +90,12 @@ SETTINGS: dict[str, Setting] = {
     ),
     "max_stop_strings": Setting("MLXD_MAX_STOP_STRINGS", "16", "most stop strings per request"),
     "drain_seconds": Setting("MLXD_DRAIN_SECONDS", "30", "shutdown: time running requests get"),
+    "content_control_tokens": Setting(
+        "MLXD_CONTENT_CONTROL_TOKENS",
+        "0",
+        "1: control tokens written in message content act as control tokens (lets whoever "
+        "writes a message forge roles); 0: they tokenize as text",
+    ),
     "template_seconds": Setting("MLXD_TEMPLATE_SECONDS", "2", "chat template render time budget"),
     "template_bytes": Setting(
         "MLXD_TEMPLATE_BYTES", str(8 << 20), "chat template render output-size budget"

@@ -20,9 +20,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from mlxd.chat.control_tokens import Shield, shield_messages
 from mlxd.chat.formats import detect_reasoning
 from mlxd.chat.messages import check_template_kwargs, normalize_messages, normalize_tools
 from mlxd.chat.template import render_template
+from mlxd.config import setting
 from mlxd.errors import InvalidRequest, TemplateError
 from mlxd.types import Tokenizer
 
@@ -63,16 +65,21 @@ def build_chat_prompt(
 ) -> BuiltPrompt:
     """Validate, render and tokenize a chat request.
 
-    Raises InvalidRequest(param="messages[...]") for malformed input, TemplateError when the
-    template raises, escapes the sandbox or exceeds its budget.
+    Control tokens written in messages tokenize as text unless MLXD_CONTENT_CONTROL_TOKENS=1
+    (mlxd.chat.control_tokens). Raises InvalidRequest(param="messages[...]") for malformed
+    input, TemplateError when the template raises, escapes the sandbox or exceeds its budget.
     """
     msgs = normalize_messages(messages)
     tool_list = normalize_tools(tools)
     kwargs = check_template_kwargs(template_kwargs)
-    text = render_chat_text(tokenizer, msgs, tool_list, kwargs)
+    shield = Shield()
+    if setting("content_control_tokens") != "1":  # content tokenizes as text (the default)
+        msgs, shield = shield_messages(tokenizer, msgs, detect_reasoning(tokenizer) or ())
+    rendered = render_chat_text(tokenizer, msgs, tool_list, kwargs)
     # Templates write their own BOS (as HF's apply_chat_template assumes); the fallback does
     # not, so it gets the tokenizer's special tokens like a raw prompt.
-    ids = _encode(tokenizer, text, add_special_tokens=_uses_fallback(tokenizer))
+    ids = shield.encode(tokenizer, rendered, add_special_tokens=_uses_fallback(tokenizer))
+    text = shield.restore(rendered)
     return BuiltPrompt(token_ids=ids, text=text, reasoning_open=_ends_in_reasoning(tokenizer, text))
 
 
