@@ -13,9 +13,10 @@ from pathlib import Path
 from mlxd.config import store_dir
 from mlxd.store import facts
 from mlxd.store.files import file_size, model_files
-from mlxd.store.health import Problem, Severity, check
+from mlxd.store.health import check
 from mlxd.store.hfcache import CachedRepo, scan_repos
 from mlxd.store.model_ref import ModelRef, Source
+from mlxd.store.problems import Problem, Severity
 from mlxd.store.resolve import store_names
 
 

@@ -49,7 +49,8 @@ def pack(codes: np.ndarray, bits: int) -> np.ndarray:
     rows, cols = codes.shape
     grouped = codes.reshape(rows, cols // per, per).astype(np.uint32)
     shifts = (np.arange(per, dtype=np.uint32) * bits).reshape(1, 1, per)
-    return np.bitwise_or.reduce(grouped << shifts, axis=-1)
+    packed: np.ndarray = np.bitwise_or.reduce(grouped << shifts, axis=-1)
+    return packed
 
 
 def _f16(raw: np.ndarray) -> np.ndarray:

@@ -38,7 +38,9 @@ def llama3_factors(
     return np.array(out)
 
 
-def rope_scaling_from_freqs(tensor: GgufTensor, head_dim: int, theta: float) -> dict | None:
+def rope_scaling_from_freqs(
+    tensor: GgufTensor, head_dim: int, theta: float
+) -> dict[str, Any] | None:
     """HF llama3 `rope_scaling` matching `tensor`, None if it scales nothing; else ModelBroken."""
     if tensor.qtype != GGMLQuantizationType.F32 or tensor.shape != (head_dim // 2,):
         raise ModelBroken(f"GGUF rope_freqs has shape {list(tensor.shape)}, not [{head_dim // 2}]")

@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from gguf.quants import dequantize
@@ -194,7 +195,7 @@ def out_arrays(plan: WeightPlan, dtype: str, keep_quantized: bool) -> list[np.nd
     return [pack(codes, bits), to_dtype(scales, dtype), to_dtype(biases, dtype)]
 
 
-def quantization_config(plans: list[WeightPlan], keep_quantized: bool) -> dict | None:
+def quantization_config(plans: list[WeightPlan], keep_quantized: bool) -> dict[str, Any] | None:
     """config.json `quantization` for kept tensors: the common bits plus one entry per layer."""
     per_layer: dict[str, object] = {}
     for plan in plans:

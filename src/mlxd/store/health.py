@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from mlxd.errors import ModelBroken, ModelRefused, ModelTooLarge, one_line
 from mlxd.store import files as F
@@ -113,7 +114,9 @@ def _rel(root: Path, p: Path) -> str:
     return p.relative_to(root).as_posix()
 
 
-def _load_json(file: Path, problems: list[Problem], skip: set[Path], required: bool) -> dict | None:
+def _load_json(
+    file: Path, problems: list[Problem], skip: set[Path], required: bool
+) -> dict[str, Any] | None:
     if file in skip:
         return None
     if not file.exists():
@@ -134,7 +137,7 @@ def _load_json(file: Path, problems: list[Problem], skip: set[Path], required: b
     return data
 
 
-def _check_config(config: dict) -> list[Problem]:
+def _check_config(config: dict[str, Any]) -> list[Problem]:
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or not model_type:
         return [_broken("no_model_type", "config.json has no model_type")]
@@ -143,7 +146,9 @@ def _check_config(config: dict) -> list[Problem]:
     return []
 
 
-def _check_remote_code(config: dict | None, tok_config: dict | None) -> list[Problem]:
+def _check_remote_code(
+    config: dict[str, Any] | None, tok_config: dict[str, Any] | None
+) -> list[Problem]:
     out = []
     if config and config.get("model_file") is not None:
         out.append(

@@ -11,6 +11,7 @@ import math
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from mlxd.errors import ModelBroken
 
@@ -74,7 +75,7 @@ def read_header(path: Path) -> SafetensorsHeader:
     return SafetensorsHeader(path, tensors, dict(metadata), end)
 
 
-def _tensors(path: Path, header: dict) -> tuple[tuple[TensorInfo, ...], int]:
+def _tensors(path: Path, header: dict[str, Any]) -> tuple[tuple[TensorInfo, ...], int]:
     tensors, end = [], 0
     for name, info in header.items():
         try:
@@ -93,7 +94,7 @@ def _tensors(path: Path, header: dict) -> tuple[tuple[TensorInfo, ...], int]:
     return tuple(tensors), end
 
 
-def count_parameters(headers: list[SafetensorsHeader], quantization: dict | None) -> int:
+def count_parameters(headers: list[SafetensorsHeader], quantization: dict[str, Any] | None) -> int:
     """Logical parameter count: packed quantized weights (uint32 words holding 32/bits values)
     are unpacked, and their per-group scales and biases are not parameters. `quantization` is
     the config's block: global "bits", optionally overridden per layer path (mixed precision)."""
@@ -110,7 +111,7 @@ def count_parameters(headers: list[SafetensorsHeader], quantization: dict | None
     return total
 
 
-def _bits_for(stem: str, quantization: dict | None) -> int | None:
+def _bits_for(stem: str, quantization: dict[str, Any] | None) -> int | None:
     q = quantization or {}
     layer = q.get(stem) or q.get(stem.removeprefix("model.")) or q.get(f"model.{stem}")
     bits = layer.get("bits") if isinstance(layer, dict) else q.get("bits")
