@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from typing import Any, cast
+from typing import cast
 
 import mlx.core as mx
 from mlx_lm.sample_utils import (
@@ -102,9 +102,9 @@ def guard_processor(proc: Processor, on_error: OnError) -> Processor:
     return guarded
 
 
-def token_logprob(row: Any, token: int, top_n: int) -> TokenLogprob:
+def token_logprob(row: mx.array, token: int, top_n: int) -> TokenLogprob:
     """The sampled token's log-probability and the `top_n` best alternatives from one row."""
-    lp = float(row[token].item())
+    lp = float(cast(float, row[token].item()))
     if top_n <= 0:
         return TokenLogprob(token, lp)
     top_n = min(top_n, row.shape[-1])

@@ -9,13 +9,14 @@ from mlxd.engine.engine import Engine
 from mlxd.engine.handle import RequestHandle
 from mlxd.engine.loaded_models import ModelInfo
 from mlxd.engine.request import EngineRequest, RequestStatus
-from mlxd.engine.stats import EngineHealth, EngineStats
+from mlxd.engine.stats import EngineHealth, EngineState, EngineStats
 
 __all__ = [
     "Engine",
     "EngineConfig",
     "EngineHealth",
     "EngineRequest",
+    "EngineState",
     "EngineStats",
     "ModelInfo",
     "RequestHandle",

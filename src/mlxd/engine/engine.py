@@ -15,8 +15,9 @@ import threading
 import time
 import weakref
 from concurrent.futures import Future
+from os import PathLike
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from mlxd.engine.collector import Collector
 from mlxd.engine.config import EngineConfig
@@ -25,7 +26,7 @@ from mlxd.engine.handle import RequestHandle
 from mlxd.engine.inbox import Cancel, LoadModel, Message, Shutdown, Submit
 from mlxd.engine.loaded_models import LoadedModels, ModelInfo
 from mlxd.engine.request import EngineRequest, Request, budget, validate
-from mlxd.engine.stats import EngineHealth, EngineStats
+from mlxd.engine.stats import EngineHealth, EngineState, EngineStats
 from mlxd.errors import (
     EngineBusy,
     EngineFault,
@@ -64,6 +65,15 @@ def _mlx_backend(cfg: EngineConfig) -> Backend:
     )
 
 
+class ModelSource(Protocol):
+    """A model to load: its name and its directory (a store ModelRef is one)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def path(self) -> Path: ...
+
+
 class Engine:
     """Thread-safe facade; see docs/ARCHITECTURE.md for the contract."""
 
@@ -75,7 +85,7 @@ class Engine:
         self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._queued = 0  # submitted and not yet admitted: what max_queue bounds
-        self._state = "ready"  # ready | draining | stalled | failed | closed
+        self._state = EngineState.READY
         self._detail: str | None = None
         self._core = EngineCore(self.cfg, self._backend, self._models, self._live, self._dequeued)
         self._thread = threading.Thread(target=self._loop, name="mlxd-engine", daemon=True)
@@ -87,19 +97,27 @@ class Engine:
 
     # ---- models ---------------------------------------------------------------------
 
-    def load_model(self, path: Any, name: str | None = None, *, pin: bool = False) -> ModelInfo:
-        """Load (once) and register a model; blocks. `path` is a directory or a ModelRef.
-        Counts as a use of the model (LRU, TTL). `pin`: never unload it (by TTL or LRU);
-        a pin is kept for the name, also across a reload. Loading may unload other idle
-        models to stay within `max_models`. Raises ModelBroken / ModelRefused /
+    def load_model(
+        self,
+        path: ModelSource | str | PathLike[str],
+        name: str | None = None,
+        *,
+        pin: bool = False,
+    ) -> ModelInfo:
+        """Load (once) and register a model; blocks. `path` is a directory, or anything with
+        `.name` and `.path` (a store ModelRef); `name` defaults to its name (a directory's
+        last part). Counts as a use of the model (LRU, TTL). `pin`: never unload it (by TTL
+        or LRU); a pin is kept for the name, also across a reload. Loading may unload other
+        idle models to stay within `max_models`. Raises ModelBroken / ModelRefused /
         ModelNotFound with a one-line reason."""
-        if hasattr(path, "path") and hasattr(path, "name"):  # a store ModelRef
+        if isinstance(path, str | PathLike):
+            directory = Path(path).expanduser()
+            name = name or directory.name
+        else:
+            directory = Path(path.path).expanduser()
             name = name or path.name
-            path = path.path
-        path = Path(path).expanduser()
-        name = name or path.name
         entry = self._models.touch(name)
-        if entry is not None and entry.info.path.resolve() != path.resolve():
+        if entry is not None and entry.info.path.resolve() != directory.resolve():
             raise InvalidRequest(f"another model is already loaded as {name!r}")
         if pin:
             self._models.pin(name)
@@ -107,7 +125,7 @@ class Engine:
         if entry is not None:
             return entry.info
         reply: Future[ModelInfo] = Future()
-        self._post(LoadModel(name, path, reply))
+        self._post(LoadModel(name, directory, reply))
         return reply.result()
 
     def reserve(self, name: str, seconds: float = RESERVE_SECONDS) -> ModelInfo:
@@ -175,9 +193,9 @@ class Engine:
     def health(self) -> EngineHealth:
         """Cheap and non-blocking."""
         state, detail = self._state, self._detail
-        if state in ("ready", "draining") and self._stalled():
-            return EngineHealth(False, "stalled", self._stall_message())
-        return EngineHealth(state in ("ready", "draining"), state, detail)
+        if state.open and self._stalled():
+            return EngineHealth(False, EngineState.STALLED, self._stall_message())
+        return EngineHealth(state.open, state, detail)
 
     def stats(self) -> EngineStats:
         core, c = self._core, self._core.counters
@@ -203,11 +221,11 @@ class Engine:
     def drain(self, timeout_s: float) -> bool:
         """Refuse new submits; wait up to `timeout_s` for accepted requests to finish."""
         with self._lock:
-            if self._state == "ready":
-                self._state = "draining"
+            if self._state is EngineState.READY:
+                self._state = EngineState.DRAINING
         deadline = time.monotonic() + timeout_s
         while self._live.snapshot():
-            if time.monotonic() >= deadline or self._state in ("failed", "stalled", "closed"):
+            if time.monotonic() >= deadline or not self._state.open:
                 return not self._live.snapshot()
             time.sleep(0.01)
         return True
@@ -215,11 +233,11 @@ class Engine:
     def close(self) -> None:
         """Fail pending handles (EngineUnavailable-style FinishEvent), stop and join threads."""
         with self._lock:
-            if self._state == "closed":
+            if self._state is EngineState.CLOSED:
                 return
             # A stalled thread may never come back: do not wait long for it.
-            join_s = 30.0 if self._state in ("ready", "draining") else 1.0
-            self._state, self._detail = "closed", "engine closed"
+            join_s = 30.0 if self._state.open else 1.0
+            self._state, self._detail = EngineState.CLOSED, "engine closed"
         self._fail_all("engine closed", EngineUnavailable.code)
         self._inbox.put(Shutdown())
         self._stop.set()
@@ -241,7 +259,8 @@ class Engine:
             self._inbox.put(msg)
 
     def _check_open(self, allow_draining: bool = False) -> None:
-        if self._state == "ready" or (allow_draining and self._state == "draining"):
+        state = self._state
+        if state is EngineState.READY or (allow_draining and state is EngineState.DRAINING):
             return
         detail = f": {self._detail}" if self._detail else ""
         raise EngineUnavailable(f"engine is {self._state}{detail}")
@@ -249,7 +268,7 @@ class Engine:
     def _loop(self) -> None:
         core = self._core
         try:
-            while self._state in ("ready", "draining"):
+            while self._state.open:
                 if not self._handle_messages(block=not core.has_work):
                     break
                 if core.has_work:
@@ -258,7 +277,7 @@ class Engine:
         except BaseException as exc:  # a fault outside any one request: fatal
             self._die(f"engine fault: {one_line(exc)}")
         finally:
-            code = EngineFault.code if self._state == "failed" else EngineUnavailable.code
+            code = EngineFault.code if self._state is EngineState.FAILED else EngineUnavailable.code
             self._fail_all(self._detail or "engine stopped", code)
             self._reject_inbox()
             core.close()
@@ -283,8 +302,8 @@ class Engine:
 
     def _die(self, detail: str) -> None:
         with self._lock:
-            if self._state in ("ready", "draining"):
-                self._state, self._detail = "failed", detail
+            if self._state.open:
+                self._state, self._detail = EngineState.FAILED, detail
 
     def _fail_all(self, message: str, code: str | None) -> None:
         """Finish every live handle with an error; safe from any thread."""
@@ -331,11 +350,11 @@ class Engine:
     def _watch(self) -> None:
         period = min(1.0, self.cfg.watchdog_seconds / 4)
         while not self._stop.wait(period):
-            if self._state not in ("ready", "draining") or not self._stalled():
+            if not self._state.open or not self._stalled():
                 continue
             with self._lock:
-                if self._state not in ("ready", "draining"):
+                if not self._state.open:
                     continue
-                self._state, self._detail = "stalled", self._stall_message()
+                self._state, self._detail = EngineState.STALLED, self._stall_message()
             self._fail_all(self._stall_message(), EngineFault.code)
             self._inbox.put(Shutdown())  # if the stuck step ever returns, the loop exits

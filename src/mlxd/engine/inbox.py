@@ -5,8 +5,8 @@ from __future__ import annotations
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from mlxd.engine.loaded_models import ModelInfo
 from mlxd.engine.request import Request
 
 
@@ -24,7 +24,7 @@ class Cancel:
 class LoadModel:
     name: str
     path: Path
-    reply: Future[Any]
+    reply: Future[ModelInfo]
 
 
 @dataclass(frozen=True, slots=True)

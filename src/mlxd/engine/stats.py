@@ -3,17 +3,30 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from mlxd.types import FinishReason
 
 
+class EngineState(StrEnum):
+    READY = "ready"
+    DRAINING = "draining"  # takes no new submits; accepted requests still run
+    STALLED = "stalled"  # the watchdog saw no progress: every handle failed
+    FAILED = "failed"  # a fatal fault: every handle failed
+    CLOSED = "closed"
+
+    @property
+    def open(self) -> bool:
+        """The engine thread still runs requests (ready or draining)."""
+        return self in (EngineState.READY, EngineState.DRAINING)
+
+
 @dataclass(frozen=True, slots=True)
 class EngineHealth:
-    """ok is False when the engine failed, stalled or closed. state is one of: ready,
-    draining, stalled, failed, closed."""
+    """ok is False when the engine failed, stalled or closed; `detail` says why."""
 
     ok: bool
-    state: str
+    state: EngineState
     detail: str | None = None
 
 
