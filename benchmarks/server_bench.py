@@ -104,7 +104,7 @@ async def one_request(client: httpx.AsyncClient, url: str, body: dict[str, objec
     t0 = time.perf_counter()
     sample: Sample | None = None
     last = t0
-    chunks = 0
+    chunks = usage_tokens = 0
     async with client.stream("POST", url + "/v1/chat/completions", json=body) as r:
         r.raise_for_status()
         async for line in r.aiter_lines():
@@ -113,8 +113,6 @@ async def one_request(client: httpx.AsyncClient, url: str, body: dict[str, objec
             data = json.loads(line[6:])
             if data.get("usage"):
                 usage_tokens = data["usage"]["completion_tokens"]
-                if sample is not None:
-                    sample.tokens = usage_tokens
             if not data.get("choices"):
                 continue
             delta = data["choices"][0].get("delta") or {}
@@ -128,7 +126,9 @@ async def one_request(client: httpx.AsyncClient, url: str, body: dict[str, objec
             else:
                 sample.gaps.append(now - last)
             last = now
-    assert sample is not None, "no content streamed"
+    if sample is None:  # nothing visible streamed (held back to the end): the client's TTFT
+        sample = Sample(ttft=time.perf_counter() - t0)
+    sample.tokens = usage_tokens
     if not sample.tokens:
         sample.tokens = chunks
     return sample
@@ -167,6 +167,7 @@ def request_body(
 
 
 async def run_level(
+    kind: str,
     url: str,
     load: str,
     clients: int,
@@ -185,6 +186,9 @@ async def run_level(
             for n in range(per_client):
                 body = request_body(load, cid, n, args, eos)
                 body["model"] = model
+                if kind == "rapid-mlx":  # refuses logit_bias; accepts vLLM's ignore_eos
+                    del body["logit_bias"]
+                    body["ignore_eos"] = True
                 try:
                     out.append(await one_request(client, url, body))
                 except httpx.HTTPError:  # a reset or refused connection counts, not crashes
@@ -228,11 +232,11 @@ def bench_server(
     proc, url = start(kind, model_dir, env, args)
     model = "default" if kind == "mlxd" else str(model_dir)
     try:
-        asyncio.run(run_level(url, "greedy", 1, 1, args, eos, model))  # warm-up
+        asyncio.run(run_level(kind, url, "greedy", 1, 1, args, eos, model))  # warm-up
         out = []
         for c in args.concurrency:
             per_client = max(1, args.requests // c)
-            out.append(asyncio.run(run_level(url, load, c, per_client, args, eos, model)))
+            out.append(asyncio.run(run_level(kind, url, load, c, per_client, args, eos, model)))
             print(f"{kind} {load} {c}: {json.dumps(out[-1])}", file=sys.stderr, flush=True)
         return out
     finally:
