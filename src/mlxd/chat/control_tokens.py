@@ -18,9 +18,14 @@ import re
 import weakref
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from mlxd.types import Tokenizer
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer as RustTokenizer
+
+T = TypeVar("T")
 
 __all__ = ["Shield", "shield_messages"]
 
@@ -102,7 +107,7 @@ def shield_messages(
     return shielded, shield
 
 
-def _strings(value: Any, key: str | None = None) -> Iterator[str]:
+def _strings(value: object, key: str | None = None) -> Iterator[str]:
     if isinstance(value, str):
         if key != "role":
             yield value
@@ -114,7 +119,7 @@ def _strings(value: Any, key: str | None = None) -> Iterator[str]:
             yield from _strings(v)
 
 
-def _map_strings(value: Any, fn: Callable[[str], str], key: str | None = None) -> Any:
+def _map_strings(value: object, fn: Callable[[str], str], key: str | None = None) -> object:
     if isinstance(value, str):
         return value if key == "role" else fn(value)
     if isinstance(value, dict):
@@ -126,7 +131,7 @@ def _map_strings(value: Any, fn: Callable[[str], str], key: str | None = None) -
 
 def _control_pattern(tokenizer: Tokenizer) -> re.Pattern[str] | None:
     """A regex matching any of the tokenizer's added tokens (longest first); None if none."""
-    return _memo(tokenizer, "pattern", lambda: _build_pattern(tokenizer))
+    return _memo(_PATTERNS, tokenizer, lambda: _build_pattern(tokenizer))
 
 
 def _build_pattern(tokenizer: Tokenizer) -> re.Pattern[str] | None:
@@ -141,17 +146,22 @@ def _build_pattern(tokenizer: Tokenizer) -> re.Pattern[str] | None:
 
 
 # Per tokenizer, built once: weak keys, so an unloaded model's tokenizer is not kept alive.
-_MEMO: weakref.WeakKeyDictionary[object, dict[str, Any]] = weakref.WeakKeyDictionary()
+_PATTERNS: weakref.WeakKeyDictionary[Tokenizer, re.Pattern[str] | None] = (
+    weakref.WeakKeyDictionary()
+)
+_TEXT_ONLY: weakref.WeakKeyDictionary[Tokenizer, RustTokenizer | None] = weakref.WeakKeyDictionary()
 
 
-def _memo(tokenizer: Tokenizer, key: str, build: Callable[[], Any]) -> Any:
+def _memo(
+    cache: weakref.WeakKeyDictionary[Tokenizer, T], tokenizer: Tokenizer, build: Callable[[], T]
+) -> T:
     try:
-        slot = _MEMO.setdefault(tokenizer, {})
+        return cache[tokenizer]
+    except KeyError:
+        value = cache[tokenizer] = build()
+        return value
     except TypeError:  # not weak-referenceable: build each time
         return build()
-    if key not in slot:
-        slot[key] = build()
-    return slot[key]
 
 
 def _encode(tokenizer: Tokenizer, text: str, add_special_tokens: bool) -> list[int]:
@@ -167,12 +177,12 @@ def _as_text(tokenizer: Tokenizer, literal: str) -> list[int]:
     return [t for ch in literal for t in _encode(tokenizer, ch, False)]
 
 
-def _text_only(tokenizer: Tokenizer) -> Any:
+def _text_only(tokenizer: Tokenizer) -> RustTokenizer | None:
     """A copy of the tokenizers.Tokenizer behind `tokenizer` without its added tokens."""
-    return _memo(tokenizer, "text_only", lambda: _build_text_only(tokenizer))
+    return _memo(_TEXT_ONLY, tokenizer, lambda: _build_text_only(tokenizer))
 
 
-def _build_text_only(tokenizer: Tokenizer) -> Any:
+def _build_text_only(tokenizer: Tokenizer) -> RustTokenizer | None:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         return None
