@@ -31,6 +31,11 @@ def add_parser(sub: Subparsers) -> None:
     p = sub.add_parser("health", help="check one model, or all; non-zero exit if any is bad")
     p.add_argument("model", nargs="?", help="model to check (default: every model)")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="also hash every file against the hub's checksums (reads the whole model)",
+    )
     p.set_defaults(func=cmd_health)
 
     p = sub.add_parser("rm", help="remove a model from the HF cache or mlxd's store")
@@ -164,9 +169,9 @@ def cmd_health(args: argparse.Namespace) -> int:
 
     if args.model:
         ref = resolve(args.model)
-        results = [(ref.name, check(ref.path, deep=True))]
+        results = [(ref.name, check(ref.path, deep=True, verify=args.verify))]
     else:
-        results = [(e.id, check(e.path, deep=True)) for e in list_models()]
+        results = [(e.id, check(e.path, deep=True, verify=args.verify)) for e in list_models()]
     bad = [name for name, report in results if not report.ok]
     if args.json:
         print_json([{"name": n, "path": str(r.path)} | r.to_dict() for n, r in results])

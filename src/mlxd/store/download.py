@@ -11,7 +11,7 @@ import glob
 import os
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
@@ -19,6 +19,7 @@ from mlxd.errors import DownloadError, InvalidRequest, ModelNotFound, ModelRefus
 from mlxd.store import files as F
 from mlxd.store.hfcache import hub_cache_dir, locks_folder, repo_folder
 from mlxd.store.resume import resume_partials
+from mlxd.store.verify import Checksum, discard, mismatches
 
 if TYPE_CHECKING:
     from filelock import FileLock
@@ -32,6 +33,8 @@ class PullPlan:
     revision: str | None  # as requested (None: main)
     commit: str
     files: tuple[tuple[str, int], ...]  # (repo-relative name, size) to download
+    # What each file must hash to, per the hub's API listing (LFS sha256 or git blob id).
+    checksums: dict[str, Checksum] = field(default_factory=dict)
 
     @property
     def total_bytes(self) -> int:
@@ -87,6 +90,11 @@ def preflight(repo_id: str, revision: str | None) -> PullPlan:
     except Exception as e:  # noqa: BLE001 - mapped to one clear line
         raise hub_error(e, repo_id, revision) from e
     siblings = [(s.rfilename, int(s.size or 0)) for s in info.siblings or []]
+    checksums = {
+        s.rfilename: c
+        for s in info.siblings or []
+        if (c := Checksum.of_listing(s.lfs.sha256 if s.lfs else None, s.blob_id)) is not None
+    }
     unsafe = [name for name, _ in siblings if not safe_repo_path(name)]
     if unsafe:
         raise ModelRefused(f"{repo_id} lists a file outside its folder ({unsafe[0]!r}); refused")
@@ -97,7 +105,7 @@ def preflight(repo_id: str, revision: str | None) -> PullPlan:
         raise DownloadError(f"{repo_id} has no *.safetensors weights: not an MLX-loadable model")
     if not info.sha:
         raise DownloadError(f"the hub did not report a commit for {repo_id}")
-    return PullPlan(repo_id, revision, info.sha, wanted)
+    return PullPlan(repo_id, revision, info.sha, wanted, checksums)
 
 
 def check_disk_space(plan: PullPlan) -> None:
@@ -129,7 +137,10 @@ def download(plan: PullPlan) -> Path:
 
     disable_progress_bars()  # the CLI draws its own bar from bytes on disk
     with _repo_lock(plan.repo_id):
-        resume_partials(plan.repo_id, plan.commit, hub_endpoint())
+        # Files already in the snapshot were checked by the pull that fetched them; resumed
+        # ones are checked by resume_partials.
+        present = {name for name, _ in plan.files if os.path.lexists(plan.snapshot / name)}
+        present |= set(resume_partials(plan.repo_id, plan.commit, hub_endpoint()))
         try:
             # A resolved revision makes huggingface_hub download exactly the preflighted commit.
             path = snapshot_download(
@@ -142,8 +153,22 @@ def download(plan: PullPlan) -> Path:
             )
         except Exception as e:  # noqa: BLE001 - mapped to one clear line
             raise hub_error(e, plan.repo_id, plan.revision) from e
+        _verify(plan, Path(path), [name for name, _ in plan.files if name not in present])
         _write_ref(plan)
     return Path(path)
+
+
+def _verify(plan: PullPlan, snapshot: Path, names: list[str]) -> None:
+    """Check the files just downloaded against the hub's listing; a bad one is removed (the
+    next pull fetches it again) and the pull fails."""
+    bad = mismatches(snapshot, plan.checksums, names)
+    for mismatch in bad:
+        discard(snapshot / mismatch.name)
+    if bad:
+        raise DownloadError(
+            f"download of {plan.repo_id} is corrupt: {bad[0].message}; removed "
+            f"{len(bad)} bad file(s), run `mlxd pull {plan.repo_id}` again"
+        )
 
 
 def _write_ref(plan: PullPlan) -> None:

@@ -20,6 +20,7 @@ from mlxd.store.hfcache import expected_files, repo_for_snapshot
 from mlxd.store.limits import architecture_problems, memory_problems
 from mlxd.store.problems import Problem, Severity
 from mlxd.store.safetensors_meta import SafetensorsHeader, read_header
+from mlxd.store.verify import verify_problems
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,11 +66,12 @@ def check_runnable(path: Path, trust_remote_code: bool = False) -> None:
         raise ModelTooLarge(f"model at {path} is too large: {found[Severity.TOO_LARGE][0].message}")
 
 
-def check(path: Path, deep: bool = False) -> HealthReport:
+def check(path: Path, deep: bool = False, verify: bool = False) -> HealthReport:
     """Every problem of the model directory at `path` (never raises for a bad model).
 
     `deep` also loads tokenizer.json with `tokenizers` (about a second for big vocabularies,
-    so `list` skips it and `health` does it)."""
+    so `list` skips it and `health` does it). `verify` also hashes every file of a cached
+    snapshot against the hub's recorded checksums (reads the whole model)."""
     path = Path(path)
     if not path.is_dir():
         return _report(path, [_broken("missing", f"{path} is not a directory")])
@@ -99,6 +101,8 @@ def check(path: Path, deep: bool = False) -> HealthReport:
         problems += architecture_problems(config, headers)
         problems += memory_problems(headers)
     problems += _check_tokenizer(path, skip, deep)
+    if verify:
+        problems += verify_problems(path)
     return HealthReport(path, tuple(problems), tuple(headers))
 
 

@@ -7,7 +7,7 @@ huggingface_hub 2.4 uses to download a model (point it there with HF_ENDPOINT):
   GET  /{repo}/resolve/{rev}/{file}             body, with Range support
 
 Fault injection: gated repos (401/403), drop a connection mid-file once, hold a transfer
-mid-file until released (for Ctrl-C tests).
+mid-file until released (for Ctrl-C tests), serve a file with one byte flipped.
 """
 
 from __future__ import annotations
@@ -36,9 +36,11 @@ class FixtureRepo:
 
 
 def etag(name: str, data: bytes) -> str:
-    if name.endswith(".safetensors"):  # LFS files: sha256; regular git files: sha1
+    """The hub's id of a file: LFS files (weights) by sha256, regular git files by their git
+    blob id (sha1 of `blob <size>\\0` + content, as `git hash-object`)."""
+    if name.endswith(".safetensors"):
         return hashlib.sha256(data).hexdigest()
-    return hashlib.sha1(data).hexdigest()
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 @dataclass
@@ -47,6 +49,7 @@ class HubServer:
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)  # method, path, Range
     drop_once: set[str] = field(default_factory=set)  # file names: cut the first GET halfway
     hold: set[str] = field(default_factory=set)  # file names: pause halfway until released
+    corrupt: set[str] = field(default_factory=set)  # file names: served with one byte flipped
     half_sent: threading.Event = field(default_factory=threading.Event)
     release: threading.Event = field(default_factory=threading.Event)
 
@@ -134,7 +137,9 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                 return
             data = repo.files[name]
             start = _range_start(self.headers.get("Range"))
-            body = data[start:]
+            # A bad mirror or a flipped bit in transit: right size and headers, wrong bytes.
+            sent = _flip_middle_byte(data) if name in hub.corrupt else data
+            body = sent[start:]
             self.send_response(206 if start else 200)
             self.send_header("X-Repo-Commit", repo.commit)
             self.send_header("ETag", f'"{etag(name, data)}"')
@@ -194,6 +199,11 @@ def _lfs(name: str, size: int, sha: str, key: str) -> dict[str, object]:
     if not name.endswith(".safetensors"):
         return {}
     return {"lfs": {key: sha, "size": size, "pointerSize": 134}}
+
+
+def _flip_middle_byte(data: bytes) -> bytes:
+    i = len(data) // 2
+    return data[:i] + bytes([data[i] ^ 0x01]) + data[i + 1 :]
 
 
 def _range_start(header: str | None) -> int:
