@@ -24,6 +24,7 @@ from mlxd.chat.options import sampling_params, stop_strings
 from mlxd.config import SERVER_DEFAULT_MAX_TOKENS_FRACTION
 from mlxd.types import (
     ChatEvent,
+    EngineEvent,
     FinishEvent,
     FinishReason,
     TokenEvent,
@@ -90,7 +91,7 @@ class ChatStream:
             if not self._done:
                 self.handle.cancel()
 
-    def _on_engine_event(self, event: object) -> list[ChatEvent]:
+    def _on_engine_event(self, event: EngineEvent) -> list[ChatEvent]:
         if isinstance(event, TokenEvent):
             events = self.filter.feed(event.token_ids, event.logprobs)
             if self.filter.stopped:
