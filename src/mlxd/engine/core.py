@@ -27,7 +27,7 @@ from mlxd.types import FinishEvent, FinishReason, SamplingParams
 
 
 class Runner(Protocol):
-    """One model's continuous batch (backend.runner.BatchRunner, or a fake in unit tests)."""
+    """One model's continuous batch (backend.batch.BatchRunner, or a fake in unit tests)."""
 
     def insert(
         self,
