@@ -81,7 +81,8 @@ def hub_endpoint() -> str | None:
 
 def preflight(repo_id: str, revision: str | None) -> PullPlan:
     """Ask the hub what to download. Gated/private/missing repos, unsafe file lists and
-    pickle-only repos fail here, before anything is written to the cache."""
+    pickle-only repos fail here, before anything is written to the cache: a gated repo by its
+    `gated` field and a HEAD on one file (its metadata is public, its files are not)."""
     from huggingface_hub import HfApi
 
     api = HfApi(endpoint=hub_endpoint())
@@ -105,7 +106,31 @@ def preflight(repo_id: str, revision: str | None) -> PullPlan:
         raise DownloadError(f"{repo_id} has no *.safetensors weights: not an MLX-loadable model")
     if not info.sha:
         raise DownloadError(f"the hub did not report a commit for {repo_id}")
+    _check_file_access(repo_id, revision, info.sha, bool(info.gated), wanted)
     return PullPlan(repo_id, revision, info.sha, wanted, checksums)
+
+
+def _check_file_access(
+    repo_id: str, revision: str | None, commit: str, gated: bool, files: tuple[tuple[str, int], ...]
+) -> None:
+    """HEAD one file before anything is written: the hub lists a gated repo's metadata to
+    everyone and refuses only its file downloads (401 without a token, 403 without access)."""
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+
+    name = next((n for n, _ in files if n == "config.json"), files[0][0])
+    url = hf_hub_url(repo_id, name, revision=commit, endpoint=hub_endpoint())
+    try:
+        get_hf_file_metadata(url, endpoint=hub_endpoint())
+    except Exception as e:  # noqa: BLE001 - mapped to one clear line
+        status = getattr(getattr(e, "response", None), "status_code", None)
+        if gated and status in (401, 403):
+            raise DownloadError(_gated_message(repo_id, revision)) from e
+        raise hub_error(e, repo_id, revision) from e
+
+
+def _gated_message(repo_id: str, revision: str | None) -> str:
+    what = f"{repo_id}@{revision}" if revision else repo_id
+    return f"{what} is gated: accept its terms on the hub and log in (`hf auth login` or HF_TOKEN)"
 
 
 def check_disk_space(plan: PullPlan) -> None:
@@ -206,8 +231,7 @@ def hub_error(e: BaseException, repo_id: str, revision: str | None) -> Exception
     what = f"{repo_id}@{revision}" if revision else repo_id
     reason = one_line(e, with_type=False)
     if isinstance(e, GatedRepoError):
-        return DownloadError(f"{what} is gated: accept its terms on the hub and log in "
-                             "(`hf auth login` or HF_TOKEN)")  # fmt: skip
+        return DownloadError(_gated_message(repo_id, revision))
     if isinstance(e, RepositoryNotFoundError):
         return ModelNotFound(f"{repo_id} not found on the hub (or private: log in with "
                              "`hf auth login` or set HF_TOKEN)")  # fmt: skip

@@ -6,8 +6,9 @@ huggingface_hub 2.4 uses to download a model (point it there with HF_ENDPOINT):
   HEAD /{repo}/resolve/{rev}/{file}             X-Repo-Commit, ETag, Content-Length, X-Linked-*
   GET  /{repo}/resolve/{rev}/{file}             body, with Range support
 
-Fault injection: gated repos (401/403), drop a connection mid-file once, hold a transfer
-mid-file until released (for Ctrl-C tests), serve a file with one byte flipped.
+Fault injection: gated repos (public metadata, 401/403 on file downloads, like the hub),
+drop a connection mid-file once, hold a transfer mid-file until released (for Ctrl-C tests),
+serve a file with one byte flipped.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from urllib.parse import unquote, urlsplit
 class FixtureRepo:
     files: dict[str, bytes]
     commit: str = "0123456789abcdef0123456789abcdef01234567"
-    gated: int | None = None  # 401 or 403: every request is refused as a gated repo
+    # 401 or 403: a gated repo, as the hub serves one: its metadata is public (model info
+    # and tree say "gated": "manual"), only file downloads (/resolve/) are refused.
+    gated: int | None = None
 
     @classmethod
     def from_dir(
@@ -98,11 +101,11 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
             else:
                 self._error(404, "RepoNotFound", "not found")
 
-        def _repo(self, repo_id: str, rev: str | None) -> FixtureRepo | None:
+        def _repo(self, repo_id: str, rev: str | None, files: bool = False) -> FixtureRepo | None:
             repo = hub.repos.get(repo_id)
             if repo is None:
                 self._error(404, "RepoNotFound", f"Repository {repo_id} not found")
-            elif repo.gated:
+            elif repo.gated and files:
                 self._error(repo.gated, "GatedRepo", f"Access to {repo_id} is restricted")
             elif rev not in (None, "main", repo.commit):
                 self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}")
@@ -125,11 +128,12 @@ def _handler(hub: HubServer) -> type[BaseHTTPRequestHandler]:
                 return
             siblings = [{"rfilename": n, "size": s, "blobId": e} | _lfs(n, s, e, "sha256")
                         for n, s, e in entries]  # fmt: skip
+            gated = "manual" if repo.gated else False
             self._json({"id": repo_id, "modelId": repo_id, "sha": repo.commit,
-                        "private": False, "gated": False, "siblings": siblings})  # fmt: skip
+                        "private": False, "gated": gated, "siblings": siblings})  # fmt: skip
 
         def _file(self, repo_id: str, rev: str, name: str, head: bool) -> None:
-            repo = self._repo(repo_id, rev)
+            repo = self._repo(repo_id, rev, files=True)
             if repo is None:
                 return
             if name not in repo.files:

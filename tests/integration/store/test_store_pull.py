@@ -73,12 +73,17 @@ def test_pull_resumes_after_dropped_connection(
 def test_gated_repo_fails_fast_and_leaves_nothing(
     hub: HubServer, tmp_path: Path, tiny_chat_model: Path, status: int
 ) -> None:
+    """The hub lists a gated repo's metadata publicly and refuses only its files: the
+    preflight reads the `gated` field and HEADs one file, and writes nothing (no trees/*.json,
+    no blobs, no locks) when access is denied."""
     hub.repos["org/gated"] = FixtureRepo.from_dir(tiny_chat_model, gated=status)
     result = mlxd(tmp_path, "pull", "org/gated", "--json", endpoint=hub.url)
     assert result.code == DownloadError.exit_code
     assert "gated" in result.error()["message"]
     assert not repo_dir(tmp_path, "org/gated").exists()
-    assert not any(r[1].startswith("/org/gated/resolve") for r in hub.requests)
+    assert not list((tmp_path / "hf").rglob("*gated*"))
+    resolves = [r for r in hub.requests if r[1].startswith("/org/gated/resolve")]
+    assert [r[0] for r in resolves] == ["HEAD"]  # one HEAD, never a download
 
 
 def test_missing_repo_and_revision(hub: HubServer, tmp_path: Path) -> None:
