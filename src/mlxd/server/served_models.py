@@ -7,12 +7,14 @@ no concurrent load can unload it in between. The preloaded model is pinned.
 
 Requests never name paths (no `/`-leading, `..`, `~` or backslashes) and never trigger
 downloads: resolution goes through the store, and a store answer that is a bare directory
-path is refused too. `model` omitted or "default" means the preloaded model.
+path is refused too. `model` omitted or "default" means the preloaded model. A model whose
+files `mlxd rm` removed is not served any more (404), even while its weights are loaded.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -65,12 +67,12 @@ class ServedModels:
             if self.default is None:
                 raise ModelNotFound("no default model is loaded; name one in 'model'")
             return self.default  # pinned: never unloaded
-        info = self.loaded.get(name)
+        info = self._still_stored(name)
         if info is not None and self._reserve(info.name):
             return info
         check_model_name(name)
         async with self._lock:
-            info = self.loaded.get(name)
+            info = self._still_stored(name)
             # A load is followed by a reservation too: another load (from outside this
             # table) may have pushed the model out again in between.
             for _ in range(LOAD_ATTEMPTS):
@@ -81,6 +83,16 @@ class ServedModels:
             if info is not None and self._reserve(info.name):
                 return info
         raise EngineBusy(f"model '{name}' was unloaded again while loading; try again")
+
+    def _still_stored(self, name: str) -> ModelInfo | None:
+        """The loaded model of `name`, unless `mlxd rm` removed its files meanwhile: then it
+        is forgotten and the request is a 404, as for any model the store does not know (the
+        engine unloads it like any idle model)."""
+        info = self.loaded.get(name)
+        if info is None or os.path.isdir(info.path):
+            return info
+        del self.loaded[name]
+        raise ModelNotFound(f"model '{name}' was removed from the store", param="model")
 
     def _reserve(self, name: str) -> bool:
         """Keep `name` loaded until its submit; False when the engine no longer has it."""
@@ -107,7 +119,7 @@ class ServedModels:
         return ids
 
     async def exists(self, name: str) -> bool:
-        if name in self.loaded:
+        if name in self.loaded and os.path.isdir(self.loaded[name].path):
             return True
         check_model_name(name)
         return name in await self.list_ids()

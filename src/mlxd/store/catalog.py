@@ -12,6 +12,7 @@ from pathlib import Path
 
 from mlxd.config import store_dir
 from mlxd.store import facts
+from mlxd.store.containment import CODE as OUTSIDE
 from mlxd.store.files import file_size, model_files
 from mlxd.store.health import check
 from mlxd.store.hfcache import CachedRepo, scan_repos
@@ -90,6 +91,9 @@ def _hf_entry(repo: CachedRepo) -> CatalogEntry:
 def entry(path: Path, name: str, source: Source, revision: str | None) -> CatalogEntry:
     """Describe one model directory for listing (headers only, never tensors)."""
     report = check(path)
+    if any(p.code == OUTSIDE for p in report.problems):  # never read through the link
+        return CatalogEntry(name, source, path, revision, 0, _mtime_of_link(path), "unknown",
+                          "-", None, report.status, report.problems)  # fmt: skip
     config = facts.read_json(path / "config.json")
     tok_config = facts.read_json(path / "tokenizer_config.json")
     if not config:
@@ -132,6 +136,13 @@ def _size_and_mtime(path: Path) -> tuple[int, float]:
         files = []
     mtimes = [_mtime(p) for p in files] or [_mtime(path)]
     return sum(file_size(p) for p in files), max(mtimes)
+
+
+def _mtime_of_link(path: Path) -> float:
+    try:
+        return path.lstat().st_mtime
+    except OSError:
+        return 0.0
 
 
 def _mtime(path: Path) -> float:

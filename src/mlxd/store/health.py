@@ -16,6 +16,7 @@ from typing import Any
 
 from mlxd.errors import ModelBroken, ModelRefused, ModelTooLarge, one_line
 from mlxd.store import files as F
+from mlxd.store.containment import outside_problems
 from mlxd.store.hfcache import expected_files, repo_for_snapshot
 from mlxd.store.limits import architecture_problems, memory_problems
 from mlxd.store.problems import Problem, Severity
@@ -78,9 +79,12 @@ def check(path: Path, deep: bool = False, verify: bool = False) -> HealthReport:
     if not os.access(path, os.R_OK | os.X_OK):
         return _report(path, [_broken("unreadable", f"directory {path} is not readable")])
     try:
+        escaped = outside_problems(path)  # before reading anything through a link
         names = F.model_files(path)
     except OSError as e:
         return _report(path, [_broken("unreadable", f"cannot list {path}: {e.strerror}")])
+    if escaped:
+        return _report(path, escaped)
     problems: list[Problem] = []
     problems += _check_partial(path)
     problems += _check_links(path, names)

@@ -59,9 +59,13 @@ def _plan_for(model: ModelRef, explicit_revision: bool) -> RemovalPlan:
 
 def execute(plan: RemovalPlan) -> None:
     """Delete per plan. Whole entries are first renamed out of sight (atomic), so an
-    interrupted rm leaves either the full entry or nothing visible."""
+    interrupted rm leaves either the full entry or nothing visible. An entry that is a
+    symlink loses only the link: what it points to is never touched."""
     if plan.revision is not None:
         _remove_revision(plan)
+        return
+    if plan.folder.is_symlink():
+        plan.folder.unlink()
         return
     _atomic_rmtree(plan.folder)
     if plan.source == "hf":
@@ -96,7 +100,10 @@ def _atomic_rmtree(folder: Path) -> None:
 
 
 def _tree_size(folder: Path) -> int:
-    """Bytes on disk; snapshot symlinks are skipped so cached blobs count once."""
+    """Bytes on disk; symlinks are skipped (cached blobs count once, and a link's target is
+    not what rm deletes)."""
+    if folder.is_symlink():
+        return 0
     try:
         return sum(file_size(p) for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
     except OSError:
