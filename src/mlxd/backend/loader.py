@@ -56,13 +56,9 @@ def load_checkpoint(path: Path | str, *, trust_remote_code: bool = False) -> Loa
     if not trust_remote_code:
         _refuse_remote_code(path, config)
     try:
-        from mlx_lm.utils import load
+        from mlxd.backend.mlx_lm_compat import load
 
-        model, tokenizer = load(
-            str(path),
-            tokenizer_config={"trust_remote_code": trust_remote_code},
-            trust_remote_code=trust_remote_code,
-        )[:2]
+        model, tokenizer = load(path, trust_remote_code=trust_remote_code)
     except Exception as exc:  # any loader failure is a broken model, said in one line
         raise ModelBroken(f"cannot load {path.name}: {one_line(exc)}") from exc
     return LoadedModel(

@@ -11,6 +11,12 @@ Nothing else in mlxd reads or writes mlx-lm's private state. What we rely on:
   its trie (`_trie.pop`, `_trie._trie`) and keeps its byte counters (`_n_bytes`,
   `_n_bytes_by_type`) right, as its own `trim_to` does.
 - `trim_prompt_cache` returns the number of tokens trimmed (annotated `List[Any]`).
+- `mlx_lm.utils.load` gets its tokenizer from `mlx_lm.tokenizer_utils.AutoTokenizer.
+  from_pretrained(path, trust_remote_code=...)`; `load` puts the stand-in of
+  backend/lazy_transformers.py in that name, which returns a CheckpointTokenizer during mlxd's
+  loads. TokenizerWrapper forwards unknown attributes (and their assignment) to the tokenizer and
+  takes a tokenizer class whose `apply_chat_template` is not transformers' for a custom renderer,
+  so `load` sets `has_chat_template` for a CheckpointTokenizer as it is for transformers'.
 
 The Protocols name what we use of mlx-lm's objects, private members included, so mypy checks
 them against the installed mlx-lm; tests/integration/engine/test_engine_mlx_lm_compat.py checks
@@ -19,11 +25,17 @@ the behaviour and fails on any mlx-lm other than PINNED.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Sized
+from collections.abc import Callable, Collection, Iterator, Sized
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from mlx_lm import tokenizer_utils, utils
 from mlx_lm.generate import BatchGenerator, StopSequences
 from mlx_lm.models.cache import LRUPromptCache, trim_prompt_cache
+from mlx_lm.tokenizer_utils import TokenizerWrapper
+
+from mlxd.backend import lazy_transformers
+from mlxd.backend.tokenizer import CheckpointTokenizer
 
 if TYPE_CHECKING:
     import mlx.core as mx
@@ -160,3 +172,28 @@ def drop_model(lru: LRUPromptCache, model_key: str) -> int:
         queue.extend(kept)
     lru._trie._trie.pop(model_key, None)
     return dropped
+
+
+def load(path: Path, *, trust_remote_code: bool) -> tuple[Module, TokenizerWrapper]:
+    """`mlx_lm.utils.load` of a local checkpoint, its tokenizer following `tokenizer_route`."""
+    model, config = utils.load_model(path, trust_remote_code=trust_remote_code)
+    eos = config.get("eos_token_id")
+    return model, load_tokenizer(path, eos, trust_remote_code=trust_remote_code)
+
+
+def load_tokenizer(
+    path: Path, eos_token_ids: int | list[int] | None = None, *, trust_remote_code: bool = False
+) -> TokenizerWrapper:
+    """`mlx_lm.utils.load_tokenizer`, with a CheckpointTokenizer where the route allows."""
+    tokenizer_utils.AutoTokenizer = lazy_transformers.AutoTokenizer  # type: ignore[attr-defined,assignment]
+    load: Callable[..., TokenizerWrapper] = utils.load_tokenizer
+    with lazy_transformers.checkpoint_tokenizers():
+        tokenizer = load(
+            path, {"trust_remote_code": trust_remote_code}, eos_token_ids=eos_token_ids
+        )
+    inner = tokenizer._tokenizer
+    if isinstance(inner, CheckpointTokenizer):
+        tokenizer.has_chat_template = (
+            inner.chat_template is not None or tokenizer._chat_template is not None
+        )
+    return tokenizer

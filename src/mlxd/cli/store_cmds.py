@@ -140,6 +140,7 @@ def _print_description(info: ModelDescription, files: bool, config: bool) -> Non
         ("reasoning", " ".join(info.reasoning_markers) or "none"),
         ("tool calls", info.tool_format or "none"),
         ("eos tokens", " ".join(info.eos_tokens) or "-"),
+        ("tokenizer", info.tokenizer.describe()),
         ("size", human_size(info.size)),
         ("health", info.health.status),
         ("runnable", "yes" if info.runnable else f"no: {info.not_runnable_reason}"),

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlxd.backend.tokenizer import TokenizerRoute, tokenizer_route
 from mlxd.errors import ModelBroken
 from mlxd.store import facts
 from mlxd.store.files import file_size, model_files
@@ -29,6 +30,7 @@ class ModelDescription:
     reasoning_markers: list[str]
     tool_format: str | None
     eos_tokens: list[str]
+    tokenizer: TokenizerRoute  # how the loader will load the tokenizer
     files: list[tuple[str, int]]
     health: HealthReport
     runnable: bool
@@ -56,6 +58,7 @@ class ModelDescription:
             "reasoning_markers": self.reasoning_markers,
             "tool_format": self.tool_format,
             "eos_tokens": self.eos_tokens,
+            "tokenizer": {"loader": self.tokenizer.loader.value, "reason": self.tokenizer.reason},
             "size": self.size,
             "health": self.health.to_dict(),
             "runnable": self.runnable,
@@ -99,6 +102,7 @@ def describe(ref: str | ModelRef, deep: bool = True) -> ModelDescription:
         reasoning_markers=facts.reasoning_markers(template, vocab),
         tool_format=facts.tool_format(template, vocab),
         eos_tokens=facts.eos_tokens(config, tok_config, gen_config, id_to_token),
+        tokenizer=tokenizer_route(root),
         files=_files(root),
         health=report,
         runnable=runnable,

@@ -51,9 +51,11 @@ def test_show_json_and_text(home: Path) -> None:
     assert info["name"] == "org/tiny-chat" and info["parameters"] > 0
     assert info["tool_format"] == "hermes" and info["reasoning_markers"][0] == "<think>"
     assert info["config"]["model_type"] == "llama" and info["runnable"] is True
+    assert info["tokenizer"] == {"loader": "tokenizers", "reason": None}
     text = mlxd(home, "show", "org/tiny-quant", "--files", "--config")
     assert text.code == 0
     assert "4-bit, group 32" in text.stdout and "model.safetensors" in text.stdout
+    assert "\ntokenizer       tokenizers\n" in text.stdout
     assert '"quantization"' in text.stdout  # --config prints config.json
 
 

@@ -1,0 +1,61 @@
+"""`mlxd run` imports only what it uses: never transformers (nor huggingface_hub's Hub client)
+for a model whose tokenizer loads through `tokenizers`; a model that needs transformers still
+loads through it, with the same answer."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+# Runs `mlxd run ...` as `python -m mlxd.cli.main` would, then writes the imported module names.
+RECORD_IMPORTS = """
+import atexit, json, runpy, sys
+out = sys.argv.pop(1)
+atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
+sys.argv[0] = "mlxd"
+runpy.run_module("mlxd.cli.main", run_name="__main__", alter_sys=True)
+"""
+HEAVY = ("transformers", "huggingface_hub.hf_api", "httpx2")
+
+
+def run_recording(model: Path, out: Path, env: dict[str, str]) -> tuple[str, set[str]]:
+    done = subprocess.run(
+        [sys.executable, "-c", RECORD_IMPORTS, str(out), "run", str(model), "hi",
+         "--max-tokens", "3", "--seed", "1"],
+        capture_output=True, text=True, env=env, timeout=120, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout, set(json.loads(out.read_text()))
+
+
+def test_run_never_imports_transformers(
+    tiny_chat_model: Path, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    answer, modules = run_recording(tiny_chat_model, tmp_path / "modules.json", cli_env)
+    assert answer
+    assert {"mlx_lm.generate", "tokenizers", "mlxd.backend.tokenizer"} <= modules
+    assert not {m for m in modules if m.split(".")[0] == "transformers"}
+    assert not {m for m in modules if m in HEAVY or m.startswith("httpx2.")}
+
+
+def test_a_model_that_needs_transformers_answers_the_same(
+    tiny_chat_model: Path, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    legacy = tmp_path / "legacy"
+    shutil.copytree(tiny_chat_model, legacy)
+    (legacy / "added_tokens.json").write_text("{}")  # legacy file: transformers reads it
+    fast, fast_modules = run_recording(tiny_chat_model, tmp_path / "fast.json", cli_env)
+    slow, slow_modules = run_recording(legacy, tmp_path / "slow.json", cli_env)
+    assert "transformers" in slow_modules and "transformers" not in fast_modules
+    assert slow == fast
+    shown = subprocess.run(
+        [sys.executable, "-m", "mlxd.cli.main", "show", str(legacy), "--json"],
+        capture_output=True, text=True, env=cli_env, timeout=120, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert json.loads(shown.stdout)["tokenizer"] == {
+        "loader": "transformers",
+        "reason": "legacy added_tokens.json",
+    }
