@@ -8,12 +8,15 @@ to the engine: token ids in, `StepOutput`s out, caches to and from the prefix ca
 
 from __future__ import annotations
 
+import time
+
 import mlx.core as mx
 from mlx_lm.generate import StopSequences
 
 from mlxd.backend import mlx_lm_compat as compat
 from mlxd.backend.loader import LoadedModel
 from mlxd.backend.outputs import FaultHook, StepOutput, StepResult
+from mlxd.backend.prefill_plan import PrefillPlanner
 from mlxd.backend.prefix import PrefixCache
 from mlxd.backend.sampling import (
     GREEDY,
@@ -48,6 +51,11 @@ class BatchRunner:
         self.vocab_size = loaded.vocab_size
         self.max_prefill_batch = max(1, min(prefill_batch, max_batch))
         self.prefill_group_tokens = prefill_group_tokens
+        self._planner = (
+            PrefillPlanner(self.max_prefill_batch, prefill_group_tokens, prefill_chunk)
+            if prefill_group_tokens
+            else None
+        )
         self._gen = compat.new_batch_generator(
             loaded.model,
             completion_batch_size=max_batch,
@@ -114,9 +122,17 @@ class BatchRunner:
 
     def step(self) -> StepResult:
         """One decode step for the running batch, then one prefill chunk."""
-        if self.prefill_group_tokens:
-            self._plan_prefill()
-        _, gen_resps = self._gen.next()
+        planner = self._planner
+        if planner is None:
+            _, gen_resps = self._gen.next()
+        else:
+            prefilled = self._plan_prefill(planner)
+            started = time.perf_counter()
+            _, gen_resps = self._gen.next()
+            if prefilled == 0:
+                planner.observe_decode(time.perf_counter() - started)
+            elif prefilled is not None:
+                planner.observe_prefill(time.perf_counter() - started, prefilled)
         top_n = self._top_n
         if top_n:
             outputs = []
@@ -139,32 +155,28 @@ class BatchRunner:
     def close(self) -> None:
         self._gen.close()
 
-    def _plan_prefill(self) -> None:
-        """Pick how many waiting prompts the next prefill step takes, first come first served.
-
-        Prompts are prefilled side by side only while the padded group (longest x count)
-        stays within `prefill_group_tokens`: a burst of short prompts starts decoding together
-        (as in mlx-lm's whole-wave prefill), while long prompts go one at a time so that the
-        first one streams early instead of waiting for the slowest of its wave. mlx-lm has
-        no public way to size the next group: see mlx_lm_compat.
-        """
+    def _plan_prefill(self, planner: PrefillPlanner) -> int | None:
+        """Pick how many waiting prompts the next prefill step takes, first come first served
+        (see prefill_plan: together while each prompt costs less than a step). Returns the
+        padded prompt tokens the step will prefill (0: it only decodes), or None when its cost
+        says nothing clean (a group mid-prefill, or one longer than a chunk). mlx-lm has no
+        public way to size the next group: see mlx_lm_compat."""
         gen = self._gen
-        if compat.prefilling(gen) or not compat.prompts_waiting(gen):
-            return  # a group being prefilled keeps its members
+        if compat.prefilling(gen):
+            return None  # a group being prefilled keeps its members
+        if not compat.prompts_waiting(gen):
+            return 0
         if compat.first_token_due(gen):
             # A sequence just finished its prefill and its first token is computed in this
             # step: emit it before the next prompt's prefill chunk, else that token would
             # wait for the whole chunk (one decode step of delay for the next prompt instead).
             compat.limit_next_prefill(gen, 0)
-            return
-        count, longest = 0, 0
-        for _, length in compat.waiting_prompts(gen):
-            candidate = max(longest, length)
-            too_big = candidate * (count + 1) > self.prefill_group_tokens
-            if count >= self.max_prefill_batch or (count and too_big):
-                break
-            count, longest = count + 1, candidate
-        compat.limit_next_prefill(gen, max(count, 1))
+            return 0
+        lengths = [length for _, length in compat.waiting_prompts(gen)]
+        count = planner.plan(lengths)
+        compat.limit_next_prefill(gen, count)
+        longest = max(lengths[:count])
+        return count * longest if longest <= planner.chunk else None
 
     def _store(self, tokens: list[int] | None, cache: compat.PromptCache | None) -> None:
         if tokens and cache:

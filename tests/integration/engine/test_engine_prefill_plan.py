@@ -1,0 +1,50 @@
+"""Prefill grouping from measured costs, on the real BatchRunner: the planner learns a decode
+step's cost and a prompt token's cost from real steps, and its grouping is what the runner
+does (waiting prompts leave the queue together exactly when the planner says so)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mlxd.backend import mlx_lm_compat as compat
+from mlxd.backend.batch import BatchRunner
+from mlxd.backend.loader import load_checkpoint
+from mlxd.backend.prefix import PrefixCache
+from mlxd.types import SamplingParams
+from tests.integration.engine.engine_helpers import random_prompts
+
+
+def test_planner_measures_real_steps_and_the_runner_follows_it(tiny_chat_model: Path) -> None:
+    runner = BatchRunner(
+        load_checkpoint(tiny_chat_model),
+        "m",
+        PrefixCache(0),
+        max_batch=8,
+        prefill_chunk=512,
+        prefill_batch=8,
+        prefill_group_tokens=256,
+    )
+    planner = runner._planner
+    assert planner is not None
+    params = SamplingParams(max_tokens=40, ignore_eos=True)
+    try:
+        runner.insert(random_prompts(1, 400, (64, 65), seed=1)[0], params, 40, "first")
+        for _ in range(10):  # prefill the first, then decode steps alone
+            runner.step()
+        for i, p in enumerate(random_prompts(6, 400, (64, 65), seed=2)):
+            runner.insert(p, params, 40, f"r{i}")
+        groups = []
+        for _ in range(60):
+            waiting = runner.waiting_uids()
+            mid_group = compat.prefilling(runner._gen)
+            expected = planner.plan([64] * len(waiting)) if waiting and not mid_group else None
+            runner.step()
+            left = len(waiting) - len(runner.waiting_uids())
+            if expected is not None and left:
+                groups.append((expected, left))
+    finally:
+        runner.close()
+    assert planner.measured and planner.decode_s and planner.decode_s > 0
+    assert planner.token_s is not None and planner.token_s >= 0
+    assert groups, "no prefill group started"
+    assert all(expected == left for expected, left in groups), groups
