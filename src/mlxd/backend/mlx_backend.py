@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mlxd.backend import blas
 from mlxd.backend.batch import BatchRunner, release_thread_streams
 from mlxd.backend.loader import LoadedModel, load_checkpoint
 from mlxd.backend.memory import free_unused
@@ -61,3 +62,6 @@ class MlxBackend:
 
     def cache_stats(self) -> tuple[int, int]:
         return self.prefix_cache.nbytes, len(self.prefix_cache)
+
+    def blas(self) -> str:
+        return blas.active().name

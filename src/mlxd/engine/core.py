@@ -56,6 +56,8 @@ class Backend(Protocol):
 
     def cache_stats(self) -> tuple[int, int]: ...  # (prefix cache bytes, entries)
 
+    def blas(self) -> str: ...  # which BLAS the CPU matmuls use ("mkl", "reference", ...)
+
     def unload(self, name: str) -> None: ...  # free what a dropped model held (prefix cache)
 
     def shutdown(self) -> None: ...  # called last, on the engine thread

@@ -216,6 +216,7 @@ class Engine:
             kv_tokens_in_use=core.scheduler.kv_in_use,
             model=core.model,
             models_loaded=tuple(self._models.names()),
+            blas=self._backend.blas(),
         )
 
     def drain(self, timeout_s: float) -> bool:

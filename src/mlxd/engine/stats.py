@@ -47,6 +47,7 @@ class EngineStats:
     kv_tokens_in_use: int = 0
     model: str | None = None
     models_loaded: tuple[str, ...] = ()
+    blas: str = ""  # the CPU BLAS: "mkl" or "reference" (see docs/usage/blas.md)
 
 
 @dataclass(slots=True)

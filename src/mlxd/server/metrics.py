@@ -90,6 +90,10 @@ class Metrics:
         if models is not None:
             _header(out, "mlxd_models_loaded", "gauge", "models loaded in the engine now")
             out.append(f"mlxd_models_loaded {len(models)}")
+        blas = getattr(engine_stats, "blas", "")
+        if blas:
+            _header(out, "mlxd_blas_info", "gauge", "the CPU BLAS mlx's matmuls use (label)")
+            out.append(f'mlxd_blas_info{{blas="{blas}"}} 1')
         for attr, name, kind, help_text in ENGINE_GAUGES:
             value = getattr(engine_stats, attr, None)
             if value is not None:

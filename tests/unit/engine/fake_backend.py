@@ -109,6 +109,9 @@ class FakeBackend:
     def cache_stats(self) -> tuple[int, int]:
         return 0, 0
 
+    def blas(self) -> str:
+        return "none"
+
     def unload(self, name: str) -> None:
         pass
 
