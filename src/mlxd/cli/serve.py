@@ -95,7 +95,7 @@ def _origins(values: list[str] | None) -> tuple[str, ...] | None:
 
 
 def _duration(text: str) -> float:
-    from mlxd.engine.config import parse_duration
+    from mlxd.engine.engine_config import parse_duration
     from mlxd.errors import InvalidRequest
 
     try:

@@ -4,8 +4,8 @@ Speaks token ids only; see docs/ARCHITECTURE.md and docs/engine-design.md. Impor
 package does not import mlx: the backend loads when the first Engine is built.
 """
 
-from mlxd.engine.config import EngineConfig
 from mlxd.engine.engine import Engine
+from mlxd.engine.engine_config import EngineConfig
 from mlxd.engine.handle import RequestHandle
 from mlxd.engine.loaded_models import ModelInfo
 from mlxd.engine.request import EngineRequest, RequestStatus

@@ -15,7 +15,7 @@ from typing import Protocol
 from mlxd.backend.loader import LoadedModel
 from mlxd.backend.outputs import StepResult
 from mlxd.engine.collector import Collector, StreamWaker
-from mlxd.engine.config import EngineConfig
+from mlxd.engine.engine_config import EngineConfig
 from mlxd.engine.inbox import Cancel, LoadModel, Message, Submit
 from mlxd.engine.loaded_models import LoadedModels, ModelEntry
 from mlxd.engine.request import FINISH_BY_BACKEND, Request, RequestStatus

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Protocol
 
 from mlxd.engine.collector import Collector
-from mlxd.engine.config import EngineConfig
 from mlxd.engine.core import Backend, EngineCore, LiveRequests
+from mlxd.engine.engine_config import EngineConfig
 from mlxd.engine.handle import RequestHandle
 from mlxd.engine.inbox import Cancel, LoadModel, Message, Shutdown, Submit
 from mlxd.engine.loaded_models import LoadedModels, ModelInfo

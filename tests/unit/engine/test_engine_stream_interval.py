@@ -7,8 +7,8 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from mlxd.engine.collector import Collector, StreamWaker
-from mlxd.engine.config import EngineConfig
 from mlxd.engine.core import EngineCore, LiveRequests
+from mlxd.engine.engine_config import EngineConfig
 from mlxd.engine.inbox import LoadModel, Submit
 from mlxd.engine.loaded_models import LoadedModels
 from mlxd.engine.request import Request
