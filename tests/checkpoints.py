@@ -2,12 +2,19 @@
 trained with `tokenizers`, real chat templates. Built in milliseconds, never downloaded.
 
 make_checkpoint(path, kind) writes one of:
-  "chat"   llama, ChatML template that supports <think> and tools (Hermes <tool_call>)
-  "base"   llama, no chat template
-  "quant"  like "chat", weights 4-bit affine-quantized (group 32)
-  "small"  like "chat" but ~0.25M parameters (benchmarks: per-step overhead dominates)
-  "big"    like "chat" but ~29M parameters (benchmarks: compute dominates)
+  "chat"     llama, ChatML template that supports <think> and tools (Hermes <tool_call>)
+  "base"     llama, no chat template
+  "quant"    like "chat", weights 4-bit affine-quantized (group 32)
+  "small"    like "chat" but ~0.25M parameters (benchmarks: per-step overhead dominates)
+  "big"      like "chat" but ~29M parameters (benchmarks: compute dominates)
+  "thinking" llama, a template that opens <think> in the generation prompt and drops the
+             reasoning from history (as DeepSeek-R1 / Qwen3 thinking templates do)
+  "sliding"  gemma3_text: two sliding-window layers (window SLIDING_WINDOW, a rotating
+             cache) per global layer, ChatML template
+  "hybrid"   lfm2: short-convolution layers (a recurrent ArraysCache) and attention layers
+  "gated"    qwen3_next: gated delta-net layers (recurrent) and attention layers, dense MLPs
 `dtype` ("float32", "float16", "bfloat16") is the weights' type; tests use float32.
+`size` ("tiny", "small", "big") overrides the kind's size (benchmarks use bigger models).
 """
 
 from __future__ import annotations
@@ -52,6 +59,19 @@ CHATML_TEMPLATE = (
     "<think>\n\n</think>\n\n{% endif %}"
     "{% endif %}"
 )
+
+# History drops the reasoning (everything up to </think>); the generation prompt opens it.
+THINKING_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% set content = message.content if message.content is string else '' %}"
+    "{% if message.role == 'assistant' and '</think>' in content %}"
+    "{% set content = content.split('</think>')[-1].lstrip('\\n') %}{% endif %}"
+    "<|im_start|>{{ message.role }}\n{{ content }}<|im_end|>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}"
+)
+
+SLIDING_WINDOW = 16  # smaller than the tests' prompts: the rotating cache wraps
 
 _CORPUS = """
 The capital of France is Paris. The quick brown fox jumps over the lazy dog.
@@ -124,39 +144,33 @@ def write_tokenizer(path: Path, template: str | None, vocab_size: int = 512) -> 
     return tok.get_vocab_size()
 
 
-def make_checkpoint(path: Path, kind: str = "chat", seed: int = 0, dtype: str = "float32") -> Path:
+def make_checkpoint(
+    path: Path, kind: str = "chat", seed: int = 0, dtype: str = "float32", size: str | None = None
+) -> Path:
+    import importlib
+
     import mlx.core as mx
     import mlx.nn as nn
     from mlx.utils import tree_flatten
-    from mlx_lm.models import llama
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    template = None if kind == "base" else CHATML_TEMPLATE
+    template = _TEMPLATES.get(kind, CHATML_TEMPLATE)
     vocab = write_tokenizer(path, template)
-    size = SIZES.get(kind, SIZES["tiny"])
+    dims = SIZES[size or (kind if kind in SIZES else "tiny")]
+    model_type, arch = _ARCHS.get(kind, _ARCHS["chat"])
     config: dict = {
-        "model_type": "llama",
-        "architectures": ["LlamaForCausalLM"],
-        **size,
-        "rms_norm_eps": 1e-5,
+        "model_type": model_type,
+        **arch(dims),
         "vocab_size": vocab,
         "max_position_embeddings": 2048,
-        "rope_theta": 10000.0,
         "tie_word_embeddings": True,
         "torch_dtype": dtype,
         "eos_token_id": _eos_id(path, template),
     }
+    module = importlib.import_module(f"mlx_lm.models.{model_type}")
     mx.random.seed(seed)
-    model = llama.Model(
-        llama.ModelArgs(
-            **{
-                k: v
-                for k, v in config.items()
-                if k not in ("architectures", "torch_dtype", "eos_token_id")
-            }
-        )
-    )
+    model = module.Model(module.ModelArgs.from_dict(config))
     # Larger-than-default init so that greedy output varies with the prompt.
     params = tree_flatten(model.parameters())
     model.load_weights(
@@ -173,6 +187,79 @@ def make_checkpoint(path: Path, kind: str = "chat", seed: int = 0, dtype: str = 
     (path / "config.json").write_text(json.dumps(config, indent=2))
     (path / "generation_config.json").write_text(json.dumps({"do_sample": False}))
     return path
+
+
+def _llama(d: dict) -> dict:
+    return {"architectures": ["LlamaForCausalLM"], **d, "rms_norm_eps": 1e-5, "rope_theta": 1e4}
+
+
+def _gemma3_text(d: dict) -> dict:
+    head_dim = d["hidden_size"] // d["num_attention_heads"]
+    return {
+        "architectures": ["Gemma3ForCausalLM"],
+        **d,
+        "num_hidden_layers": 3 * max(1, d["num_hidden_layers"] // 2),  # sliding, sliding, global
+        "head_dim": head_dim,
+        "query_pre_attn_scalar": head_dim,
+        "sliding_window": SLIDING_WINDOW,
+        "sliding_window_pattern": 3,
+        "rms_norm_eps": 1e-6,
+    }
+
+
+def _lfm2(d: dict) -> dict:
+    layers = 2 * d["num_hidden_layers"]
+    return {
+        "architectures": ["Lfm2ForCausalLM"],
+        "hidden_size": d["hidden_size"],
+        "num_hidden_layers": layers,
+        "num_attention_heads": d["num_attention_heads"],
+        "num_key_value_heads": d["num_key_value_heads"],
+        "norm_eps": 1e-5,
+        "conv_bias": False,
+        "conv_L_cache": 3,
+        "block_dim": d["hidden_size"],
+        "block_ff_dim": d["intermediate_size"],
+        "block_multiple_of": 16,
+        "block_ffn_dim_multiplier": 1.0,
+        "block_auto_adjust_ff_dim": False,
+        "full_attn_idxs": list(range(1, layers, 2)),  # conv, attention, conv, attention, ...
+    }
+
+
+def _qwen3_next(d: dict) -> dict:
+    heads, hidden = d["num_attention_heads"], d["hidden_size"]
+    layers = 2 * d["num_hidden_layers"]
+    return {
+        "architectures": ["Qwen3NextForCausalLM"],
+        **d,
+        "num_hidden_layers": layers,
+        "head_dim": hidden // heads,
+        "linear_num_value_heads": heads,
+        "linear_num_key_heads": d["num_key_value_heads"],
+        "linear_key_head_dim": hidden // heads,
+        "linear_value_head_dim": hidden // heads,
+        "linear_conv_kernel_dim": 4,
+        "full_attention_interval": 2,  # delta-net, attention, delta-net, attention, ...
+        "num_experts": 0,
+        "num_experts_per_tok": 0,
+        "decoder_sparse_step": 1,
+        "shared_expert_intermediate_size": 0,
+        "mlp_only_layers": list(range(layers)),
+        "moe_intermediate_size": 0,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1e4,
+        "partial_rotary_factor": 0.5,
+    }
+
+
+_ARCHS = {
+    "chat": ("llama", _llama),
+    "sliding": ("gemma3_text", _gemma3_text),
+    "hybrid": ("lfm2", _lfm2),
+    "gated": ("qwen3_next", _qwen3_next),
+}
+_TEMPLATES = {"base": None, "thinking": THINKING_TEMPLATE}
 
 
 def _eos_id(path: Path, template: str | None) -> int:

@@ -48,6 +48,30 @@ def tiny_quant_model(checkpoints_dir: Path) -> Path:
     return make_checkpoint(checkpoints_dir / "tiny-quant", "quant")
 
 
+@pytest.fixture(scope="session")
+def tiny_thinking_model(checkpoints_dir: Path) -> Path:
+    """A template that opens <think> in the generation prompt and drops reasoning from history."""
+    return make_checkpoint(checkpoints_dir / "tiny-thinking", "thinking")
+
+
+@pytest.fixture(scope="session")
+def tiny_sliding_model(checkpoints_dir: Path) -> Path:
+    """gemma3_text: sliding-window layers (rotating caches, window 16) and a global layer."""
+    return make_checkpoint(checkpoints_dir / "tiny-sliding", "sliding")
+
+
+@pytest.fixture(scope="session")
+def tiny_hybrid_model(checkpoints_dir: Path) -> Path:
+    """lfm2: short-convolution layers (recurrent state) and attention layers."""
+    return make_checkpoint(checkpoints_dir / "tiny-hybrid", "hybrid")
+
+
+@pytest.fixture(scope="session")
+def tiny_gated_model(checkpoints_dir: Path) -> Path:
+    """qwen3_next: gated delta-net layers (recurrent state) and attention layers."""
+    return make_checkpoint(checkpoints_dir / "tiny-gated", "gated")
+
+
 @pytest.fixture
 def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Empty HF cache and mlxd store; nothing reaches the network."""
