@@ -96,6 +96,12 @@ SETTINGS: dict[str, Setting] = {
         "1: control tokens written in message content act as control tokens (lets whoever "
         "writes a message forge roles); 0: they tokenize as text",
     ),
+    "request_chat_template": Setting(
+        "MLXD_REQUEST_CHAT_TEMPLATE",
+        "0",
+        "1: a chat request's 'chat_template' field replaces the model's template (rendered in "
+        "the same sandbox); 0: such requests get 400",
+    ),
     "template_seconds": Setting("MLXD_TEMPLATE_SECONDS", "2", "chat template render time budget"),
     "template_bytes": Setting(
         "MLXD_TEMPLATE_BYTES", str(8 << 20), "chat template render output-size budget"

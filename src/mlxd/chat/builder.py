@@ -45,12 +45,14 @@ class BuiltPrompt:
     """A rendered prompt: the ids the engine prefills and the text they came from.
 
     reasoning_open: the prompt ends inside an open reasoning block (e.g. a template that
-    appends "<think>\\n"), so the output starts in reasoning.
+    appends "<think>\\n"), so the output starts in reasoning. warnings: what the caller should
+    be told about the prompt (no chat template, tools the template does not show).
     """
 
     token_ids: list[int]
     text: str
     reasoning_open: bool = False
+    warnings: tuple[str, ...] = ()
 
     @property
     def prompt_tokens(self) -> int:
@@ -62,8 +64,10 @@ def build_chat_prompt(
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]] | None = None,
     template_kwargs: dict[str, Any] | None = None,
+    template: str | None = None,
 ) -> BuiltPrompt:
-    """Validate, render and tokenize a chat request.
+    """Validate, render and tokenize a chat request. `template`: a Jinja chat template to use
+    instead of the model's (the server allows it only when its operator does).
 
     Control tokens written in messages tokenize as text unless MLXD_CONTENT_CONTROL_TOKENS=1
     (mlxd.chat.control_tokens). Raises InvalidRequest(param="messages[...]") for malformed
@@ -75,12 +79,29 @@ def build_chat_prompt(
     shield = Shield()
     if setting("content_control_tokens") != "1":  # content tokenizes as text (the default)
         msgs, shield = shield_messages(tokenizer, msgs, detect_reasoning(tokenizer) or ())
-    rendered = render_chat_text(tokenizer, msgs, tool_list, kwargs)
+    rendered = render_chat_text(tokenizer, msgs, tool_list, kwargs, template)
+    fallback = template is None and _uses_fallback(tokenizer)
     # Templates write their own BOS (as HF's apply_chat_template assumes); the fallback does
     # not, so it gets the tokenizer's special tokens like a raw prompt.
-    ids = shield.encode(tokenizer, rendered, add_special_tokens=_uses_fallback(tokenizer))
+    ids = shield.encode(tokenizer, rendered, add_special_tokens=fallback)
     text = shield.restore(rendered)
-    return BuiltPrompt(token_ids=ids, text=text, reasoning_open=_ends_in_reasoning(tokenizer, text))
+    return BuiltPrompt(
+        token_ids=ids,
+        text=text,
+        reasoning_open=_ends_in_reasoning(tokenizer, text),
+        warnings=_warnings(fallback, tool_list, text),
+    )
+
+
+def _warnings(fallback: bool, tools: list[dict[str, Any]] | None, text: str) -> tuple[str, ...]:
+    if fallback:
+        return ("the model has no chat template: the prompt uses mlxd's plain "
+                "'User: ... Assistant:' format",)  # fmt: skip
+    unseen = [t["function"]["name"] for t in tools or [] if t["function"]["name"] not in text]
+    if unseen:
+        return (f"the model's chat template does not render tools: the model cannot see "
+                f"{', '.join(unseen)}",)  # fmt: skip
+    return ()
 
 
 def build_text_prompt(tokenizer: Tokenizer, prompt: str) -> BuiltPrompt:
@@ -100,10 +121,12 @@ def render_chat_text(
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]] | None,
     template_kwargs: dict[str, Any],
+    template: str | None = None,
 ) -> str:
-    """The prompt text for already-normalized messages (template, mlx-lm renderer or fallback)."""
+    """The prompt text for already-normalized messages (`template`, else the model's template,
+    mlx-lm renderer or the fallback format)."""
     renderer = getattr(tokenizer, "_chat_template", None)
-    if callable(renderer):
+    if callable(renderer) and template is None:
         # mlx-lm's own Python renderers (mlx_lm.chat_templates): library code, not model code.
         return str(
             tokenizer.apply_chat_template(
@@ -114,7 +137,7 @@ def render_chat_text(
                 **template_kwargs,
             )
         )
-    source = _template_source(tokenizer)
+    source = template if template is not None else _template_source(tokenizer)
     if source is None:
         return fallback_prompt(messages, tools)
     context: dict[str, Any] = {
@@ -124,7 +147,9 @@ def render_chat_text(
         "tools": tools,
         "add_generation_prompt": True,
     }
-    text = render_template(source, context)
+    # The size budget bounds what a template adds: a long prompt is the window's business.
+    budget = int(setting("template_bytes")) + len(json.dumps([messages, tools], default=str))
+    text = render_template(source, context, max_bytes=budget)
     if not text:
         raise TemplateError("chat template rendered an empty prompt")
     return text

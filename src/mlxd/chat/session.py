@@ -29,6 +29,7 @@ from mlxd.types import (
     FinishReason,
     TokenEvent,
     Usage,
+    Warning,
 )
 
 if TYPE_CHECKING:  # the engine package is heavy: imported on use
@@ -51,6 +52,7 @@ class ChatStream:
         self.filter = stream_filter
         self.prompt = prompt
         self._done = False
+        self._warned = False  # the prompt's warnings come first, once
 
     @property
     def request_id(self) -> str:
@@ -63,6 +65,7 @@ class ChatStream:
     def __iter__(self) -> Iterator[ChatEvent]:
         if self._done:  # iterated already: the one FinishEvent was given
             return
+        yield from self._prompt_warnings()
         try:
             for event in self.handle:
                 events = self._on_engine_event(event)
@@ -78,6 +81,8 @@ class ChatStream:
     async def __aiter__(self) -> AsyncIterator[ChatEvent]:
         if self._done:
             return
+        for warning in self._prompt_warnings():
+            yield warning
         try:
             async for event in self.handle:
                 for chat_event in self._on_engine_event(event):
@@ -90,6 +95,12 @@ class ChatStream:
         finally:
             if not self._done:
                 self.handle.cancel()
+
+    def _prompt_warnings(self) -> list[ChatEvent]:
+        if self._warned:
+            return []
+        self._warned = True
+        return [Warning(message) for message in self.prompt.warnings]
 
     def _on_engine_event(self, event: EngineEvent) -> list[ChatEvent]:
         if isinstance(event, TokenEvent):
@@ -122,14 +133,15 @@ def start_chat(
     template_kwargs: dict[str, Any] | None = None,
     server_defaults: bool = False,
     reasoning: object = "auto",
+    template: str | None = None,
 ) -> ChatStream:
     """Build the chat prompt and start generating; raises InvalidRequest/TemplateError early.
 
     reasoning: "auto" (markers detected from the tokenizer), None (no reasoning split) or a
-    custom (start, end) marker pair.
+    custom (start, end) marker pair. template: a chat template instead of the model's.
     """
     tool_list = normalize_tools(tools)
-    prompt = build_chat_prompt(info.tokenizer, messages, tool_list, template_kwargs)
+    prompt = build_chat_prompt(info.tokenizer, messages, tool_list, template_kwargs, template)
     reasoning_open = prompt.reasoning_open
     if isinstance(reasoning, tuple | list):  # custom markers: is the prompt inside them?
         reasoning_open = ends_in_reasoning(prompt.text, explicit_markers(reasoning))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from typing import TYPE_CHECKING, NoReturn, TypeAlias
 
@@ -87,6 +88,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Errors are one line: transformers' own warnings (e.g. "Token indices sequence length is
+    # longer than ...", before our clearer context-window error) stay out of stderr.
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     argv = sys.argv[1:] if argv is None else argv
     OneLineParser.json_mode = "--json" in argv
     bad = _non_utf8_argument(argv)
@@ -139,8 +143,6 @@ def _non_utf8_argument(argv: list[str]) -> MlxdError | None:
 
 def _silence_broken_pipe() -> None:
     """`mlxd run ... | head -1`: exit quietly instead of a traceback at interpreter exit."""
-    import os
-
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

@@ -55,6 +55,19 @@ def chat_inputs(
     return messages, tools, template_kwargs(req, settings)
 
 
+def request_template(req: ChatCompletionRequest, settings: ServerSettings) -> str | None:
+    """The request's own `chat_template`, if the operator allows requests to set one."""
+    if req.chat_template is None:
+        return None
+    if not settings.request_chat_template:
+        raise InvalidRequest(
+            "a request may not set 'chat_template' (the model's own template is used); "
+            "the operator can allow it with MLXD_REQUEST_CHAT_TEMPLATE=1",
+            param="chat_template",
+        )
+    return req.chat_template
+
+
 def template_kwargs(req: ChatCompletionRequest, settings: ServerSettings) -> dict[str, Any] | None:
     kwargs = req.chat_template_kwargs
     if not kwargs:

@@ -12,8 +12,9 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 
 from mlxd.errors import ModelNotFound
 from mlxd.server.generation import Timer, collect, sse_body
-from mlxd.server.inputs import chat_inputs, parse
+from mlxd.server.inputs import chat_inputs, parse, request_template
 from mlxd.server.schemas import ChatCompletionRequest, CompletionRequest
+from mlxd.server.served_models import DEFAULT_ALIASES
 from mlxd.server.sse import SSE_HEADERS
 from mlxd.server.state import ServerState
 from mlxd.server.wire import ChatWire, CompletionWire, Wire
@@ -36,6 +37,7 @@ async def chat_completions(request: Request) -> Response:
     st = _state(request)
     start = time.perf_counter()
     req = parse(ChatCompletionRequest, await request.body(), st.settings)
+    template = request_template(req, st.settings)
     info = await st.models.get(req.model)
     messages, tools, kwargs = chat_inputs(req, st.settings)
     stream = await asyncio.to_thread(
@@ -47,6 +49,7 @@ async def chat_completions(request: Request) -> Response:
             tools=tools,
             template_kwargs=kwargs,
             server_defaults=True,
+            template=template,
         )
     )
     texts = st.texts(info) if req.logprobs else None
@@ -108,6 +111,9 @@ async def list_models(request: Request) -> Response:
 @router.get("/v1/models/{model_id:path}")
 async def get_model(request: Request, model_id: str) -> Response:
     st = _state(request)
+    default = st.models.default
+    if model_id in DEFAULT_ALIASES and default is not None:  # as "model": "default" does
+        return JSONResponse(st.models.card(default.name))
     if not await st.models.exists(model_id):
         raise ModelNotFound(f"model '{model_id}' is not known", param="model")
     return JSONResponse(st.models.card(model_id))

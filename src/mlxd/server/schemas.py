@@ -232,6 +232,9 @@ class ChatCompletionRequest(SamplingFields):
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     response_format: ResponseFormat | None = None
     chat_template_kwargs: dict[StrictStr, Any] | None = None
+    # A Jinja chat template instead of the model's (vLLM's extension); only when the operator
+    # allows it (MLXD_REQUEST_CHAT_TEMPLATE=1), refused otherwise (server.inputs).
+    chat_template: Annotated[StrictStr, Field(min_length=1, max_length=1 << 20)] | None = None
 
     @model_validator(mode="after")
     def _tool_choice_names_a_tool(self) -> ChatCompletionRequest:

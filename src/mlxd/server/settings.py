@@ -28,6 +28,7 @@ class ServerSettings:
     max_stop_strings: int = default_int("max_stop_strings")
     drain_seconds: float = default_float("drain_seconds")
     trust_remote_code: bool = False
+    request_chat_template: bool = default("request_chat_template") == "1"
     # chat_template_kwargs keys passed to the template; any other key is a 400.
     template_kwargs_allowed: frozenset[str] = field(
         default_factory=lambda: frozenset({"enable_thinking", "thinking", "reasoning_effort"})
@@ -49,6 +50,7 @@ class ServerSettings:
                 "max_connections": setting_int("max_connections"),
                 "max_stop_strings": setting_int("max_stop_strings"),
                 "drain_seconds": float(setting("drain_seconds")),
+                "request_chat_template": setting("request_chat_template") == "1",
             }
         except ValueError as exc:
             raise InvalidRequest(f"bad server setting in the environment: {exc}") from None

@@ -81,7 +81,7 @@ class ChatWire:
         return body
 
     def first_chunk(self) -> dict[str, Any]:
-        return self._chunk({"role": "assistant", "content": ""})
+        return self._chunk({"role": "assistant", "content": "", "refusal": None})
 
     def chunks(self, ev: ChatEvent) -> list[dict[str, Any]]:
         if isinstance(ev, TextDelta):
@@ -112,7 +112,11 @@ class ChatWire:
             self.tool_calls.append(ev)
 
     def response(self, finish: FinishEvent) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.content)}
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": "".join(self.content),
+            "refusal": None,  # OpenAI's field; mlxd models never refuse by protocol
+        }
         if self.tool_calls and not message["content"]:
             message["content"] = None
         if self.reasoning:

@@ -105,6 +105,8 @@ def check(path: Path, deep: bool = False, verify: bool = False) -> HealthReport:
         problems += architecture_problems(config, headers)
         problems += memory_problems(headers)
     problems += _check_tokenizer(path, skip, deep)
+    if deep and not problems:  # only a sound model is built: its config passed store.limits
+        problems += _check_binding(path)
     if verify:
         problems += verify_problems(path)
     return HealthReport(path, tuple(problems), tuple(headers))
@@ -272,6 +274,15 @@ def _check_tokenizer(root: Path, skip: set[Path], deep: bool) -> list[Problem]:
     if tok in skip:
         return []
     return [_broken("no_tokenizer", "no tokenizer files (tokenizer.json, tokenizer.model, ...)")]
+
+
+def _check_binding(path: Path) -> list[Problem]:
+    from mlxd.backend.dry_load import weight_mismatch
+
+    reason = weight_mismatch(path)
+    if reason is None:
+        return []
+    return [_broken("incompatible_weights", f"the weights do not fit the architecture: {reason}")]
 
 
 def _load_tokenizer(tok: Path) -> list[Problem]:

@@ -83,8 +83,11 @@ def _tensors(path: Path, header: dict[str, Any]) -> tuple[tuple[TensorInfo, ...]
             start, stop = (int(x) for x in info["data_offsets"])
         except (KeyError, TypeError, ValueError) as e:
             raise ModelBroken(f"{path.name}: malformed header entry for {name!r}") from e
-        expected = math.prod(shape) * DTYPE_BYTES.get(dtype, 0)
-        if dtype in DTYPE_BYTES and stop - start != expected:
+        if dtype not in DTYPE_BYTES:
+            raise ModelBroken(f"{path.name}: tensor {name!r} has dtype {dtype!r}, "
+                              "which is not a safetensors dtype")  # fmt: skip
+        expected = math.prod(shape) * DTYPE_BYTES[dtype]
+        if stop - start != expected:
             raise ModelBroken(
                 f"{path.name}: tensor {name!r} spans {stop - start} bytes, "
                 f"its shape needs {expected}"

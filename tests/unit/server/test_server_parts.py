@@ -150,7 +150,7 @@ def test_chat_wire_chunks_with_usage() -> None:
     wire = ChatWire(model="m", include_usage=True)
     chunks = [wire.first_chunk()] + [c for ev in EVENTS for c in wire.chunks(ev)]
     deltas = [c["choices"][0]["delta"] if c["choices"] else None for c in chunks]
-    assert deltas[0] == {"role": "assistant", "content": ""}
+    assert deltas[0] == {"role": "assistant", "content": "", "refusal": None}
     assert deltas[1] == {"reasoning_content": "hm", "reasoning": "hm"}
     assert deltas[2] == {"content": "Hel"}
     assert deltas[4]["tool_calls"][0]["id"] == "call_1"

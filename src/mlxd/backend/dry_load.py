@@ -1,0 +1,27 @@
+"""Bind a checkpoint's weights to its architecture without reading them.
+
+`health` uses this to find what a load would refuse (a tensor the architecture needs but the
+files lack, an unexpected one, a wrong shape, a dtype mlx cannot load) while checking, not
+when someone asks the model a question. mlx-lm builds the model with lazy parameters and
+mx.load maps the tensors lazily, so no weight data is read. Run it only on models whose
+config passed the store's checks (store.limits): building a model loops over its layers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+_MAX_CHARS = 300
+
+
+def weight_mismatch(path: Path) -> str | None:
+    """Why mlx-lm would refuse these weights for this architecture, in one line; None if it
+    would not."""
+    from mlx_lm.utils import load_model
+
+    try:
+        load_model(Path(path), lazy=True, strict=True)
+    except Exception as exc:  # noqa: BLE001 - any refusal is the answer
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        return text if len(text) <= _MAX_CHARS else text[: _MAX_CHARS - 3] + "..."
+    return None
