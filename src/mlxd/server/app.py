@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from fastapi import FastAPI
 
 from mlxd import __version__
-from mlxd.server.errors import install_handlers
+from mlxd.server.error_responses import install_handlers
 from mlxd.server.middleware import Guard
 from mlxd.server.routes import router
 from mlxd.server.served_models import ServedModels

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from starlette.types import Receive
 
 from mlxd.errors import EngineUnavailable, MlxdError, from_code
-from mlxd.server.errors import error_body
+from mlxd.server.error_responses import error_body
 from mlxd.server.lifecycle import Generation, Lifecycle
 from mlxd.server.metrics import Metrics
 from mlxd.server.sse import DONE, event

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from mlxd.errors import InvalidRequest
-from mlxd.server.errors import validation_error
+from mlxd.server.error_responses import validation_error
 from mlxd.server.schemas import ChatCompletionRequest, NamedToolChoice, SamplingFields
 from mlxd.server.settings import ServerSettings
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from mlxd.errors import AuthError, EngineUnavailable, MlxdError
 from mlxd.server.connections import RequestTimeout
-from mlxd.server.errors import HostNotAllowed, PayloadTooLarge, error_body
+from mlxd.server.error_responses import HostNotAllowed, PayloadTooLarge, error_body
 from mlxd.server.lifecycle import Lifecycle
 from mlxd.server.metrics import Metrics
 from mlxd.server.origin import normalize, origin_allowed, refusal
