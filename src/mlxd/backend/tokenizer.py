@@ -130,6 +130,7 @@ class CheckpointTokenizer:
         self._backend.no_padding()
         self._special = _add_tokens(self._backend, path, config)
         self._transformers: Any = None  # transformers' tokenizer, for apply_chat_template only
+        self._vocab: dict[str, int] | None = None
 
     # ---- special tokens ------------------------------------------------------------
 
@@ -213,7 +214,10 @@ class CheckpointTokenizer:
     # ---- vocabulary -----------------------------------------------------------------
 
     def get_vocab(self) -> dict[str, int]:
-        return self._backend.get_vocab(with_added_tokens=True)
+        """A copy each call; the backend builds the dict once (mlx-lm asks three times)."""
+        if self._vocab is None:
+            self._vocab = self._backend.get_vocab(with_added_tokens=True)
+        return dict(self._vocab)
 
     @property
     def vocab(self) -> dict[str, int]:

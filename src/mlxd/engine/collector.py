@@ -9,12 +9,15 @@ consumers sleep on a Condition; async ones on an asyncio Future resolved via
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections import deque
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from mlxd.types import EngineEvent, FinishEvent, TokenEvent, TokenLogprob
+
+if TYPE_CHECKING:  # imported by async consumers only: `mlxd run` never loads asyncio
+    import asyncio
 
 
 class Collector:
@@ -107,6 +110,8 @@ class Collector:
             events = self._drain()
             if events or self._delivered:
                 return events
+            import asyncio
+
             loop = asyncio.get_running_loop()
             fut = loop.create_future()
             with self._lock:
