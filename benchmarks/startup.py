@@ -4,14 +4,15 @@ alternately so both see the same machine load. Prints one JSON object: per comma
 and minimum wall seconds and CPU seconds (user + system, the child's own), and the machine's
 load average before and after (wall times on a busy machine stretch; CPU times barely move).
 
-    python benchmarks/startup.py [--model DIR] [--repeat 9] [--demo] [--as-is]
+    python benchmarks/startup.py [--model DIR] [--repeat 9] [--demo] [--as-is] [--before SRC]
 
 Without --model a tiny random checkpoint (tests/checkpoints.py) is built in a temp dir. --demo
 adds the same pair on the demo model (SmolLM2, imported into a temp store on first use).
 Children run without PYTHONDONTWRITEBYTECODE so mlxd's sources are byte-compiled once, as an
 installed package is (--as-is keeps the environment unchanged). Also timed: a bare interpreter,
 `import mlx_lm`, `import transformers`, `mlxd --help`; and, once each, whether `mlxd run`
-imported transformers.
+imported transformers. --before SRC adds `mlxd_run_before`: the same run with an older mlxd's
+`src` directory first on PYTHONPATH (e.g. a `git worktree` of an earlier commit).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def commands(model: str, demo: str | None) -> dict[str, list[str]]:
+def commands(model: str, demo: str | None, before: str | None) -> dict[str, list[str]]:
     run = [PY, "-m", "mlxd.cli.main", "run"]
     generate = [PY, "-m", "mlx_lm", "generate", "--prompt", "hi", "--max-tokens", "1", "--model"]
     cmds = {
@@ -64,6 +65,10 @@ def commands(model: str, demo: str | None) -> dict[str, list[str]]:
         "import_transformers": [PY, "-c", "import transformers"],
         "mlxd_help": [PY, "-m", "mlxd.cli.main", "--help"],
     }
+    if before:
+        script = f"import sys; sys.path.insert(0, {before!r}); import runpy; "
+        script += "runpy.run_module('mlxd.cli.main', run_name='__main__', alter_sys=True)"
+        cmds["mlxd_run_before"] = [PY, "-c", script, "run", model, "hi", "--max-tokens", "1"]
     if demo:
         cmds["mlxd_run_demo"] = [*run, "hi", "--max-tokens", "1"]  # the default model
         cmds["mlx_lm_generate_demo"] = [*generate, demo]
@@ -95,6 +100,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=9)
     parser.add_argument("--demo", action="store_true", help="also time the demo model")
     parser.add_argument("--as-is", action="store_true", help="keep PYTHONDONTWRITEBYTECODE")
+    parser.add_argument("--before", help="an older mlxd's src directory, for mlxd_run_before")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
@@ -103,7 +109,7 @@ def main() -> None:
         if not args.as_is:
             env.pop("PYTHONDONTWRITEBYTECODE", None)
         demo = _demo_model(env) if args.demo else None
-        cmds = commands(model, demo)
+        cmds = commands(model, demo, args.before)
         for cmd in cmds.values():  # warm the page cache (and write bytecode) once
             timed(cmd, env)
         load_before = os.getloadavg()

@@ -224,6 +224,18 @@ class CheckpointTokenizer:
         return self.get_vocab()
 
     @property
+    def added_tokens_decoder(self) -> dict[int, AddedToken]:
+        return self._backend.get_added_tokens_decoder()
+
+    def get_added_vocab(self) -> dict[str, int]:
+        """Added tokens' text -> id, in id order."""
+        return {token.content: i for i, token in sorted(self.added_tokens_decoder.items())}
+
+    @property
+    def backend_tokenizer(self) -> Tokenizer:
+        return self._backend
+
+    @property
     def vocab_size(self) -> int:
         """Without the added tokens, as transformers counts it."""
         return self._backend.get_vocab_size(with_added_tokens=False)

@@ -84,9 +84,10 @@ def assert_same_vocabulary(ours: Any, theirs: Any) -> None:
     assert len(ours) == size and ours.get_vocab() == theirs.get_vocab()
     assert ours.convert_ids_to_tokens(range(size)) == theirs.convert_ids_to_tokens(range(size))
     assert ours.convert_ids_to_tokens(size - 1) == theirs.convert_ids_to_tokens(size - 1)
-    added = ours._tokenizer._backend.get_added_tokens_decoder()
-    expected = theirs._tokenizer.backend_tokenizer.get_added_tokens_decoder()
+    added, expected = ours.added_tokens_decoder, theirs.added_tokens_decoder
     assert {i: repr(t) for i, t in added.items()} == {i: repr(t) for i, t in expected.items()}
+    assert list(ours.get_added_vocab().items()) == list(theirs.get_added_vocab().items())
+    assert ours.backend_tokenizer.to_str() == theirs.backend_tokenizer.to_str()
     for token in [*map(str, expected.values()), "Paris", "no-such-token"]:
         assert ours.convert_tokens_to_ids(token) == theirs.convert_tokens_to_ids(token), token
     assert ours.convert_tokens_to_ids(["a", "b"]) == theirs.convert_tokens_to_ids(["a", "b"])
