@@ -142,12 +142,15 @@ def _formats(wrapper: TokenizerWrapper) -> object:
     return found.reasoning, found.harmony, shape
 
 
-@pytest.mark.parametrize("kind", ["chat", "base", "quant"])
+@pytest.mark.parametrize(
+    "kind", ["chat", "base", "quant", "thinking", "sliding", "hybrid", "gated"]
+)
 def test_tiny_checkpoints_tokenize_as_mlx_lm_does(kind: str, request: pytest.FixtureRequest):
     assert_same_tokenizer(request.getfixturevalue(f"tiny_{kind}_model"))
 
 
 def test_small_checkpoint_tokenizes_as_mlx_lm_does(checkpoints_dir: Path) -> None:
+    """("big" writes the same tokenizer files as "small" and "chat".)"""
     from tests.checkpoints import make_checkpoint
 
     assert_same_tokenizer(make_checkpoint(checkpoints_dir / "tiny-small", "small"))
