@@ -93,6 +93,7 @@ class FinishEvent:
     timings: Timings = field(default_factory=Timings)
     error: str | None = None  # set when reason is ERROR
     error_code: str | None = None  # MlxdError.code of the failure, when known
+    stop_string: str | None = None  # chat layer: the request's stop string that ended it
 
 
 EngineEvent = TokenEvent | FinishEvent

@@ -94,7 +94,8 @@ class StreamFilter:
             events += self.parser.feed(self._detok.last_segment)
         events += self.parser.flush()
         events = self._attach(events)
-        events.append(replace(event, reason=self._reason(event.reason)))
+        stop_string = self.parser.stops.matched
+        events.append(replace(event, reason=self._reason(event.reason), stop_string=stop_string))
         return events
 
     def _reason(self, engine_reason: FinishReason) -> FinishReason:

@@ -84,6 +84,7 @@ class StopMatcher:
     def __init__(self, stop: Sequence[str] = ()) -> None:
         self.stop = tuple(s for s in stop if s)
         self.stopped = False
+        self.matched: str | None = None  # the stop string that ended the text
         self._buf = ""
 
     def feed(self, text: str) -> str:
@@ -96,6 +97,7 @@ class StopMatcher:
         before, marker, rest = split_at_marker(self._buf, self.stop)
         if marker is not None:
             self.stopped = True
+            self.matched = marker
             self._buf = ""
         else:
             self._buf = rest

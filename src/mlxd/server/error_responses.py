@@ -1,4 +1,6 @@
-"""OpenAI-shaped errors: `{"error": {"message", "type", "param", "code"}}` on every path."""
+"""Errors in each API's own shape: OpenAI's `{"error": {"message", "type", "param", "code"}}`
+on every path but Anthropic's `/v1/messages`, which gets `{"type": "error", "error": {"type",
+"message"}}` with the same status."""
 
 from __future__ import annotations
 
@@ -40,19 +42,43 @@ class HttpError(E.MlxdError):
 
 
 RETRY_AFTER_SECONDS = "1"
+ANTHROPIC_PATH = "/v1/messages"  # and everything under it (count_tokens)
+
+# HTTP status -> Anthropic's error type; any other 4xx is an invalid_request_error, 5xx api_error.
+ANTHROPIC_ERROR_TYPES = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+}
 
 
-def error_body(err: E.MlxdError) -> dict[str, Any]:
+def is_anthropic_path(path: str) -> bool:
+    return path == ANTHROPIC_PATH or path.startswith(ANTHROPIC_PATH + "/")
+
+
+def anthropic_error_body(err: E.MlxdError) -> dict[str, Any]:
+    default = "api_error" if err.http_status >= 500 else "invalid_request_error"
+    kind = ANTHROPIC_ERROR_TYPES.get(err.http_status, default)
+    return {"type": "error", "error": {"type": kind, "message": err.message}}
+
+
+def error_body(err: E.MlxdError, path: str = "") -> dict[str, Any]:
+    """The error in the shape of the API that `path` belongs to."""
+    if is_anthropic_path(path):
+        return anthropic_error_body(err)
     return {"error": err.to_dict()}
 
 
-def error_response(err: E.MlxdError) -> JSONResponse:
+def error_response(err: E.MlxdError, path: str = "") -> JSONResponse:
     headers = {}
     if err.http_status in (429, 503):
         headers["Retry-After"] = RETRY_AFTER_SECONDS
     if err.http_status == 401:
         headers["WWW-Authenticate"] = "Bearer"
-    return JSONResponse(error_body(err), status_code=err.http_status, headers=headers)
+    return JSONResponse(error_body(err, path), status_code=err.http_status, headers=headers)
 
 
 def _field_name(loc: tuple[int | str, ...]) -> str:
@@ -68,11 +94,12 @@ def _is_type_tag(part: str) -> bool:
 
 
 def validation_error(exc: RequestValidationError | ValidationError) -> E.InvalidRequest:
-    """The first pydantic error as a 400 naming its field (FastAPI would send a 422)."""
+    """The most specific pydantic error (the deepest field: inside a union, the branch that
+    got furthest) as a 400 naming its field (FastAPI would send a 422)."""
     errs = exc.errors()
     if not errs:
         return E.InvalidRequest("invalid request body")
-    first = errs[0]
+    first = max(errs, key=lambda e: len(tuple(e.get("loc", ()))))
     if first.get("type") == "json_invalid":
         return E.InvalidRequest("request body is not valid JSON")
     field = _field_name(tuple(first.get("loc", ())))
@@ -83,22 +110,23 @@ def validation_error(exc: RequestValidationError | ValidationError) -> E.Invalid
 
 
 def install_handlers(app: FastAPI) -> None:
-    """Every error FastAPI or our code raises leaves as OpenAI's error shape."""
+    """Every error FastAPI or our code raises leaves in the shape of its route's API."""
 
-    async def on_mlxd(_: Request, exc: Exception) -> Response:
+    async def on_mlxd(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, E.MlxdError)
-        return error_response(exc)
+        return error_response(exc, request.url.path)
 
-    async def on_validation(_: Request, exc: Exception) -> Response:
+    async def on_validation(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, RequestValidationError)
-        return error_response(validation_error(exc))
+        return error_response(validation_error(exc), request.url.path)
 
-    async def on_http(_: Request, exc: Exception) -> Response:
+    async def on_http(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, StarletteHTTPException)
-        return error_response(HttpError(str(exc.detail), exc.status_code))
+        return error_response(HttpError(str(exc.detail), exc.status_code), request.url.path)
 
-    async def on_other(_: Request, exc: Exception) -> Response:
-        return error_response(E.EngineFault(f"internal error: {type(exc).__name__}"))
+    async def on_other(request: Request, exc: Exception) -> Response:
+        err = E.EngineFault(f"internal error: {type(exc).__name__}")
+        return error_response(err, request.url.path)
 
     app.add_exception_handler(E.MlxdError, on_mlxd)
     app.add_exception_handler(RequestValidationError, on_validation)

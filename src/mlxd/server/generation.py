@@ -1,8 +1,10 @@
-"""Drive one ChatStream for HTTP: as SSE chunks or as one body, with cancel on disconnect.
+"""Drive one ChatStream for HTTP: as SSE frames or as one body, with cancel on disconnect.
 
-Cancellation is a message plus a `finally`: whatever ends the response early (client gone,
-shutdown, an exception) calls stream.cancel() once, and the engine frees the request at its
-next step boundary.
+Every API (chat and text completions, Anthropic messages, Responses) goes through `respond`;
+only its Wire (the frames and the body it makes of chat events) differs. Cancellation is a
+message plus a `finally`: whatever ends the response early (client gone, shutdown, an
+exception) calls stream.cancel() once, and the engine frees the request at its next step
+boundary.
 """
 
 from __future__ import annotations
@@ -13,14 +15,16 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive
 
 from mlxd.errors import EngineUnavailable, MlxdError, from_code
-from mlxd.server.error_responses import error_body
 from mlxd.server.lifecycle import Generation, Lifecycle
 from mlxd.server.metrics import Metrics
-from mlxd.server.sse import DONE, event
-from mlxd.server.wire import Wire
+from mlxd.server.sse import SSE_HEADERS
+from mlxd.server.state import ServerState
 from mlxd.types import ChatEvent, FinishEvent, FinishReason, Usage, Warning
 
 log = logging.getLogger("mlxd.server")
@@ -29,6 +33,34 @@ log = logging.getLogger("mlxd.server")
 class Stream(Protocol):
     def cancel(self) -> None: ...
     def __aiter__(self) -> AsyncIterator[ChatEvent]: ...
+
+
+class Wire(Protocol):
+    """One request's wire format: SSE frames while streaming, or one body at the end."""
+
+    def opening(self) -> list[bytes]:
+        """Frames sent before the first event."""
+        ...
+
+    def frames(self, ev: ChatEvent) -> list[bytes]:
+        """Frames for one event (the FinishEvent included)."""
+        ...
+
+    def closing(self) -> list[bytes]:
+        """Frames after the FinishEvent's."""
+        ...
+
+    def error_frames(self, err: MlxdError) -> list[bytes]:
+        """The last frames of a stream that failed after it started."""
+        ...
+
+    def add(self, ev: ChatEvent) -> None:
+        """Non-streaming: take one event (not the FinishEvent) into the body."""
+        ...
+
+    def response(self, finish: FinishEvent) -> dict[str, Any]:
+        """Non-streaming: the whole body."""
+        ...
 
 
 class Timer:
@@ -65,27 +97,60 @@ def failure(finish: FinishEvent, gen: Generation) -> MlxdError | None:
     return None
 
 
+async def respond(
+    request: Request,
+    st: ServerState,
+    stream: Stream,
+    wire: Wire,
+    streaming: bool,
+    start: float,
+) -> Response:
+    """The HTTP response for a started ChatStream: SSE or one JSON body."""
+    try:
+        gen = st.lifecycle.begin(stream)
+    except Exception:
+        stream.cancel()
+        raise
+    timer = Timer(st.metrics, start)
+    if not streaming:
+        body = await collect(stream, wire, gen, st.lifecycle, timer, request.receive)
+        return JSONResponse(body)
+
+    def cleanup() -> None:
+        # Safety net: runs even when the client left before the body iterator started.
+        stream.cancel()
+        st.lifecycle.end(gen)
+
+    return StreamingResponse(
+        sse_body(stream, wire, gen, st.lifecycle, timer),
+        media_type="text/event-stream",
+        headers=SSE_HEADERS,
+        background=BackgroundTask(cleanup),
+    )
+
+
 async def sse_body(
     stream: Stream, wire: Wire, gen: Generation, lifecycle: Lifecycle, timer: Timer
 ) -> AsyncIterator[bytes]:
-    """The SSE byte stream; an error after the first byte becomes a final error event."""
+    """The SSE byte stream; an error after the first byte becomes the wire's error frames."""
     try:
-        first = wire.first_chunk()
-        if first is not None:
-            yield event(first)
+        for frame in wire.opening():
+            yield frame
         async for ev in stream:
             timer.tick(ev)
             if isinstance(ev, FinishEvent):
                 err = failure(ev, gen)
                 if err is not None:
-                    yield event(error_body(err))
-                    break
-            for chunk in wire.chunks(ev):
-                yield event(chunk)
-        yield DONE
+                    for frame in wire.error_frames(err):
+                        yield frame
+                    return
+            for frame in wire.frames(ev):
+                yield frame
+        for frame in wire.closing():
+            yield frame
     except MlxdError as err:
-        yield event(error_body(err))
-        yield DONE
+        for frame in wire.error_frames(err):
+            yield frame
     finally:
         # Client gone (the generator was cancelled/closed) or done: either way, free the slot.
         stream.cancel()

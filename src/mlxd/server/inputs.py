@@ -6,6 +6,7 @@ that depend on operator settings or on several fields at once.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -29,12 +30,26 @@ def parse(model: type[M], body: bytes, settings: ServerSettings) -> M:
         req = model.model_validate_json(body)
     except ValidationError as exc:
         raise validation_error(exc) from None
-    if isinstance(req, SamplingFields) and len(req.stop_list()) > settings.max_stop_strings:
-        raise InvalidRequest(
-            f"too many stop strings: {len(req.stop_list())} > {settings.max_stop_strings}",
-            param="stop",
-        )
+    if isinstance(req, SamplingFields):
+        check_stop_count(req.stop_list(), settings)
     return req
+
+
+def check_stop_count(stops: list[str], settings: ServerSettings, param: str = "stop") -> None:
+    """The operator's cap on stop strings per request (MLXD_MAX_STOP_STRINGS)."""
+    if len(stops) > settings.max_stop_strings:
+        raise InvalidRequest(
+            f"too many stop strings: {len(stops)} > {settings.max_stop_strings}", param=param
+        )
+
+
+class ToolChoice(StrEnum):
+    """What a request lets the model do with its tools (each API spells it its own way)."""
+
+    AUTO = "auto"  # call a tool or answer
+    NONE = "none"  # the template never sees the tools, so the model cannot call them
+    REQUIRED = "required"  # call one of the tools (stated in the prompt)
+    NAMED = "named"  # call this one tool (stated in the prompt; the template sees only it)
 
 
 def chat_inputs(
@@ -44,15 +59,28 @@ def chat_inputs(
     messages = [m.to_template() for m in req.messages]
     tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
     choice = req.tool_choice
-    if choice == "none":
-        tools = None  # the template never sees them, so the model cannot call them
-    elif choice == "required":
+    if isinstance(choice, NamedToolChoice):
+        tools = apply_tool_choice(messages, tools, ToolChoice.NAMED, choice.function.name)
+    elif choice is not None:
+        tools = apply_tool_choice(messages, tools, ToolChoice(choice))
+    return messages, tools, template_kwargs(req, settings)
+
+
+def apply_tool_choice(
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    choice: ToolChoice,
+    name: str | None = None,
+) -> list[dict[str, Any]] | None:
+    """The tools the template gets under `choice`; a forced choice adds its hint to messages."""
+    if choice is ToolChoice.NONE:
+        return None
+    if choice is ToolChoice.REQUIRED:
         _add_system_hint(messages, REQUIRED_HINT)
-    elif isinstance(choice, NamedToolChoice) and tools:
-        name = choice.function.name
+    elif choice is ToolChoice.NAMED and tools:
         tools = [t for t in tools if t["function"]["name"] == name]
         _add_system_hint(messages, NAMED_HINT.format(name=name))
-    return messages, tools, template_kwargs(req, settings)
+    return tools
 
 
 def request_template(req: ChatCompletionRequest, settings: ServerSettings) -> str | None:

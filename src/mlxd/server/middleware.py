@@ -29,7 +29,17 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 OPEN_PATHS = frozenset({"/health"})  # no auth: load balancers and probes
-ROUTES = frozenset({"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"})
+ROUTES = frozenset(
+    {
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/messages",
+        "/v1/messages/count_tokens",
+        "/v1/models",
+        "/health",
+        "/metrics",
+    }
+)
 
 
 def route_label(path: str) -> str:
@@ -75,7 +85,7 @@ class Guard:
             err, receive = await self._capped_body(headers, receive)
         if err is not None:
             # A refused body is never read: hang up, or the server would go on receiving it.
-            await send_error(send, err, close=has_body)
+            await send_error(send, err, close=has_body, path=scope["path"])
             return
         await self.app(scope, receive, send)
 
@@ -99,15 +109,21 @@ class Guard:
             return refusal(origin.decode("latin-1"))
         path = scope["path"]
         if self.key and path not in OPEN_PATHS and not self._authorized(headers):
-            return AuthError("missing or invalid API key (send 'Authorization: Bearer KEY')")
+            return AuthError(
+                "missing or invalid API key (send 'Authorization: Bearer KEY' or 'x-api-key: KEY')"
+            )
         if self.lifecycle.draining and path not in OPEN_PATHS and path != "/metrics":
             return EngineUnavailable("server is shutting down")
         return None
 
     def _authorized(self, headers: dict[bytes, bytes]) -> bool:
+        """`Authorization: Bearer KEY` (OpenAI clients) or `x-api-key: KEY` (Anthropic's)."""
         scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
         # compare_digest: constant time, so the key cannot be guessed byte by byte.
-        return scheme.lower() == b"bearer" and secrets.compare_digest(token.strip(), self.key)
+        if scheme.lower() == b"bearer" and secrets.compare_digest(token.strip(), self.key):
+            return True
+        api_key = headers.get(b"x-api-key")
+        return api_key is not None and secrets.compare_digest(api_key.strip(), self.key)
 
     async def _capped_body(
         self, headers: dict[bytes, bytes], receive: Receive
@@ -158,9 +174,10 @@ def _headers(scope: Scope) -> dict[bytes, bytes]:
     return {k.lower(): v for k, v in scope["headers"]}
 
 
-async def send_error(send: Send, err: MlxdError, *, close: bool = False) -> None:
-    """The error response; `close`: then close the connection (uvicorn does on this header)."""
-    body = dumps(error_body(err)).encode()
+async def send_error(send: Send, err: MlxdError, *, close: bool = False, path: str = "") -> None:
+    """The error response in the shape of `path`'s API; `close`: then close the connection
+    (uvicorn does on this header)."""
+    body = dumps(error_body(err, path)).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if close:
         headers.append((b"connection", b"close"))

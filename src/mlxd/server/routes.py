@@ -1,33 +1,25 @@
-"""HTTP routes: chat and text completions, models, health, metrics."""
+"""HTTP routes: chat and text completions, models, health, metrics; Anthropic's messages come
+from their own module."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, Request
-from starlette.background import BackgroundTask
-from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from mlxd.errors import ModelNotFound
-from mlxd.server.generation import Timer, collect, sse_body
+from mlxd.server import anthropic_api
+from mlxd.server.generation import respond
 from mlxd.server.inputs import chat_inputs, parse, request_template
 from mlxd.server.schemas import ChatCompletionRequest, CompletionRequest
 from mlxd.server.served_models import DEFAULT_ALIASES
-from mlxd.server.sse import SSE_HEADERS
-from mlxd.server.state import ServerState
-from mlxd.server.wire import ChatWire, CompletionWire, Wire
-
-if TYPE_CHECKING:
-    from mlxd.chat.session import ChatStream
+from mlxd.server.state import server_state as _state
+from mlxd.server.wire import ChatWire, CompletionWire
 
 router = APIRouter()
-
-
-def _state(request: Request) -> ServerState:
-    state: ServerState = request.app.state.mlxd
-    return state
+router.include_router(anthropic_api.router)
 
 
 @router.post("/v1/chat/completions")
@@ -54,7 +46,7 @@ async def chat_completions(request: Request) -> Response:
     )
     texts = st.texts(info) if req.logprobs else None
     wire = ChatWire(model=info.name, texts=texts, include_usage=req.include_usage)
-    return await _respond(request, st, stream, wire, req.stream, start)
+    return await respond(request, st, stream, wire, req.stream, start)
 
 
 @router.post("/v1/completions")
@@ -72,33 +64,7 @@ async def completions(request: Request) -> Response:
     )
     texts = st.texts(info) if req.logprobs is not None else None
     wire = CompletionWire(model=info.name, texts=texts, include_usage=req.include_usage)
-    return await _respond(request, st, stream, wire, req.stream, start)
-
-
-async def _respond(
-    request: Request, st: ServerState, stream: ChatStream, wire: Wire, streaming: bool, start: float
-) -> Response:
-    try:
-        gen = st.lifecycle.begin(stream)
-    except Exception:
-        stream.cancel()
-        raise
-    timer = Timer(st.metrics, start)
-    if not streaming:
-        body = await collect(stream, wire, gen, st.lifecycle, timer, request.receive)
-        return JSONResponse(body)
-
-    def cleanup() -> None:
-        # Safety net: runs even when the client left before the body iterator started.
-        stream.cancel()
-        st.lifecycle.end(gen)
-
-    return StreamingResponse(
-        sse_body(stream, wire, gen, st.lifecycle, timer),
-        media_type="text/event-stream",
-        headers=SSE_HEADERS,
-        background=BackgroundTask(cleanup),
-    )
+    return await respond(request, st, stream, wire, req.stream, start)
 
 
 @router.get("/v1/models")

@@ -36,6 +36,9 @@ def _range(name: str) -> FieldInfo:
 
 
 MaxTokens = Annotated[StrictInt, _range("max_tokens")]
+Temperature = Annotated[StrictFloat, _range("temperature")]
+TopP = Annotated[StrictFloat, _range("top_p")]
+TopK = Annotated[StrictInt, _range("top_k")]
 Seed = Annotated[StrictInt, _range("seed")]
 TopLogprobs = Annotated[StrictInt, _range("top_logprobs")]
 StopText = Annotated[StrictStr, Field(min_length=1, max_length=LIMITS["stop_string_chars"])]

@@ -1,4 +1,5 @@
-"""Server-sent events: one `data:` line per JSON chunk, `data: [DONE]` at the end."""
+"""Server-sent events: one `data:` line per JSON chunk (OpenAI chat: `data: [DONE]` at the end;
+Anthropic and Responses: each chunk named by an `event:` line)."""
 
 from __future__ import annotations
 
@@ -15,3 +16,8 @@ def dumps(obj: object) -> str:
 
 def event(obj: object) -> bytes:
     return b"data: " + dumps(obj).encode() + b"\n\n"
+
+
+def named_event(name: str, obj: object) -> bytes:
+    """One SSE event with an `event:` line (Anthropic's SDK skips events without one)."""
+    return b"event: " + name.encode() + b"\ndata: " + dumps(obj).encode() + b"\n\n"

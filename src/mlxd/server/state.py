@@ -12,6 +12,8 @@ from mlxd.server.served_models import ServedModels
 from mlxd.server.settings import ServerSettings
 
 if TYPE_CHECKING:
+    from starlette.requests import Request
+
     from mlxd.engine import Engine, ModelInfo
 
 
@@ -30,3 +32,9 @@ class ServerState:
         if texts is None:
             texts = self._texts[info.name] = TokenTexts(info.tokenizer)
         return texts
+
+
+def server_state(request: Request) -> ServerState:
+    """The state of the app serving `request` (set by server.app.create_app)."""
+    state: ServerState = request.app.state.mlxd
+    return state

@@ -1,7 +1,8 @@
 """ChatEvents -> OpenAI response bodies and stream chunks (chat and legacy completions).
 
 One object per request: `chunks(event)` gives the SSE chunks for an event (streaming) and
-`add(event)` + `response()` build the whole body (non-streaming).
+`add(event)` + `response()` build the whole body (non-streaming). OpenAIFrames frames the
+chunks as `data:` lines ending in `data: [DONE]` (generation.Wire).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from mlxd.errors import MlxdError
+from mlxd.server.error_responses import error_body
 from mlxd.server.logprobs import (
     CompletionLogprobs,
     TokenTexts,
@@ -18,6 +21,7 @@ from mlxd.server.logprobs import (
     completion_logprobs,
     merge_completion_logprobs,
 )
+from mlxd.server.sse import DONE, event
 from mlxd.types import (
     ChatEvent,
     FinishEvent,
@@ -55,8 +59,33 @@ def tool_call_dict(call: ToolCall) -> dict[str, Any]:
     }
 
 
+class OpenAIFrames:
+    """OpenAI's SSE framing of a wire's chunks: `data: {chunk}` lines, then `data: [DONE]`."""
+
+    __slots__ = ()
+
+    def first_chunk(self) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    def chunks(self, ev: ChatEvent) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def opening(self) -> list[bytes]:
+        first = self.first_chunk()
+        return [] if first is None else [event(first)]
+
+    def frames(self, ev: ChatEvent) -> list[bytes]:
+        return [event(chunk) for chunk in self.chunks(ev)]
+
+    def closing(self) -> list[bytes]:
+        return [DONE]
+
+    def error_frames(self, err: MlxdError) -> list[bytes]:
+        return [event(error_body(err)), DONE]
+
+
 @dataclass(slots=True)
-class ChatWire:
+class ChatWire(OpenAIFrames):
     model: str
     texts: TokenTexts | None = None  # set when logprobs were asked for
     include_usage: bool = False
@@ -150,7 +179,7 @@ class ChatWire:
 
 
 @dataclass(slots=True)
-class CompletionWire:
+class CompletionWire(OpenAIFrames):
     model: str
     texts: TokenTexts | None = None
     include_usage: bool = False
@@ -220,6 +249,3 @@ class CompletionWire:
         lps = completion_logprobs(ev.logprobs, self.texts, self.offset)
         self.offset += len(ev.text)
         return lps
-
-
-Wire = ChatWire | CompletionWire

@@ -95,10 +95,12 @@ def test_chat_filter_finish_reasons(chat_tokenizer):
     events += f.finish(FinishEvent(FinishReason.CANCELLED, Usage(1, len(ids))))
     assert "".join(e.text for e in events[:-1]) == "The capital of "
     assert events[-1].reason == FinishReason.STOP
+    assert events[-1].stop_string == "France is"  # which stop string ended it
 
-    f = StreamFilter(chat_tokenizer)
+    f = StreamFilter(chat_tokenizer, stop=["never said"])
     length = f.finish(FinishEvent(FinishReason.LENGTH, Usage()))
     assert [e.reason for e in length] == [FinishReason.LENGTH]
+    assert length[-1].stop_string is None
     assert f.finish(DONE) == []  # exactly one FinishEvent
 
 

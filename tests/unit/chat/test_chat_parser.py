@@ -313,7 +313,7 @@ def test_chat_parser_stop_sets_stopped_and_ignores_later_text():
     assert parser.feed("abc E") == [T("abc ")]  # "E" may start END; no marker can follow " "
     assert not parser.stopped
     assert parser.feed("ND more") == []
-    assert parser.stopped
+    assert parser.stopped and parser.stops.matched == "END"
     assert parser.feed("even more") == []
     assert parser.flush() == []
 

@@ -102,7 +102,8 @@ def test_chat_session_stop_cancels_the_engine_and_drains_to_finish():
     engine = FakeEngine([_tokens("abc"), _tokens("dXY"), _tokens("more"), DONE])
     stream = start_completion(engine, FakeInfo(), "p", options={"stop": ["XY"]})
     events = list(stream)
-    assert events == [TextDelta("abc"), TextDelta("d"), FinishEvent(FinishReason.STOP, Usage(5, 3))]
+    finish = FinishEvent(FinishReason.STOP, Usage(5, 3), stop_string="XY")
+    assert events == [TextDelta("abc"), TextDelta("d"), finish]
     assert engine.handles[0].cancels >= 1
 
 

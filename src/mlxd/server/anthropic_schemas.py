@@ -1,0 +1,255 @@
+"""Wire schemas of Anthropic's Messages API: POST /v1/messages and /v1/messages/count_tokens.
+
+Strict like mlxd.server.schemas: no bools or strings as numbers, no NaN, every number bounded
+by the option table's ranges. Content mlxd cannot serve (images, documents, server tools) is
+refused with a 400 naming it; hints with nothing to do here (`cache_control`: the prefix
+cache is automatic; `metadata`, `service_tier`) are ignored, as unknown fields are.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, model_validator
+
+from mlxd.server.schemas import (
+    FunctionName,
+    MaxTokens,
+    ModelName,
+    StopText,
+    Temperature,
+    TopK,
+    TopP,
+)
+
+_CFG = ConfigDict(extra="ignore", allow_inf_nan=False)
+
+BlockId = Annotated[StrictStr, Field(min_length=1, max_length=256)]
+MAX_BLOCKS = 10_000  # content blocks in one message
+MAX_MESSAGES = 10_000
+MAX_TOOLS = 512
+
+
+class TextBlock(BaseModel):
+    model_config = _CFG
+    type: Literal["text"]
+    text: StrictStr
+
+
+class ToolUseBlock(BaseModel):
+    """A call the model made (assistant turns)."""
+
+    model_config = _CFG
+    type: Literal["tool_use"]
+    id: BlockId
+    name: FunctionName
+    input: dict[StrictStr, Any]
+
+
+class ToolResultBlock(BaseModel):
+    """The client's answer to a tool_use of the previous assistant turn (user turns)."""
+
+    model_config = _CFG
+    type: Literal["tool_result"]
+    tool_use_id: BlockId
+    content: StrictStr | Annotated[list[TextBlock], Field(max_length=MAX_BLOCKS)] = ""
+    is_error: StrictBool = False
+
+    def text(self) -> str:
+        content = self.content
+        text = content if isinstance(content, str) else "\n".join(b.text for b in content)
+        return f"Error: {text}" if self.is_error else text
+
+
+class ThinkingBlock(BaseModel):
+    """Earlier reasoning sent back (assistant turns); the signature is not checked."""
+
+    model_config = _CFG
+    type: Literal["thinking"]
+    thinking: StrictStr
+    signature: StrictStr | None = None
+
+
+class RedactedThinkingBlock(BaseModel):
+    model_config = _CFG
+    type: Literal["redacted_thinking"]
+    data: StrictStr
+
+
+class UnsupportedBlock(BaseModel):
+    """Block kinds a text model cannot take: refused, never dropped."""
+
+    model_config = _CFG
+    type: Literal["image", "document", "search_result", "container_upload"]
+
+    @model_validator(mode="after")
+    def _refuse(self) -> UnsupportedBlock:
+        raise ValueError(f"'{self.type}' content blocks are not supported (text models only)")
+
+
+ContentBlock = Annotated[
+    TextBlock
+    | ToolUseBlock
+    | ToolResultBlock
+    | ThinkingBlock
+    | RedactedThinkingBlock
+    | UnsupportedBlock,
+    Field(discriminator="type"),
+]
+
+
+class MessageParam(BaseModel):
+    model_config = _CFG
+    role: Literal["user", "assistant"]
+    content: StrictStr | Annotated[list[ContentBlock], Field(max_length=MAX_BLOCKS)]
+
+    def blocks(self) -> list[ContentBlock]:
+        if isinstance(self.content, str):
+            return [TextBlock(type="text", text=self.content)]
+        return list(self.content)
+
+
+class ToolParam(BaseModel):
+    """A client tool (`type` absent or "custom"); Anthropic's server tools are refused."""
+
+    model_config = _CFG
+    type: StrictStr | None = None  # first, so a server tool's error names its type
+    name: FunctionName
+    description: StrictStr | None = None
+    input_schema: dict[StrictStr, Any]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _client_tools_only(cls, data: Any) -> Any:
+        kind = data.get("type") if isinstance(data, dict) else None
+        if kind not in (None, "custom"):
+            raise ValueError(f"tool type '{kind}' is not supported; only tools with input_schema")
+        return data
+
+    def to_chat(self) -> dict[str, Any]:
+        """The OpenAI function tool the chat layer takes."""
+        fn: dict[str, Any] = {"name": self.name, "parameters": self.input_schema}
+        if self.description is not None:
+            fn["description"] = self.description
+        return {"type": "function", "function": fn}
+
+
+class ToolChoiceAuto(BaseModel):
+    model_config = _CFG
+    type: Literal["auto"]
+    disable_parallel_tool_use: StrictBool = False
+
+
+class ToolChoiceAny(BaseModel):
+    model_config = _CFG
+    type: Literal["any"]
+    disable_parallel_tool_use: StrictBool = False
+
+
+class ToolChoiceTool(BaseModel):
+    model_config = _CFG
+    type: Literal["tool"]
+    name: FunctionName
+    disable_parallel_tool_use: StrictBool = False
+
+
+class ToolChoiceNone(BaseModel):
+    model_config = _CFG
+    type: Literal["none"]
+
+
+ToolChoiceParam = Annotated[
+    ToolChoiceAuto | ToolChoiceAny | ToolChoiceTool | ToolChoiceNone,
+    Field(discriminator="type"),
+]
+
+
+class ThinkingEnabled(BaseModel):
+    """Turns a reasoning model's thinking on (the `enable_thinking` template switch). The
+    budget is not enforced apart from max_tokens, which bounds thinking and answer alike."""
+
+    model_config = _CFG
+    type: Literal["enabled"]
+    budget_tokens: MaxTokens
+
+
+class ThinkingDisabled(BaseModel):
+    model_config = _CFG
+    type: Literal["disabled"]
+
+
+class ThinkingAdaptive(BaseModel):
+    """The model decides (its template's default)."""
+
+    model_config = _CFG
+    type: Literal["adaptive"]
+
+
+ThinkingParam = Annotated[
+    ThinkingEnabled | ThinkingDisabled | ThinkingAdaptive, Field(discriminator="type")
+]
+
+
+class CountTokensRequest(BaseModel):
+    """The conversation part of a request: what /v1/messages/count_tokens counts."""
+
+    model_config = _CFG
+    model: ModelName | None = None  # omitted or "default": the server's model
+    messages: Annotated[list[MessageParam], Field(min_length=1, max_length=MAX_MESSAGES)]
+    system: StrictStr | Annotated[list[TextBlock], Field(max_length=MAX_BLOCKS)] | None = None
+    tools: Annotated[list[ToolParam], Field(max_length=MAX_TOOLS)] | None = None
+    tool_choice: ToolChoiceParam | None = None
+    thinking: ThinkingParam | None = None
+
+    @model_validator(mode="after")
+    def _tool_choice_names_a_tool(self) -> CountTokensRequest:
+        choice = self.tool_choice
+        names = {t.name for t in self.tools or []}
+        if isinstance(choice, ToolChoiceTool) and choice.name not in names:
+            raise ValueError(f"tool_choice names '{choice.name}', which is not in tools")
+        if isinstance(choice, ToolChoiceAny) and not names:
+            raise ValueError("tool_choice 'any' needs tools")
+        return self
+
+    def system_text(self) -> str | None:
+        if self.system is None or isinstance(self.system, str):
+            return self.system
+        return "\n".join(b.text for b in self.system)
+
+    def template_kwargs(self) -> dict[str, Any] | None:
+        """`thinking` as the template switch reasoning templates read."""
+        if isinstance(self.thinking, ThinkingEnabled):
+            return {"enable_thinking": True}
+        if isinstance(self.thinking, ThinkingDisabled):
+            return {"enable_thinking": False}
+        return None
+
+
+class MessagesRequest(CountTokensRequest):
+    """POST /v1/messages: max_tokens is required, as in Anthropic's API."""
+
+    max_tokens: MaxTokens
+    stream: StrictBool = False
+    stop_sequences: Annotated[list[StopText], Field(max_length=256)] | None = None
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    top_k: TopK | None = None
+
+    @model_validator(mode="after")
+    def _budget_below_max_tokens(self) -> MessagesRequest:
+        if isinstance(self.thinking, ThinkingEnabled) and (
+            self.thinking.budget_tokens >= self.max_tokens
+        ):
+            raise ValueError("thinking.budget_tokens must be less than max_tokens")
+        return self
+
+    def options(self) -> dict[str, Any]:
+        """Chat-layer options (mlxd.chat.options.OPTIONS names)."""
+        opts: dict[str, Any] = {"max_tokens": self.max_tokens}
+        for name in ("temperature", "top_p", "top_k"):
+            value = getattr(self, name)
+            if value is not None:
+                opts[name] = value
+        if self.stop_sequences:
+            opts["stop"] = list(self.stop_sequences)
+        return opts
