@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 from mlxd.errors import InvalidRequest
 
@@ -139,8 +140,20 @@ def store_dir() -> Path:
     return mlxd_home() / "models"
 
 
-# Sampling defaults: a model's generation_config.json may override these.
-SAMPLING_DEFAULTS: dict[str, object] = {
+class SamplingDefaults(TypedDict):
+    temperature: float
+    top_p: float
+    top_k: int
+    min_p: float
+    repetition_penalty: float
+    repetition_context_size: int
+    presence_penalty: float
+    frequency_penalty: float
+
+
+# Sampling defaults (types.SamplingParams' field defaults); a model's generation_config.json
+# may override some of them (mlxd.checkpoint.sampling_defaults).
+SAMPLING_DEFAULTS: SamplingDefaults = {
     "temperature": 0.0,
     "top_p": 1.0,
     "top_k": 0,

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
+from mlxd.config import SAMPLING_DEFAULTS as _DEFAULT
+
 
 class FinishReason(StrEnum):
     STOP = "stop"  # eos, stop token or stop string
@@ -24,16 +26,17 @@ class FinishReason(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
-    """Per-request decoding options, built and validated by chat.options.sampling_params."""
+    """Per-request decoding options, built and validated by chat.options.sampling_params;
+    the defaults are config.SAMPLING_DEFAULTS."""
 
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    min_p: float = 0.0
-    repetition_penalty: float = 1.0
-    repetition_context_size: int = 20
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
+    temperature: float = _DEFAULT["temperature"]
+    top_p: float = _DEFAULT["top_p"]
+    top_k: int = _DEFAULT["top_k"]
+    min_p: float = _DEFAULT["min_p"]
+    repetition_penalty: float = _DEFAULT["repetition_penalty"]
+    repetition_context_size: int = _DEFAULT["repetition_context_size"]
+    presence_penalty: float = _DEFAULT["presence_penalty"]
+    frequency_penalty: float = _DEFAULT["frequency_penalty"]
     logit_bias: tuple[tuple[int, float], ...] = ()
     seed: int | None = None
     max_tokens: int | None = None  # None: the engine's budget rule decides

@@ -12,23 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mlxd.checkpoint import context_window, sampling_defaults
 from mlxd.errors import ModelBroken, ModelNotFound, ModelRefused, one_line
 
 if TYPE_CHECKING:  # importing this module must not import mlx (the engine imports it)
     from mlx.nn.layers.base import Module
     from mlx_lm.tokenizer_utils import TokenizerWrapper
 
-# Keys of generation_config.json that become per-model sampling defaults.
-GENERATION_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
-_SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p")
-_CONTEXT_KEYS = (
-    "max_position_embeddings",
-    "max_sequence_length",
-    "max_seq_len",
-    "seq_length",
-    "n_positions",
-    "n_ctx",
-)
+# The context window of a checkpoint whose files do not say.
 DEFAULT_CONTEXT_WINDOW = 4096
 
 
@@ -66,7 +57,8 @@ def load_checkpoint(path: Path | str, *, trust_remote_code: bool = False) -> Loa
         model=model,
         tokenizer=tokenizer,
         config=config,
-        context_window=context_window(config, tokenizer),
+        context_window=context_window(config, getattr(tokenizer, "model_max_length", None))
+        or DEFAULT_CONTEXT_WINDOW,
         vocab_size=vocab_size(config, tokenizer),
         generation_defaults=generation_defaults(path),
         eos_token_ids=set(tokenizer.eos_token_ids or ()),
@@ -79,27 +71,9 @@ def vocab_size(config: dict[str, Any], tokenizer: TokenizerWrapper) -> int:
     return int(size) if size else len(tokenizer.vocab)
 
 
-def context_window(config: dict[str, Any], tokenizer: object = None) -> int:
-    """The model's context length from its config (or text_config), else the tokenizer's."""
-    for source in (config, config.get("text_config") or {}):
-        for key in _CONTEXT_KEYS:
-            value = source.get(key)
-            if isinstance(value, int) and value > 0:
-                return value
-    limit = getattr(tokenizer, "model_max_length", None)
-    if isinstance(limit, int) and 0 < limit < 1 << 24:
-        return limit
-    return DEFAULT_CONTEXT_WINDOW
-
-
-def generation_defaults(path: Path) -> dict[str, Any]:
-    """Sampling defaults from generation_config.json; sampling keys are dropped when
-    `do_sample` is false, as transformers ignores them then."""
-    gen = _read_json(path / "generation_config.json", required=False)
-    keys: tuple[str, ...] = GENERATION_KEYS
-    if gen.get("do_sample") is False:
-        keys = tuple(k for k in GENERATION_KEYS if k not in _SAMPLING_KEYS)
-    return {k: gen[k] for k in keys if isinstance(gen.get(k), int | float)}
+def generation_defaults(path: Path) -> dict[str, int | float]:
+    """Sampling defaults from the checkpoint's generation_config.json (mlxd.checkpoint)."""
+    return sampling_defaults(_read_json(path / "generation_config.json", required=False))
 
 
 def _refuse_remote_code(path: Path, config: dict[str, Any]) -> None:

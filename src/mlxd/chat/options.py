@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 
-from mlxd.config import LIMITS, SAMPLING_BOUNDS, SAMPLING_DEFAULTS, Bounds, setting_int
+from mlxd.checkpoint import sampling_defaults
+from mlxd.config import LIMITS, SAMPLING_BOUNDS, Bounds, setting_int
 from mlxd.errors import InvalidRequest
 from mlxd.types import SamplingParams
 
@@ -87,9 +88,6 @@ _OPTION_LIST = [
 
 OPTIONS: dict[str, Option] = {o.name: o for o in _OPTION_LIST}
 
-# generation_config.json keys that may supply defaults (HF names equal ours for these).
-_MODEL_DEFAULT_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
-
 
 def sampling_params(
     options: Mapping[str, object],
@@ -99,10 +97,10 @@ def sampling_params(
 ) -> SamplingParams:
     """Validate `options` (keys are Option names; None means unset) into SamplingParams.
 
-    Missing options fall back to `model_defaults` (generation_config.json), then
-    SAMPLING_DEFAULTS. Raises InvalidRequest(param=name) on unknown names, wrong types
-    (bools are not numbers), NaN/inf, or out-of-bounds values. `stop` is validated here
-    but returned by `stop_strings`, not in SamplingParams.
+    Missing options fall back to `model_defaults` (a generation_config.json, read by
+    mlxd.checkpoint.sampling_defaults), then SAMPLING_DEFAULTS. Raises InvalidRequest(param=
+    name) on unknown names, wrong types (bools are not numbers), NaN/inf, or out-of-bounds
+    values. `stop` is validated here but returned by `stop_strings`, not in SamplingParams.
     """
     unknown = [k for k in options if k not in OPTIONS]
     if unknown:
@@ -148,16 +146,9 @@ def validate_option(opt: Option, raw: object, *, vocab_size: int | None = None) 
 
 
 def _defaults(model_defaults: Mapping[str, object] | None) -> dict[str, object]:
-    merged = dict(SAMPLING_DEFAULTS)
-    md = model_defaults or {}
-    for key in _MODEL_DEFAULT_KEYS:
-        value = md.get(key)
-        if value is not None and not isinstance(value, bool):
-            merged[key] = value
-    if md.get("do_sample") is False:
-        merged["temperature"] = 0.0  # HF semantics: do_sample false means greedy decoding
+    model = sampling_defaults(model_defaults or {})  # SamplingParams' defaults fill the rest
     # A model default outside our bounds (e.g. temperature 3) must not break every request.
-    return {k: v for k, v in merged.items() if k in OPTIONS and _fits(OPTIONS[k], v)}
+    return {k: v for k, v in model.items() if _fits(OPTIONS[k], v)}
 
 
 def _fits(opt: Option, value: object) -> bool:

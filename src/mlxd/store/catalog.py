@@ -10,6 +10,7 @@ import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mlxd.checkpoint import context_window
 from mlxd.config import store_dir
 from mlxd.store import facts
 from mlxd.store.containment import CODE as OUTSIDE
@@ -110,7 +111,7 @@ def entry(path: Path, name: str, source: Source, revision: str | None) -> Catalo
         modified=modified,
         kind=facts.kind(path, config, template is not None),
         quantization=facts.quant_label(config, facts.dtype(config, dtypes)),
-        context_window=facts.context_window(config, tok_config),
+        context_window=context_window(config, tok_config.get("model_max_length")),
         status=report.status,
         problems=report.problems,
     )

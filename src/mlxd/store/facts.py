@@ -1,5 +1,6 @@
-"""Facts read from a model's config and tokenizer files: kind, quantization, context
-window, chat-template capabilities. Pure functions over parsed JSON/text; never raise."""
+"""Facts read from a model's config and tokenizer files: kind, quantization, chat-template
+capabilities (the context window is mlxd.checkpoint's, the rule the engine applies too).
+Pure functions over parsed JSON/text; never raise."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from typing import Any
 
 _VISION_TYPES = {"llava", "qwen2_vl", "qwen2_5_vl", "mllama", "idefics3", "paligemma", "pixtral"}
 _EMBEDDING_TYPES = {"bert", "xlm-roberta", "roberta", "nomic_bert", "modernbert", "e5"}
-_CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "n_ctx")
 
 # Reasoning start/end markers, looked up in the vocabulary and the template.
 REASONING_MARKERS = [
@@ -102,16 +102,6 @@ def quant_label(config: dict[str, Any], dtype_name: str | None) -> str:
     if q:
         return str(q.get("quant_method", "quantized"))
     return dtype_name or "-"
-
-
-def context_window(config: dict[str, Any], tok_config: dict[str, Any]) -> int | None:
-    cfg = text_config(config)
-    for key in _CONTEXT_KEYS:
-        value = cfg.get(key)
-        if isinstance(value, int) and value > 0:
-            return value
-    limit = tok_config.get("model_max_length")
-    return limit if isinstance(limit, int) and 0 < limit < 10**8 else None
 
 
 def special_vocab(tokenizer: dict[str, Any]) -> set[str]:

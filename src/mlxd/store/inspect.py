@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from mlxd.backend.tokenizer import TokenizerRoute, tokenizer_route
+from mlxd.checkpoint import context_window
 from mlxd.errors import ModelBroken
 from mlxd.store import facts
 from mlxd.store.files import file_size, model_files
@@ -96,7 +97,7 @@ def describe(ref: str | ModelRef, deep: bool = True) -> ModelDescription:
         parameters=count_parameters(headers, _quant_block(config)) if headers else None,
         dtype=facts.dtype(config, dtypes),
         quantization=quant,
-        context_window=facts.context_window(config, tok_config),
+        context_window=context_window(config, tok_config.get("model_max_length")),
         kind=facts.kind(root, config, template is not None) if config else "unknown",
         chat_template=template is not None,
         reasoning_markers=facts.reasoning_markers(template, vocab),

@@ -21,7 +21,7 @@ def test_model_info(make_engine, tiny_chat_model: Path) -> None:
     assert (info.name, info.path, info.context_window) == ("tiny", tiny_chat_model, 2048)
     assert info.eos_token_ids == {info.tokenizer.convert_tokens_to_ids("<|im_end|>")}
     assert info.config["model_type"] == "llama"
-    assert info.generation_defaults == {}  # do_sample false: no sampling defaults
+    assert info.generation_defaults == {"temperature": 0.0}  # do_sample false: greedy
     assert engine.load_model(tiny_chat_model, name="tiny") is info  # loaded once
     with pytest.raises(InvalidRequest, match="already loaded"):
         engine.load_model(tiny_chat_model.parent / "elsewhere", name="tiny")

@@ -159,10 +159,7 @@ def test_kind(tmp_path: Path, config: dict, template: bool, kind: str) -> None:
     assert facts.kind(tmp_path, config, template) == kind
 
 
-def test_context_window_and_quant_label() -> None:
-    assert facts.context_window({"text_config": {"max_position_embeddings": 4096}}, {}) == 4096
-    assert facts.context_window({}, {"model_max_length": 1024}) == 1024
-    assert facts.context_window({}, {"model_max_length": 10**30}) is None
+def test_quant_label() -> None:
     cfg = {"quantization": {"bits": 8, "group_size": 64}}
     assert facts.quant_label(cfg, "float16") == "8-bit g64"
     assert facts.quant_label({}, "bfloat16") == "bfloat16"
