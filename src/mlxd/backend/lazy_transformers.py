@@ -195,28 +195,37 @@ def _transformers_stand_ins() -> Iterator[None]:
 
 
 class _Finder(importlib.abc.MetaPathFinder):
-    """Finds `mlx_lm` once, as the other finders would, and wraps its loader."""
+    """Finds `mlx_lm` as the other finders do and wraps its loader; leaves sys.meta_path when
+    mlx_lm is executed (a find_spec alone, as store.health's, is no import)."""
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname != "mlx_lm":
             return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is not None and spec.loader is not None:
-            spec.loader = _StandInLoader(spec.loader)
-        return spec
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec: importlib.machinery.ModuleSpec | None = find(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None:
+                    spec.loader = _StandInLoader(spec.loader, self)
+                return spec
+        return None
 
 
 class _StandInLoader(importlib.abc.Loader):
-    def __init__(self, loader: importlib.abc.Loader) -> None:
+    def __init__(self, loader: importlib.abc.Loader, finder: _Finder) -> None:
         self._loader = loader
+        self._finder = finder
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         return self._loader.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
+        if self._finder in sys.meta_path:
+            sys.meta_path.remove(self._finder)
         module.__loader__ = self._loader  # the package keeps its own loader (resources)
         if module.__spec__ is not None:
             module.__spec__.loader = self._loader

@@ -1,14 +1,20 @@
-"""`mlxd run` imports only what it uses: never transformers (nor huggingface_hub's Hub client)
-for a model whose tokenizer loads through `tokenizers`; a model that needs transformers still
-loads through it, with the same answer."""
+"""`mlxd run` and `mlxd serve` import only what they use: never transformers (nor
+huggingface_hub's Hub client) for a model whose tokenizer loads through `tokenizers`; a model
+that needs transformers still loads through it, with the same answer."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
+
+import httpx
+
+from tests.e2e.server.serverproc import READY
+from tests.signals import default_sigint
 
 # Runs `mlxd run ...` as `python -m mlxd.cli.main` would, then writes the imported module names.
 RECORD_IMPORTS = """
@@ -37,8 +43,38 @@ def test_run_never_imports_transformers(
     answer, modules = run_recording(tiny_chat_model, tmp_path / "modules.json", cli_env)
     assert answer
     assert {"mlx_lm.generate", "tokenizers", "mlxd.backend.tokenizer"} <= modules
+    assert_lean(modules)
+
+
+def assert_lean(modules: set[str]) -> None:
     assert not {m for m in modules if m.split(".")[0] == "transformers"}
     assert not {m for m in modules if m in HEAVY or m.startswith("httpx2.")}
+
+
+def test_serve_never_imports_transformers(
+    tiny_chat_model: Path, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    out = tmp_path / "modules.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", RECORD_IMPORTS, str(out), "serve", "--port", "0",
+         "--model", str(tiny_chat_model)],
+        env=cli_env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint,
+    )  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        ready = None
+        while ready is None:
+            line = proc.stderr.readline()
+            assert line, "mlxd serve exited before it was ready"
+            ready = READY.search(line)
+        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        reply = httpx.post(ready.group(2) + "/v1/chat/completions", json=body, timeout=120)
+        assert reply.status_code == 200, reply.text
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    assert_lean(set(json.loads(out.read_text())))
 
 
 def test_a_model_that_needs_transformers_answers_the_same(

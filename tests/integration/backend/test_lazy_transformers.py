@@ -87,9 +87,11 @@ def test_generic_tokenizer_classes_load_straight_from_tokenizer_json() -> None:
 
 
 FRESH_PROCESS = """
-import sys
+import importlib.util, sys
 import mlxd.backend
 from mlxd.backend import lazy_transformers as lazy
+assert importlib.util.find_spec("mlx_lm") is not None  # a lookup is no import (store.health)
+assert "mlx_lm" not in sys.modules
 import mlx_lm.generate, mlx_lm.utils
 from mlx_lm import tokenizer_utils
 assert "transformers" not in sys.modules and "huggingface_hub.hf_api" not in sys.modules
