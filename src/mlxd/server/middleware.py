@@ -35,6 +35,7 @@ ROUTES = frozenset(
         "/v1/completions",
         "/v1/messages",
         "/v1/messages/count_tokens",
+        "/v1/responses",
         "/v1/models",
         "/health",
         "/metrics",

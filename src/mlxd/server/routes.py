@@ -1,5 +1,5 @@
-"""HTTP routes: chat and text completions, models, health, metrics; Anthropic's messages come
-from their own module."""
+"""HTTP routes: chat and text completions, models, health, metrics; Anthropic's messages and
+OpenAI's Responses come from their own modules."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from mlxd.errors import ModelNotFound
-from mlxd.server import anthropic_api
+from mlxd.server import anthropic_api, responses_api
 from mlxd.server.generation import respond
 from mlxd.server.inputs import chat_inputs, parse, request_template
 from mlxd.server.schemas import ChatCompletionRequest, CompletionRequest
@@ -20,6 +20,7 @@ from mlxd.server.wire import ChatWire, CompletionWire
 
 router = APIRouter()
 router.include_router(anthropic_api.router)
+router.include_router(responses_api.router)
 
 
 @router.post("/v1/chat/completions")

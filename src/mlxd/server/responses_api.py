@@ -1,0 +1,126 @@
+"""OpenAI's Responses API on the chat layer: POST /v1/responses.
+
+`instructions` and the `input` items become OpenAI-shaped chat messages (a reasoning item
+goes to the next assistant turn as reasoning_content, function_call items to its
+tool_calls, each function_call_output is a `tool` message), then go through start_chat like
+/v1/chat/completions: the same prompt, options table, stream filter, budgets and prefix cache.
+Stateless: every request carries the whole conversation (responses_schemas).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from mlxd.errors import InvalidRequest
+from mlxd.server.generation import respond
+from mlxd.server.inputs import ToolChoice, apply_tool_choice, parse
+from mlxd.server.responses_schemas import (
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    MessageItem,
+    NamedFunction,
+    ReasoningItem,
+    ResponsesRequest,
+)
+from mlxd.server.responses_wire import ResponsesWire
+from mlxd.server.state import server_state
+
+router = APIRouter()
+
+ChatInputs = tuple[list[dict[str, Any]], list[dict[str, Any]] | None, dict[str, Any] | None]
+
+
+@router.post("/v1/responses")
+async def create_response(request: Request) -> Response:
+    from mlxd.chat.session import start_chat
+
+    st = server_state(request)
+    start = time.perf_counter()
+    req = parse(ResponsesRequest, await request.body(), st.settings)
+    info = await st.models.get(req.model)
+    messages, tools, kwargs = chat_inputs(req)
+    stream = await asyncio.to_thread(
+        lambda: start_chat(
+            st.engine,
+            info,
+            messages,
+            options=req.options(),
+            tools=tools,
+            template_kwargs=kwargs,
+            server_defaults=True,
+        )
+    )
+    wire = ResponsesWire(model=info.name, request=req)
+    return await respond(request, st, stream, wire, req.stream, start)
+
+
+def chat_inputs(req: ResponsesRequest) -> ChatInputs:
+    """(messages, tools, template_kwargs) for start_chat, honouring tool_choice."""
+    messages: list[dict[str, Any]] = []
+    if req.instructions is not None:
+        messages.append({"role": "system", "content": req.instructions})
+    if isinstance(req.input, str):
+        messages.append({"role": "user", "content": req.input})
+    else:
+        _ItemsToMessages(messages).add_all(req.input)
+    tools = [t.to_chat() for t in req.tools] if req.tools else None
+    choice = req.tool_choice
+    if isinstance(choice, NamedFunction):
+        tools = apply_tool_choice(messages, tools, ToolChoice.NAMED, choice.name)
+    elif choice is not None:
+        tools = apply_tool_choice(messages, tools, ToolChoice(choice))
+    return messages, tools, req.template_kwargs()
+
+
+class _ItemsToMessages:
+    """Folds input items into chat messages: consecutive assistant items (reasoning, text,
+    function calls) are one assistant turn."""
+
+    def __init__(self, messages: list[dict[str, Any]]) -> None:
+        self.messages = messages
+        self.reasoning: list[str] = []  # waits for the next assistant turn
+        self.call_ids: set[str] = set()
+
+    def add_all(self, items: list[Any]) -> None:
+        for i, item in enumerate(items):
+            if isinstance(item, ReasoningItem):
+                self.reasoning.append(item.text())
+            elif isinstance(item, MessageItem) and item.role == "assistant":
+                turn = self._assistant_turn(accepts_text=True)
+                turn["content"] += item.parts()
+            elif isinstance(item, MessageItem):
+                self.messages.append({"role": item.role, "content": item.parts()})
+            elif isinstance(item, FunctionCallItem):
+                self.call_ids.add(item.call_id)
+                fn = {"name": item.name, "arguments": item.arguments}
+                call = {"id": item.call_id, "type": "function", "function": fn}
+                self._assistant_turn(accepts_text=False).setdefault("tool_calls", []).append(call)
+            elif isinstance(item, FunctionCallOutputItem):
+                self._tool_output(item, f"input.{i}.call_id")
+
+    def _assistant_turn(self, *, accepts_text: bool) -> dict[str, Any]:
+        """The assistant message being built, or a new one (text never follows its calls)."""
+        last = self.messages[-1] if self.messages else None
+        if last is not None and last["role"] == "assistant":
+            if not (accepts_text and last.get("tool_calls")):
+                return last
+        turn: dict[str, Any] = {"role": "assistant", "content": []}
+        if self.reasoning:
+            turn["reasoning_content"] = "\n".join(self.reasoning)
+            self.reasoning = []
+        self.messages.append(turn)
+        return turn
+
+    def _tool_output(self, item: FunctionCallOutputItem, where: str) -> None:
+        if item.call_id not in self.call_ids:
+            raise InvalidRequest(
+                f"function_call_output for '{item.call_id}' has no matching function_call "
+                "earlier in input",
+                param=where,
+            )
+        self.messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.text()})
