@@ -123,14 +123,6 @@ def default(name: str) -> str:
     return SETTINGS[name].default
 
 
-def default_int(name: str) -> int:
-    return int(default(name))
-
-
-def default_float(name: str) -> float:
-    return float(default(name))
-
-
 def mlxd_home() -> Path:
     return Path(setting("home")).expanduser()
 
@@ -168,6 +160,7 @@ SAMPLING_DEFAULTS: SamplingDefaults = {
 LIMITS = {
     "logit_bias_entries": 1024,
     "stop_string_chars": 256,
+    "template_kwarg_chars": 64,  # a chat_template_kwargs string value
 }
 
 

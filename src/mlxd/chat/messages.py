@@ -11,6 +11,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from mlxd.config import LIMITS
 from mlxd.errors import InvalidRequest
 
 __all__ = [
@@ -73,9 +74,11 @@ def check_template_kwargs(kwargs: object) -> dict[str, Any]:
                 f"chat_template_kwargs {key!r} is not allowed (allowed: {allowed})",
                 param=f"chat_template_kwargs.{key}",
             )
-        if value is not None and not isinstance(value, bool | int | float | str):
+        too_long = isinstance(value, str) and len(value) > LIMITS["template_kwarg_chars"]
+        if too_long or (value is not None and not isinstance(value, bool | int | float | str)):
             raise InvalidRequest(
-                f"chat_template_kwargs {key!r} must be a string, number or boolean",
+                f"chat_template_kwargs {key!r} must be a boolean, a number or a string of at "
+                f"most {LIMITS['template_kwarg_chars']} characters",
                 param=f"chat_template_kwargs.{key}",
             )
     return dict(kwargs)

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from mlxd.chat.messages import check_template_kwargs
 from mlxd.errors import InvalidRequest
 from mlxd.server.error_responses import validation_error
 from mlxd.server.schemas import ChatCompletionRequest, NamedToolChoice, SamplingFields
@@ -53,7 +54,7 @@ class ToolChoice(StrEnum):
 
 
 def chat_inputs(
-    req: ChatCompletionRequest, settings: ServerSettings
+    req: ChatCompletionRequest,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, dict[str, Any] | None]:
     """(messages, tools, template_kwargs) for start_chat, honouring tool_choice."""
     messages = [m.to_template() for m in req.messages]
@@ -63,7 +64,7 @@ def chat_inputs(
         tools = apply_tool_choice(messages, tools, ToolChoice.NAMED, choice.function.name)
     elif choice is not None:
         tools = apply_tool_choice(messages, tools, ToolChoice(choice))
-    return messages, tools, template_kwargs(req, settings)
+    return messages, tools, template_kwargs(req)
 
 
 def apply_tool_choice(
@@ -96,23 +97,9 @@ def request_template(req: ChatCompletionRequest, settings: ServerSettings) -> st
     return req.chat_template
 
 
-def template_kwargs(req: ChatCompletionRequest, settings: ServerSettings) -> dict[str, Any] | None:
-    kwargs = req.chat_template_kwargs
-    if not kwargs:
-        return None
-    for key, value in kwargs.items():
-        if key not in settings.template_kwargs_allowed:
-            allowed = ", ".join(sorted(settings.template_kwargs_allowed))
-            raise InvalidRequest(
-                f"chat_template_kwargs '{key}' is not allowed (allowed: {allowed})",
-                param=f"chat_template_kwargs.{key}",
-            )
-        if not isinstance(value, bool | str) or (isinstance(value, str) and len(value) > 64):
-            raise InvalidRequest(
-                f"chat_template_kwargs '{key}' must be a boolean or a short string",
-                param=f"chat_template_kwargs.{key}",
-            )
-    return dict(kwargs)
+def template_kwargs(req: ChatCompletionRequest) -> dict[str, Any] | None:
+    """The request's chat_template_kwargs, checked against the chat layer's allow-list."""
+    return check_template_kwargs(req.chat_template_kwargs) or None
 
 
 def _add_system_hint(messages: list[dict[str, Any]], hint: str) -> None:

@@ -32,7 +32,7 @@ async def chat_completions(request: Request) -> Response:
     req = parse(ChatCompletionRequest, await request.body(), st.settings)
     template = request_template(req, st.settings)
     info = await st.models.get(req.model)
-    messages, tools, kwargs = chat_inputs(req, st.settings)
+    messages, tools, kwargs = chat_inputs(req)
     stream = await asyncio.to_thread(
         lambda: start_chat(
             st.engine,

@@ -3,59 +3,67 @@
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-from mlxd.config import default, default_float, default_int, setting, setting_int
+from mlxd.config import default, setting
 from mlxd.errors import InvalidRequest
 from mlxd.server.origin import parse_origins
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
+def _setting_values(text: Callable[[str], str]) -> dict[str, Any]:
+    """The ServerSettings fields that come from `mlxd.config` settings; `text(name)` gives a
+    setting's text (its default, or the environment). Raises ValueError."""
+    return {
+        "host": text("host"),
+        "port": int(text("port")),
+        "api_key": text("api_key"),
+        "allowed_origins": parse_origins(text("allowed_origins")),
+        "max_body_bytes": int(text("max_body_bytes")),
+        "header_timeout": float(text("header_timeout_seconds")),
+        "body_timeout": float(text("body_timeout_seconds")),
+        "keep_alive": float(text("keep_alive_seconds")),
+        "max_connections": int(text("max_connections")),
+        "max_stop_strings": int(text("max_stop_strings")),
+        "drain_seconds": float(text("drain_seconds")),
+        "request_chat_template": text("request_chat_template") == "1",
+    }
+
+
+_DEFAULTS = _setting_values(default)
+
+
 @dataclass(frozen=True, slots=True)
 class ServerSettings:
-    """What the HTTP layer needs; engine limits live in EngineConfig."""
+    """What the HTTP layer needs; engine limits live in EngineConfig. Defaults and env vars
+    are `mlxd.config.SETTINGS`."""
 
-    host: str = default("host")
-    port: int = default_int("port")
-    api_key: str = default("api_key")
-    allowed_origins: tuple[str, ...] = ()
-    max_body_bytes: int = default_int("max_body_bytes")
-    header_timeout: float = default_float("header_timeout_seconds")
-    body_timeout: float = default_float("body_timeout_seconds")
-    keep_alive: float = default_float("keep_alive_seconds")
-    max_connections: int = default_int("max_connections")
-    max_stop_strings: int = default_int("max_stop_strings")
-    drain_seconds: float = default_float("drain_seconds")
+    host: str = _DEFAULTS["host"]
+    port: int = _DEFAULTS["port"]
+    api_key: str = _DEFAULTS["api_key"]
+    allowed_origins: tuple[str, ...] = _DEFAULTS["allowed_origins"]
+    max_body_bytes: int = _DEFAULTS["max_body_bytes"]
+    header_timeout: float = _DEFAULTS["header_timeout"]
+    body_timeout: float = _DEFAULTS["body_timeout"]
+    keep_alive: float = _DEFAULTS["keep_alive"]
+    max_connections: int = _DEFAULTS["max_connections"]
+    max_stop_strings: int = _DEFAULTS["max_stop_strings"]
+    drain_seconds: float = _DEFAULTS["drain_seconds"]
     trust_remote_code: bool = False
-    request_chat_template: bool = default("request_chat_template") == "1"
-    # chat_template_kwargs keys passed to the template; any other key is a 400.
-    template_kwargs_allowed: frozenset[str] = field(
-        default_factory=lambda: frozenset({"enable_thinking", "thinking", "reasoning_effort"})
-    )
+    request_chat_template: bool = _DEFAULTS["request_chat_template"]
 
     @classmethod
     def from_config(cls, **overrides: object) -> ServerSettings:
         """Config/env defaults, then non-None overrides (CLI flags)."""
         try:
-            values: dict[str, object] = {
-                "host": setting("host"),
-                "port": setting_int("port"),
-                "api_key": setting("api_key"),
-                "allowed_origins": parse_origins(setting("allowed_origins")),
-                "max_body_bytes": setting_int("max_body_bytes"),
-                "header_timeout": float(setting("header_timeout_seconds")),
-                "body_timeout": float(setting("body_timeout_seconds")),
-                "keep_alive": float(setting("keep_alive_seconds")),
-                "max_connections": setting_int("max_connections"),
-                "max_stop_strings": setting_int("max_stop_strings"),
-                "drain_seconds": float(setting("drain_seconds")),
-                "request_chat_template": setting("request_chat_template") == "1",
-            }
+            values = _setting_values(setting)
         except ValueError as exc:
             raise InvalidRequest(f"bad server setting in the environment: {exc}") from None
         values.update({k: v for k, v in overrides.items() if v is not None})
-        settings = cls(**values)  # type: ignore[arg-type]
+        settings = cls(**values)
         if not 0 <= settings.port <= 65535:
             raise InvalidRequest(f"port {settings.port} is not in 0..65535", param="port")
         return settings

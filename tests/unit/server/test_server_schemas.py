@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from mlxd.chat.messages import check_template_kwargs
 from mlxd.chat.options import OPTIONS, OptionKind
+from mlxd.config import LIMITS
 from mlxd.errors import InvalidRequest
 from mlxd.server.inputs import chat_inputs, parse
 from mlxd.server.schemas import ChatCompletionRequest, CompletionRequest
@@ -151,7 +153,7 @@ TOOLS = [
 
 
 def test_tool_choice_none_hides_tools() -> None:
-    _, tools, _ = chat_inputs(make(tools=TOOLS, tool_choice="none"), ServerSettings())
+    _, tools, _ = chat_inputs(make(tools=TOOLS, tool_choice="none"))
     assert tools is None
 
 
@@ -161,25 +163,28 @@ def test_tool_choice_named_keeps_that_tool_and_says_so() -> None:
         tool_choice={"type": "function", "function": {"name": "b"}},
         messages=[{"role": "system", "content": "Be brief."}, *MSGS],
     )
-    messages, tools, _ = chat_inputs(req, ServerSettings())
+    messages, tools, _ = chat_inputs(req)
     assert [t["function"]["name"] for t in tools or []] == ["b"]
     assert messages[0]["role"] == "system" and "Be brief." in messages[0]["content"]
     assert "`b`" in messages[0]["content"]
 
 
 def test_tool_choice_required_adds_a_system_message() -> None:
-    messages, tools, _ = chat_inputs(make(tools=TOOLS, tool_choice="required"), ServerSettings())
+    messages, tools, _ = chat_inputs(make(tools=TOOLS, tool_choice="required"))
     assert messages[0]["role"] == "system" and tools is not None and len(tools) == 2
 
 
 def test_template_kwargs_are_allow_listed() -> None:
-    _, _, kwargs = chat_inputs(
-        make(chat_template_kwargs={"enable_thinking": False}), ServerSettings()
-    )
-    assert kwargs == {"enable_thinking": False}
-    for bad in ({"tools": []}, {"enable_thinking": {"x": 1}}):
+    """The chat layer's allow-list (the CLI's too), one rule for every front door."""
+    good = {"enable_thinking": False, "thinking_budget": 512}
+    _, _, kwargs = chat_inputs(make(chat_template_kwargs=good))
+    assert kwargs == good == check_template_kwargs(good)
+    long = "x" * (LIMITS["template_kwarg_chars"] + 1)
+    for bad in ({"tools": []}, {"enable_thinking": {"x": 1}}, {"reasoning_effort": long}):
         with pytest.raises(InvalidRequest):
-            chat_inputs(make(chat_template_kwargs=bad), ServerSettings())
+            chat_inputs(make(chat_template_kwargs=bad))
+        with pytest.raises(InvalidRequest):
+            check_template_kwargs(bad)
 
 
 def test_messages_reach_the_template_in_openai_shape() -> None:
@@ -200,7 +205,7 @@ def test_messages_reach_the_template_in_openai_shape() -> None:
             {"role": "tool", "tool_call_id": "c1", "content": "42"},
         ]
     )
-    messages, _, _ = chat_inputs(req, ServerSettings())
+    messages, _, _ = chat_inputs(req)
     assert messages[0] == {"role": "user", "content": "ab"}
     assert messages[1]["reasoning_content"] == "hmm"
     assert messages[1]["tool_calls"][0]["function"]["name"] == "f"
