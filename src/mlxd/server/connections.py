@@ -18,7 +18,6 @@ The body's own time bound is the Guard's (it reads the whole body first).
 from __future__ import annotations
 
 import asyncio
-import json
 import resource
 import time
 from typing import Any
@@ -26,7 +25,9 @@ from typing import Any
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from mlxd.errors import InvalidRequest
+from mlxd.errors import InvalidRequest, MlxdError
+from mlxd.server.error_responses import error_body, error_headers
+from mlxd.server.sse import dumps
 
 FD_RESERVE = 64  # file descriptors kept for model files, logs and the listening socket
 
@@ -38,11 +39,19 @@ class RequestTimeout(InvalidRequest):
     code = "request_timeout"
 
 
+class TooManyConnections(MlxdError):
+    """Every connection up to max_connections is busy with a request."""
+
+    http_status = 503
+    error_type = "server_error"
+    code = "too_many_connections"
+
+
 class GuardedH11Protocol(H11Protocol):
     """H11Protocol with a header timeout and a connection cap (set by `guarded_protocol`)."""
 
-    header_timeout: float = 20.0
-    max_connections: int = 512
+    header_timeout: float
+    max_connections: int
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)  # type: ignore[arg-type]
@@ -111,21 +120,12 @@ class GuardedH11Protocol(H11Protocol):
         return True
 
     def _refuse(self) -> None:
-        body = json.dumps(
-            {
-                "error": {
-                    "message": f"too many connections ({self.max_connections} busy)",
-                    "type": "server_error",
-                    "param": None,
-                    "code": "too_many_connections",
-                }
-            }
-        ).encode()
-        head = (
-            "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
-            f"retry-after: 1\r\nconnection: close\r\ncontent-length: {len(body)}\r\n\r\n"
-        )
-        self.transport.write(head.encode() + body)
+        err = TooManyConnections(f"too many connections ({self.max_connections} busy)")
+        body = dumps(error_body(err)).encode()
+        headers = {"content-type": "application/json", **error_headers(err)}
+        headers |= {"connection": "close", "content-length": str(len(body))}
+        head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        self.transport.write(f"HTTP/1.1 503 Service Unavailable\r\n{head}\r\n".encode() + body)
         self.transport.close()
 
 

@@ -72,13 +72,19 @@ def error_body(err: E.MlxdError, path: str = "") -> dict[str, Any]:
     return {"error": err.to_dict()}
 
 
-def error_response(err: E.MlxdError, path: str = "") -> JSONResponse:
+def error_headers(err: E.MlxdError) -> dict[str, str]:
+    """The headers an error response carries besides its body's (retry hint, auth scheme)."""
     headers = {}
     if err.http_status in (429, 503):
-        headers["Retry-After"] = RETRY_AFTER_SECONDS
+        headers["retry-after"] = RETRY_AFTER_SECONDS
     if err.http_status == 401:
-        headers["WWW-Authenticate"] = "Bearer"
-    return JSONResponse(error_body(err, path), status_code=err.http_status, headers=headers)
+        headers["www-authenticate"] = "Bearer"
+    return headers
+
+
+def error_response(err: E.MlxdError, path: str = "") -> JSONResponse:
+    body = error_body(err, path)
+    return JSONResponse(body, status_code=err.http_status, headers=error_headers(err))
 
 
 def _field_name(loc: tuple[int | str, ...]) -> str:

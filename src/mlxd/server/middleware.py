@@ -14,7 +14,7 @@ from typing import Any
 
 from mlxd.errors import AuthError, EngineUnavailable, MlxdError
 from mlxd.server.connections import RequestTimeout
-from mlxd.server.error_responses import HostNotAllowed, PayloadTooLarge, error_body
+from mlxd.server.error_responses import HostNotAllowed, PayloadTooLarge, error_body, error_headers
 from mlxd.server.lifecycle import Lifecycle
 from mlxd.server.metrics import Metrics
 from mlxd.server.origin import normalize, origin_allowed, refusal
@@ -182,9 +182,6 @@ async def send_error(send: Send, err: MlxdError, *, close: bool = False, path: s
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if close:
         headers.append((b"connection", b"close"))
-    if err.http_status in (429, 503):
-        headers.append((b"retry-after", b"1"))
-    if err.http_status == 401:
-        headers.append((b"www-authenticate", b"Bearer"))
+    headers += [(k.encode(), v.encode()) for k, v in error_headers(err).items()]
     await send({"type": "http.response.start", "status": err.http_status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -4,6 +4,7 @@ through a fake transport, so an uvicorn upgrade that changes what we rely on fai
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import uvicorn
@@ -98,6 +99,9 @@ def test_cap_refuses_when_every_connection_is_busy() -> None:
         transport = FakeTransport()
         extra.connection_made(transport)
         assert transport.closed and transport.written.startswith(b"HTTP/1.1 503")
+        head, _, body = transport.written.partition(b"\r\n\r\n")
+        assert b"\r\nretry-after: 1\r\n" in head and b"connection: close" in head
+        assert json.loads(body)["error"]["code"] == "too_many_connections"
         assert not busy_transport.closed
 
     asyncio.run(scenario())
