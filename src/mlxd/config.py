@@ -104,6 +104,18 @@ SETTINGS: dict[str, Setting] = {
         "the same sandbox); 0: such requests get 400",
     ),
     "template_seconds": Setting("MLXD_TEMPLATE_SECONDS", "2", "chat template render time budget"),
+    "grammar_bytes": Setting(
+        "MLXD_GRAMMAR_BYTES",
+        str(64 << 10),
+        "size budget of one output constraint: a response_format schema or a forced tool "
+        "call's tool schemas larger than this (bytes of JSON) are refused (400)",
+    ),
+    "grammar_seconds": Setting(
+        "MLXD_GRAMMAR_SECONDS",
+        "2",
+        "time budget for compiling one output constraint's grammar, before the request is "
+        "queued; a slower one is refused (400)",
+    ),
     "template_bytes": Setting(
         "MLXD_TEMPLATE_BYTES", str(8 << 20), "chat template render output-size budget"
     ),

@@ -51,6 +51,24 @@ class SamplingParams:
 
 
 @dataclass(frozen=True, slots=True)
+class OutputConstraint:
+    """What the answer must be, enforced token by token: `prefix`, then JSON valid against
+    `schema`, then `suffix` (a tool call's markers), then EOS. Built by mlxd.chat.constraints.
+
+    With `reasoning` markers, a reasoning block is left free and the constraint starts after
+    its end marker; `reasoning_open` says the prompt already opened one. `param` names the
+    request field the constraint comes from, for errors.
+    """
+
+    schema: str  # a JSON schema as JSON text
+    param: str = "response_format"
+    prefix: str = ""
+    suffix: str = ""
+    reasoning: tuple[str, str] | None = None
+    reasoning_open: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0

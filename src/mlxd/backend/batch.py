@@ -14,6 +14,8 @@ import mlx.core as mx
 from mlx_lm.generate import StopSequences
 
 from mlxd.backend import mlx_lm_compat as compat
+from mlxd.backend.grammar import CompiledGrammar
+from mlxd.backend.grammar_mask import GrammarMask
 from mlxd.backend.loader import LoadedModel
 from mlxd.backend.outputs import FaultHook, StepOutput, StepResult
 from mlxd.backend.prefill_plan import PrefillPlanner
@@ -71,9 +73,11 @@ class BatchRunner:
         params: SamplingParams,
         max_new: int,
         request_id: str,
+        grammar: CompiledGrammar | None = None,
     ) -> tuple[int, int]:
         """Queue one sequence; returns (uid, cached prompt tokens reused from the prefix cache).
-        A sampler or logits processor that raises is reported in the next StepResult."""
+        A `grammar` masks its logits last. A sampler or logits processor that raises is
+        reported in the next StepResult."""
         cache, rest = self.prefix_cache.fetch(self.model_key, prompt_ids)
         cached = len(prompt_ids) - len(rest)
         report = _FailureReport(self._failed)
@@ -81,6 +85,8 @@ class BatchRunner:
         if sampler is not GREEDY or self.fault_hook is not None:
             sampler = guard_sampler(sampler, report, self.fault_hook, request_id)
         procs = [guard_processor(p, report) for p in make_processors(params)]
+        if grammar is not None:
+            procs.append(guard_processor(GrammarMask(grammar), report))
         stops = set(params.stop_token_ids)
         if not params.ignore_eos:
             stops |= self.loaded.eos_token_ids

@@ -11,6 +11,9 @@ Nothing else in mlxd reads or writes mlx-lm's private state. What we rely on:
   its trie (`_trie.pop`, `_trie._trie`) and keeps its byte counters (`_n_bytes`,
   `_n_bytes_by_type`) right, as its own `trim_to` does.
 - `trim_prompt_cache` returns the number of tokens trimmed (annotated `List[Any]`).
+- A sequence's logits processors are called once per decode step with its tokens so far: the
+  first call's last token is the prompt's last token, each later call's last token is the
+  one sampled at the previous call (backend/grammar_mask.py feeds it to its grammar).
 - `mlx_lm.utils.load` gets its tokenizer from `mlx_lm.tokenizer_utils.AutoTokenizer.
   from_pretrained(path, trust_remote_code=...)`; `load` puts the stand-in of
   backend/lazy_transformers.py in that name, which returns a CheckpointTokenizer during mlxd's

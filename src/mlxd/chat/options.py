@@ -4,7 +4,8 @@
 target `SamplingParams` field; its bounds are `mlxd.config.SAMPLING_BOUNDS` (the engine checks
 the same ones). The CLI generates its flags from it; the server validates its
 fields against it; `sampling_params` resolves request options, then the model's
-generation_config.json defaults, then `mlxd.config.SAMPLING_DEFAULTS`.
+generation_config.json defaults, then `mlxd.config.SAMPLING_DEFAULTS`. `stop` and
+`response_format` are not SamplingParams: `stop_strings` and `response_schema` return them.
 """
 
 from __future__ import annotations
@@ -13,13 +14,23 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
+from mlxd.chat.constraints import response_schema as _response_schema
 from mlxd.checkpoint import sampling_defaults
 from mlxd.config import LIMITS, SAMPLING_BOUNDS, Bounds, setting_int
 from mlxd.errors import InvalidRequest
 from mlxd.types import SamplingParams
 
-__all__ = ["OPTIONS", "Option", "OptionKind", "sampling_params", "stop_strings", "validate_option"]
+__all__ = [
+    "OPTIONS",
+    "Option",
+    "OptionKind",
+    "response_schema",
+    "sampling_params",
+    "stop_strings",
+    "validate_option",
+]
 
 
 class OptionKind(Enum):
@@ -31,10 +42,15 @@ class OptionKind(Enum):
     BOOL = "bool"
     LOGIT_BIAS = "logit_bias"  # {token id: bias}, bounds apply to each bias
     STOP = "stop"  # a string or a list of strings
+    RESPONSE_FORMAT = "response_format"  # OpenAI's {"type": "json_schema", ...} object
 
 
 FLOAT, INT, SEED, BOOL = OptionKind.FLOAT, OptionKind.INT, OptionKind.SEED, OptionKind.BOOL
-LOGIT_BIAS, STOP = OptionKind.LOGIT_BIAS, OptionKind.STOP
+LOGIT_BIAS, STOP, RESPONSE_FORMAT = (
+    OptionKind.LOGIT_BIAS,
+    OptionKind.STOP,
+    OptionKind.RESPONSE_FORMAT,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +62,7 @@ class Option:
     kind: OptionKind
     help: str
     target: str | None = None  # SamplingParams field; None: not a SamplingParams field (stop)
+    cli_switch: tuple[str, object] | None = None  # a second flag that sets this fixed value
 
     @property
     def bounds(self) -> Bounds | None:
@@ -83,6 +100,9 @@ _OPTION_LIST = [
            "ignore_eos"),
     Option("stop", "--stop", STOP, "stop when this string appears (repeatable); not emitted",
            None),
+    Option("response_format", "--json-schema", RESPONSE_FORMAT,
+           "answer with JSON valid against this JSON schema (inline or a file); --json-mode: "
+           "any JSON object", None, cli_switch=("--json-mode", {"type": "json_object"})),
 ]
 # fmt: on
 
@@ -130,6 +150,11 @@ def stop_strings(options: Mapping[str, object]) -> list[str]:
     return value
 
 
+def response_schema(options: Mapping[str, object]) -> dict[str, Any] | None:
+    """The JSON schema `options` ask the answer to follow (None: free text)."""
+    return _response_schema(options.get("response_format"))
+
+
 def validate_option(opt: Option, raw: object, *, vocab_size: int | None = None) -> object:
     """Check one raw value against its Option; return the value in SamplingParams form."""
     if opt.kind is FLOAT:
@@ -142,6 +167,9 @@ def validate_option(opt: Option, raw: object, *, vocab_size: int | None = None) 
         return raw
     if opt.kind is LOGIT_BIAS:
         return _logit_bias(opt, raw, vocab_size)
+    if opt.kind is RESPONSE_FORMAT:
+        _response_schema(raw)
+        return raw
     return _stop(opt, raw)
 
 

@@ -1,9 +1,11 @@
 """The one driver the server and the CLI share: build, submit, filter, cancel.
 
 start_chat / start_completion build the prompt, map options through OPTIONS to
-SamplingParams, submit one EngineRequest and return a ChatStream that pipes engine events
-through a StreamFilter. A stop-string match cancels the engine request; the stream still
-ends with exactly one FinishEvent (reason STOP) carrying the engine's usage.
+SamplingParams, compile the output constraint a response_format or a forced tool_choice asks
+for (here, on the caller's thread, before anything is queued), submit one EngineRequest and
+return a ChatStream that pipes engine events through a StreamFilter. A stop-string match
+cancels the engine request; the stream still ends with exactly one FinishEvent (reason STOP)
+carrying the engine's usage.
 """
 
 from __future__ import annotations
@@ -17,22 +19,25 @@ from mlxd.chat.builder import (
     build_text_prompt,
     ends_in_reasoning,
 )
+from mlxd.chat.constraints import chat_constraint, forced_tool
 from mlxd.chat.filter import StreamFilter
-from mlxd.chat.formats import explicit_markers
+from mlxd.chat.formats import Formats, detect_formats, explicit_markers
 from mlxd.chat.messages import normalize_tools
-from mlxd.chat.options import sampling_params, stop_strings
+from mlxd.chat.options import response_schema, sampling_params, stop_strings
 from mlxd.config import SERVER_DEFAULT_MAX_TOKENS_FRACTION
 from mlxd.types import (
     ChatEvent,
     EngineEvent,
     FinishEvent,
     FinishReason,
+    OutputConstraint,
     TokenEvent,
     Usage,
     Warning,
 )
 
 if TYPE_CHECKING:  # the engine package is heavy: imported on use
+    from mlxd.backend.grammar import CompiledGrammar
     from mlxd.engine import Engine, ModelInfo, RequestHandle
 
 __all__ = ["ChatStream", "start_chat", "start_completion"]
@@ -46,13 +51,18 @@ class ChatStream:
     """
 
     def __init__(
-        self, handle: RequestHandle, stream_filter: StreamFilter, prompt: BuiltPrompt
+        self,
+        handle: RequestHandle,
+        stream_filter: StreamFilter,
+        prompt: BuiltPrompt,
+        warnings: tuple[str, ...] = (),
     ) -> None:
         self.handle = handle
         self.filter = stream_filter
         self.prompt = prompt
+        self.warnings = (*prompt.warnings, *warnings)
         self._done = False
-        self._warned = False  # the prompt's warnings come first, once
+        self._warned = False  # the prompt's and the request's warnings come first, once
 
     @property
     def request_id(self) -> str:
@@ -100,7 +110,7 @@ class ChatStream:
         if self._warned:
             return []
         self._warned = True
-        return [Warning(message) for message in self.prompt.warnings]
+        return [Warning(message) for message in self.warnings]
 
     def _on_engine_event(self, event: EngineEvent) -> list[ChatEvent]:
         if isinstance(event, TokenEvent):
@@ -130,6 +140,7 @@ def start_chat(
     *,
     options: Mapping[str, object],
     tools: list[dict[str, Any]] | None = None,
+    tool_choice: object = None,
     template_kwargs: dict[str, Any] | None = None,
     server_defaults: bool = False,
     reasoning: object = "auto",
@@ -137,8 +148,10 @@ def start_chat(
 ) -> ChatStream:
     """Build the chat prompt and start generating; raises InvalidRequest/TemplateError early.
 
-    reasoning: "auto" (markers detected from the tokenizer), None (no reasoning split) or a
-    custom (start, end) marker pair. template: a chat template instead of the model's.
+    tool_choice: None, "none", "auto", "required" or {"type": "function", "function": {"name":
+    ...}}; the last two force a call, enforced by a grammar where the model's tool format
+    allows. reasoning: "auto" (markers detected from the tokenizer), None (no reasoning split)
+    or a custom (start, end) marker pair. template: a chat template instead of the model's.
     """
     tool_list = normalize_tools(tools)
     prompt = build_chat_prompt(info.tokenizer, messages, tool_list, template_kwargs, template)
@@ -154,7 +167,19 @@ def start_chat(
         tools=tool_list or False,
         reasoning=reasoning,
     )
-    return _submit(engine, info, prompt, options, stream_filter, server_defaults)
+    formats = detect_formats(info.tokenizer, reasoning=reasoning, tools=tool_list)
+    end = formats.reasoning[1] if formats.reasoning else None
+    constraint, warning = chat_constraint(
+        formats,
+        schema=response_schema(options),
+        forced=forced_tool(tool_choice, tool_list),
+        reasoning_open=reasoning_open,
+        reasoning_closed=end is not None and prompt.text.rstrip().endswith(end),
+    )
+    warnings = (warning,) if warning else ()
+    return _submit(
+        engine, info, prompt, options, stream_filter, server_defaults, constraint, warnings
+    )
 
 
 def start_completion(
@@ -168,7 +193,11 @@ def start_completion(
     """Raw text completion: no template, no reasoning split, no tool parsing (stops apply)."""
     built = build_text_prompt(info.tokenizer, prompt)
     stream_filter = StreamFilter(info.tokenizer, stop=stop_strings(options), reasoning=None)
-    return _submit(engine, info, built, options, stream_filter, server_defaults)
+    plain = Formats(reasoning=None, harmony=False, tool=None)
+    constraint, _ = chat_constraint(
+        plain, schema=response_schema(options), forced=[], reasoning_open=False
+    )
+    return _submit(engine, info, built, options, stream_filter, server_defaults, constraint)
 
 
 def _submit(
@@ -178,6 +207,8 @@ def _submit(
     options: Mapping[str, object],
     stream_filter: StreamFilter,
     server_defaults: bool,
+    constraint: OutputConstraint | None = None,
+    warnings: tuple[str, ...] = (),
 ) -> ChatStream:
     from mlxd.engine.request import EngineRequest  # the engine package is heavy: import on use
 
@@ -187,7 +218,19 @@ def _submit(
     if server_defaults and params.max_tokens is None:
         cap = max(1, int(info.context_window * SERVER_DEFAULT_MAX_TOKENS_FRACTION))
     request = EngineRequest(
-        model=info.name, prompt_ids=prompt.token_ids, params=params, max_tokens_cap=cap
+        model=info.name,
+        prompt_ids=prompt.token_ids,
+        params=params,
+        max_tokens_cap=cap,
+        grammar=_compile(constraint, info) if constraint is not None else None,
     )
     handle = engine.submit(request)
-    return ChatStream(handle, stream_filter, prompt)
+    return ChatStream(handle, stream_filter, prompt, warnings)
+
+
+def _compile(constraint: OutputConstraint, info: ModelInfo) -> CompiledGrammar:
+    """Compile on this (the caller's) thread, within the grammar budgets, before queueing."""
+    from mlxd.backend.grammar import compile_constraint  # llguidance: loaded on first use
+
+    vocab = info.vocab_size or len(info.tokenizer.get_vocab())
+    return compile_constraint(constraint, info.tokenizer, vocab, info.eos_token_ids)

@@ -10,6 +10,7 @@ import argparse
 import json
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from mlxd.chat.options import OPTIONS, Option, OptionKind
@@ -42,9 +43,19 @@ def add_generation_flags(parser: argparse.ArgumentParser) -> None:
     for option in OPTIONS.values():
         if option.cli_flag in OWN_FLAGS:
             continue
-        group.add_argument(
+        flags = group.add_mutually_exclusive_group() if option.cli_switch else group
+        flags.add_argument(
             option.cli_flag, dest=_dest(option), default=None, **_flag_kwargs(option)
         )
+        if option.cli_switch:
+            switch, value = option.cli_switch
+            flags.add_argument(
+                switch,
+                dest=_dest(option),
+                action="store_const",
+                const=value,
+                help=f"same as {option.name}={json.dumps(value)}",
+            )
 
 
 def options_from_args(args: argparse.Namespace) -> dict[str, object]:
@@ -94,6 +105,8 @@ def _flag_kwargs(option: Option) -> dict[str, Any]:
             return {"type": _strict(int), "metavar": "N", "help": help_text}
         case OptionKind.FLOAT:
             return {"type": _strict(float), "metavar": "X", "help": help_text}
+        case OptionKind.RESPONSE_FORMAT:
+            return {"type": _json_schema_format, "metavar": "FILE|JSON", "help": help_text}
 
 
 def _strict(kind: type) -> Callable[[str], object]:
@@ -110,6 +123,24 @@ def _strict(kind: type) -> Callable[[str], object]:
 
     convert.__name__ = kind.__name__
     return convert
+
+
+def _json_schema_format(text: str) -> dict[str, Any]:
+    """--json-schema: a JSON schema, inline (starts with `{`) or in a file, as the
+    response_format value the server receives for it."""
+    source = text
+    if not text.lstrip().startswith("{"):
+        try:
+            source = Path(text).expanduser().read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise argparse.ArgumentTypeError(f"cannot read {text}: {e}") from None
+    try:
+        schema = json.loads(source)
+    except (json.JSONDecodeError, RecursionError) as e:
+        raise argparse.ArgumentTypeError(f"not a JSON schema ({e})") from None
+    if not isinstance(schema, dict):
+        raise argparse.ArgumentTypeError("a JSON schema must be a JSON object")
+    return {"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}}
 
 
 def _json_object(text: str) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from mlxd.backend.loader import LoadedModel
 from mlxd.backend.outputs import StepResult
@@ -25,6 +25,9 @@ from mlxd.engine.stats import Counters
 from mlxd.errors import EngineFault, MlxdError, one_line
 from mlxd.types import FinishEvent, FinishReason, SamplingParams
 
+if TYPE_CHECKING:  # llguidance loads with the first constrained request
+    from mlxd.backend.grammar import CompiledGrammar
+
 
 class Runner(Protocol):
     """One model's continuous batch (backend.batch.BatchRunner, or a fake in unit tests)."""
@@ -35,6 +38,7 @@ class Runner(Protocol):
         params: SamplingParams,
         max_new: int,
         request_id: str,
+        grammar: CompiledGrammar | None = None,
     ) -> tuple[int, int]: ...  # (uid, prompt tokens served from the prefix cache)
 
     def remove(self, uids: list[int], *, keep_cache: bool = True) -> None: ...
@@ -211,7 +215,11 @@ class EngineCore:
             request.admitted_at = time.monotonic()
             try:
                 uid, cached = self.runner.insert(
-                    request.prompt_ids, request.params, request.max_new, request.request_id
+                    request.prompt_ids,
+                    request.params,
+                    request.max_new,
+                    request.request_id,
+                    request.grammar,
                 )
             except Exception as exc:  # this request cannot start; the others can
                 self.fail(request, f"request failed: {one_line(exc)}", "engine_error")

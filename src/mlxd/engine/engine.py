@@ -179,6 +179,7 @@ class Engine:
             params=req.params,
             max_new=max_new,
             collector=Collector(),
+            grammar=req.grammar,
         )
 
     def _cancel(self, request_id: str) -> None:

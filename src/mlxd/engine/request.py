@@ -6,22 +6,28 @@ import math
 import time
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from mlxd.config import LIMITS, SAMPLING_BOUNDS
 from mlxd.engine.collector import Collector
 from mlxd.errors import ContextOverflow, InvalidRequest
 from mlxd.types import FinishReason, SamplingParams, Timings, Usage
 
+if TYPE_CHECKING:  # llguidance loads with the first constrained request
+    from mlxd.backend.grammar import CompiledGrammar
+
 
 @dataclass(frozen=True, slots=True)
 class EngineRequest:
     """A generation request in token ids. `max_tokens_cap` is the caller's default cap
-    (the server passes half the window when the client gave no max_tokens)."""
+    (the server passes half the window when the client gave no max_tokens). `grammar`, compiled
+    before submit (mlxd.backend.grammar), constrains the output token by token."""
 
     model: str
     prompt_ids: list[int]
     params: SamplingParams = field(default_factory=SamplingParams)
     max_tokens_cap: int | None = None
+    grammar: CompiledGrammar | None = None
 
 
 class RequestStatus(StrEnum):
@@ -41,6 +47,7 @@ class Request:
     params: SamplingParams
     max_new: int
     collector: Collector
+    grammar: CompiledGrammar | None = None
     status: RequestStatus = RequestStatus.WAITING
     uid: int | None = None  # the backend's sequence id once admitted
     cached_tokens: int = 0
@@ -114,6 +121,11 @@ def validate(req: EngineRequest, vocab_size: int) -> None:
     if req.max_tokens_cap is not None:
         _check(req.max_tokens_cap >= 1, "max_tokens_cap", ">= 1")
     _check(all(0 <= t < vocab_size for t in p.stop_token_ids), "stop_token_ids", "in vocab")
+    if req.grammar is not None and p.ignore_eos:
+        # A finished answer can only be followed by EOS: it must end the sequence.
+        raise InvalidRequest(
+            f"ignore_eos cannot be combined with {req.grammar.param}", param="ignore_eos"
+        )
 
 
 def _check(ok: bool, param: str, rule: str) -> None:

@@ -56,7 +56,8 @@ class ToolChoice(StrEnum):
 def chat_inputs(
     req: ChatCompletionRequest,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, dict[str, Any] | None]:
-    """(messages, tools, template_kwargs) for start_chat, honouring tool_choice."""
+    """(messages, tools, template_kwargs) for start_chat, honouring tool_choice: the prompt
+    says what it asks for; start_chat enforces a forced call with a grammar."""
     messages = [m.to_template() for m in req.messages]
     tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
     choice = req.tool_choice

@@ -40,6 +40,7 @@ async def chat_completions(request: Request) -> Response:
             messages,
             options=req.options(),
             tools=tools,
+            tool_choice=req.forced_tool_choice(),
             template_kwargs=kwargs,
             server_defaults=True,
             template=template,

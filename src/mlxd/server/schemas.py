@@ -2,8 +2,9 @@
 
 Numbers are strict (no bools or strings as numbers), finite (no NaN/inf) and bounded; the
 bounds are config.SAMPLING_BOUNDS and config.LIMITS, as in mlxd.chat.options.OPTIONS.
-Fields we cannot honour yet (`n` != 1, non-text `response_format`, `echo`) are refused,
-never silently ignored. Unknown extra fields (user, metadata, ...) are ignored, as OpenAI does.
+Fields we cannot honour yet (`n` != 1, `echo`, `suffix`) are refused, never silently
+ignored; `response_format` (text, json_object, json_schema) is enforced by a grammar.
+Unknown extra fields (user, metadata, ...) are ignored, as OpenAI does.
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ class SamplingFields(BaseModel):
     stop: StopText | Annotated[list[StopText], Field(max_length=256)] | None = None
     n: Annotated[StrictInt, Field(ge=1, le=128)] = 1
     ignore_eos: StrictBool | None = None  # extension (as in vLLM): generate past EOS
+    response_format: ResponseFormat | None = None
 
     @field_validator("n")
     @classmethod
@@ -121,6 +123,8 @@ class SamplingFields(BaseModel):
             opts["logit_bias"] = {int(k): v for k, v in self.logit_bias.items()}
         if self.stop is not None:
             opts["stop"] = self.stop_list()
+        if self.response_format is not None and self.response_format.option() is not None:
+            opts["response_format"] = self.response_format.option()
         return opts
 
     @property
@@ -214,16 +218,35 @@ class NamedToolChoice(BaseModel):
     function: NamedFunction
 
 
-class ResponseFormat(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    type: StrictStr
+class JsonSchemaFormat(BaseModel):
+    """OpenAI's json_schema response format; the schema itself is checked when it compiles."""
 
-    @field_validator("type")
-    @classmethod
-    def _text_only(cls, v: str) -> str:
-        if v != "text":
-            raise ValueError(f"response_format '{v}' is not supported; only 'text'")
-        return v
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    name: Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_\-]{1,64}$")] = "response"
+    description: StrictStr | None = None
+    schema_: dict[str, Any] | StrictBool = Field(alias="schema")
+    strict: StrictBool | None = None
+
+
+class ResponseFormat(BaseModel):
+    model_config = _CFG
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_when_json_schema(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError("type 'json_schema' needs a json_schema object with a schema")
+        return self
+
+    def option(self) -> dict[str, Any] | None:
+        """The chat layer's response_format option (None: free text)."""
+        if self.type == "text":
+            return None
+        out: dict[str, Any] = {"type": self.type}
+        if self.json_schema is not None:
+            out["json_schema"] = self.json_schema.model_dump(by_alias=True, exclude_none=True)
+        return out
 
 
 class ChatCompletionRequest(SamplingFields):
@@ -233,7 +256,6 @@ class ChatCompletionRequest(SamplingFields):
     top_logprobs: TopLogprobs | None = None
     tools: Annotated[list[Tool], Field(max_length=512)] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
-    response_format: ResponseFormat | None = None
     chat_template_kwargs: dict[StrictStr, Any] | None = None
     # A Jinja chat template instead of the model's (vLLM's extension); only when the operator
     # allows it (MLXD_REQUEST_CHAT_TEMPLATE=1), refused otherwise (server.inputs).
@@ -253,6 +275,12 @@ class ChatCompletionRequest(SamplingFields):
 
     def budget(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
+
+    def forced_tool_choice(self) -> str | dict[str, Any] | None:
+        """tool_choice as the chat layer takes it, when it forces a call (else None)."""
+        if isinstance(self.tool_choice, NamedToolChoice):
+            return self.tool_choice.model_dump()
+        return self.tool_choice if self.tool_choice == "required" else None
 
     def options(self) -> dict[str, Any]:
         opts = self.sampling_options()

@@ -73,8 +73,8 @@ CASES = [
     ("seed-negative", chat(seed=-1), 400, "invalid_request", "seed"),
     ("n-two", chat(n=2), 400, "invalid_request", "n"),
     (
-        "json-mode",
-        chat(response_format={"type": "json_object"}),
+        "response-format-unknown-type",
+        chat(response_format={"type": "xml"}),
         400,
         "invalid_request",
         "response_format.type",

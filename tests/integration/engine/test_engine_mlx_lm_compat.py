@@ -80,3 +80,29 @@ def test_drop_model_keeps_the_lru_prompt_cache_consistent() -> None:
     assert lru.fetch_nearest_cache("b", [1, 2, 3, 4])[1] == [4]
     lru.insert_cache("a", [1, 2], kv(2))  # the model's trie starts afresh
     assert lru.fetch_nearest_cache("a", [1, 2, 9])[1] == [9]
+
+
+def test_logits_processor_calls_see_the_prompt_then_each_sampled_token(
+    tiny_chat_model: Path,
+) -> None:
+    """GrammarMask's contract: call 1 ends with the prompt's last token, call n+1 with the
+    token sampled after call n."""
+    model = load_checkpoint(tiny_chat_model).model
+    gen = compat.new_batch_generator(
+        model, completion_batch_size=2, prefill_batch_size=2, prefill_step_size=16
+    )
+    seen: list[int] = []
+
+    def record(tokens: mx.array, logits: mx.array) -> mx.array:
+        seen.append(int(tokens[-1].item()))  # type: ignore[arg-type]
+        return logits
+
+    try:
+        (uid,) = gen.insert([[11, 12, 13]], max_tokens=[5], logits_processors=[[record]])
+        sampled = [g.token for _ in range(20) for g in gen.next()[1] if g.uid == uid]
+        assert len(sampled) == 5
+        assert seen[0] == 13  # the prompt's last token
+        assert seen[1:] == sampled[: len(seen) - 1]  # then each token sampled before the call
+        assert len(seen) >= 5
+    finally:
+        gen.close()

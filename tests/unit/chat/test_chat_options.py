@@ -16,7 +16,14 @@ def test_chat_options_table_covers_every_sampling_field():
     targets = {o.target for o in OPTIONS.values() if o.target}
     fields = set(SamplingParams.__slots__) - {"stop_token_ids"}  # set by the engine, not users
     assert targets == fields
-    assert all(o.cli_flag == "--" + o.name.replace("_", "-") for o in OPTIONS.values())
+    named = [o for o in OPTIONS.values() if o.name != "response_format"]
+    assert all(o.cli_flag == "--" + o.name.replace("_", "-") for o in named)
+    # The one option whose flags say what they ask for instead of naming the HTTP field.
+    fmt = OPTIONS["response_format"]
+    assert (fmt.cli_flag, fmt.cli_switch) == (
+        "--json-schema",
+        ("--json-mode", {"type": "json_object"}),
+    )
     assert all(o.help for o in OPTIONS.values())
 
 

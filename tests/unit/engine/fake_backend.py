@@ -46,6 +46,7 @@ class FakeRunner:
         params: SamplingParams,
         max_new: int,
         request_id: str,
+        grammar: object = None,
     ) -> tuple[int, int]:
         if prompt_ids[0] == 666:
             raise ValueError("fake insert failure")

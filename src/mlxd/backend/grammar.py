@@ -1,0 +1,252 @@
+"""Output constraints compiled into grammars, within a size and a time budget (llguidance).
+
+`compile_constraint` runs on the caller's thread before a request is queued, never on the
+engine thread: an invalid, unsupported or too costly constraint raises InvalidRequest naming
+its request field, and the engine only ever sees a ready grammar. Each sequence then walks its
+own copy of the compiled matcher (backend/grammar_mask.py).
+
+Why llguidance rather than xgrammar (benchmarks/grammar_libs_bench.py, figures in
+benchmarks/results/grammar-libs-2026-12-01.json): on this CPU both compute a mask in tens of
+microseconds on SmolLM2's 49k vocabulary (random walk median 47-53 us vs 20-49 us; on the
+tiny 482-token vocabulary 2 us vs 1 us) and compile the schemas we tried in a few
+milliseconds, far below one decode step; but xgrammar's Linux wheel requires torch, triton and
+transformers (about a gigabyte), while llguidance is one self-contained wheel with no
+dependencies, bounds its own work (lexer fuel, Earley items, grammar size: a hostile grammar
+ends in an error state, not a stall), releases the GIL while it compiles and computes masks,
+and is maintained with vLLM, SGLang and llama.cpp among its users.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import weakref
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import llguidance
+
+from mlxd.config import setting
+from mlxd.errors import InvalidRequest
+from mlxd.types import OutputConstraint, Tokenizer
+
+if TYPE_CHECKING:
+    from collections.abc import Collection
+
+__all__ = ["CompiledGrammar", "JSON_LAYOUT", "compile_constraint", "grammar_tokenizer"]
+
+# JSON is written as Python's json.dumps writes it (", " and ": ", no other whitespace): a
+# model cannot pad an answer with endless blank lines, and after the closing brace only EOS
+# is left. Overrides whatever "x-guidance" a schema carries.
+JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+# llguidance's own per-step bounds stay at their defaults (a mask step that exceeds them puts
+# that sequence in an error state, which fails the request, not the batch); errors stay terse.
+_LIMITS = llguidance.LLParserLimits(verbose_errors=False)
+_CACHED_GRAMMARS = 64  # compiled grammars kept per model (a client repeats its schema)
+_ERROR_CHARS = 300
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledGrammar:
+    """A constraint ready to run: a matcher in its start state (never advanced itself: every
+    sequence gets a copy), the size of the masks, and how reasoning is told apart."""
+
+    matcher: llguidance.LLMatcher
+    tokenizer: llguidance.LLTokenizer
+    mask_size: int  # token ids a mask covers (the model's logits may be wider or narrower)
+    reasoning_start: int | None  # the one token that opens a reasoning block, allowed first
+    reasoning_end: bytes  # the text that closes it ("" when the model has no reasoning)
+    reasoning_open: bool  # the prompt opened a reasoning block: start free
+    param: str
+
+    def new_matcher(self) -> llguidance.LLMatcher:
+        return self.matcher.deep_copy()
+
+
+class _ModelGrammars:
+    """One tokenizer's llguidance tokenizer and its recently compiled grammars."""
+
+    def __init__(self, tokenizer: llguidance.LLTokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.lock = threading.Lock()
+        self.compiled: OrderedDict[str, llguidance.LLMatcher] = OrderedDict()
+
+    def get(self, grammar: str) -> llguidance.LLMatcher | None:
+        with self.lock:
+            matcher = self.compiled.get(grammar)
+            if matcher is not None:
+                self.compiled.move_to_end(grammar)
+            return matcher
+
+    def put(self, grammar: str, matcher: llguidance.LLMatcher) -> None:
+        with self.lock:
+            self.compiled[grammar] = matcher
+            while len(self.compiled) > _CACHED_GRAMMARS:
+                self.compiled.popitem(last=False)
+
+
+_MODELS: weakref.WeakKeyDictionary[Tokenizer, _ModelGrammars] = weakref.WeakKeyDictionary()
+_MODELS_LOCK = threading.Lock()
+_EXECUTOR: ThreadPoolExecutor | None = None
+
+
+def grammar_tokenizer(
+    tokenizer: Tokenizer, vocab_size: int, eos_token_ids: Collection[int]
+) -> llguidance.LLTokenizer:
+    """llguidance's view of a model's tokenizer, built once per tokenizer (about 0.3 s for a
+    49k vocabulary) from its tokenizer.json; masks cover max(vocab_size, tokenizer size)."""
+    return _model_grammars(tokenizer, vocab_size, eos_token_ids).tokenizer
+
+
+def _model_grammars(
+    tokenizer: Tokenizer, vocab_size: int, eos_token_ids: Collection[int]
+) -> _ModelGrammars:
+    with _MODELS_LOCK:
+        found = _MODELS.get(tokenizer)
+        if found is None:
+            found = _ModelGrammars(_build_tokenizer(tokenizer, vocab_size, eos_token_ids))
+            _MODELS[tokenizer] = found
+        return found
+
+
+def _build_tokenizer(
+    tokenizer: Tokenizer, vocab_size: int, eos_token_ids: Collection[int]
+) -> llguidance.LLTokenizer:
+    # mlx-lm's TokenizerWrapper forwards to its tokenizer: transformers' fast tokenizers and
+    # our CheckpointTokenizer both expose the `tokenizers` object as `backend_tokenizer`.
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    to_str = getattr(backend, "to_str", None)
+    if not callable(to_str):
+        raise InvalidRequest(
+            "structured output needs a tokenizer.json (fast) tokenizer; this model has none",
+            param="response_format",
+        )
+    eos = sorted(eos_token_ids)
+    size = max(vocab_size, backend.get_vocab_size(with_added_tokens=True))  # type: ignore[union-attr]
+    return llguidance.LLTokenizer(str(to_str()), n_vocab=size, eos_token=eos or None)
+
+
+def compile_constraint(
+    constraint: OutputConstraint,
+    tokenizer: Tokenizer,
+    vocab_size: int,
+    eos_token_ids: Collection[int],
+) -> CompiledGrammar:
+    """Compile on the calling thread's watch, within MLXD_GRAMMAR_BYTES and
+    MLXD_GRAMMAR_SECONDS. Raises InvalidRequest(param=constraint.param) naming the problem."""
+    param = constraint.param
+    size = len(constraint.schema.encode()) + len(constraint.prefix) + len(constraint.suffix)
+    limit = int(setting("grammar_bytes"))
+    if size > limit:
+        raise InvalidRequest(
+            f"{param}: the schema is {size} bytes, more than the {limit} allowed "
+            "(MLXD_GRAMMAR_BYTES)",
+            param=param,
+        )
+    models = _model_grammars(tokenizer, vocab_size, eos_token_ids)
+    grammar = _lark(constraint, models.tokenizer)
+    matcher = models.get(grammar)
+    if matcher is None:
+        matcher = _compile(grammar, models.tokenizer, param)
+        models.put(grammar, matcher)
+    start, end = _reasoning(constraint, models.tokenizer)
+    return CompiledGrammar(
+        matcher=matcher,
+        tokenizer=models.tokenizer,
+        mask_size=models.tokenizer.vocab_size,
+        reasoning_start=start,
+        reasoning_end=end,
+        reasoning_open=constraint.reasoning_open and bool(end),
+        param=param,
+    )
+
+
+def _lark(constraint: OutputConstraint, tokenizer: llguidance.LLTokenizer) -> str:
+    """The grammar: prefix, the JSON value, suffix (markers as their special tokens)."""
+    try:
+        schema = json.loads(constraint.schema)
+    except (ValueError, RecursionError):
+        raise InvalidRequest(
+            f"{constraint.param}: the schema is not valid JSON", param=constraint.param
+        ) from None
+    if not isinstance(schema, dict):
+        raise InvalidRequest(
+            f"{constraint.param}: the schema must be a JSON object", param=constraint.param
+        )
+    schema["x-guidance"] = {**(schema.get("x-guidance") or {}), **JSON_LAYOUT}
+    try:
+        body = json.dumps(schema, ensure_ascii=False)
+    except (ValueError, RecursionError):
+        raise InvalidRequest(
+            f"{constraint.param}: the schema is nested too deeply", param=constraint.param
+        ) from None
+    parts = [
+        *_pieces(constraint.prefix, tokenizer),
+        "answer",
+        *_pieces(constraint.suffix, tokenizer),
+    ]
+    return llguidance.LLMatcher.grammar_from_lark(
+        f"start: {' '.join(parts)}\nanswer: %json {body}\n"
+    )
+
+
+def _pieces(text: str, tokenizer: llguidance.LLTokenizer) -> list[str]:
+    """Lark items for literal text: special tokens by id (<[5]>), the rest as strings."""
+    items: list[str] = []
+    pending = b""
+    for token in tokenizer.tokenize_str(text, parse_special=True) if text else []:
+        if tokenizer.is_special_token(token):
+            if pending:
+                items.append(json.dumps(pending.decode("utf-8", "replace")))
+                pending = b""
+            items.append(f"<[{token}]>")
+        else:
+            pending += tokenizer.decode_bytes([token])
+    if pending:
+        items.append(json.dumps(pending.decode("utf-8", "replace")))
+    return items
+
+
+def _compile(grammar: str, tokenizer: llguidance.LLTokenizer, param: str) -> llguidance.LLMatcher:
+    """Build the matcher on a worker thread (llguidance releases the GIL meanwhile) and wait
+    at most MLXD_GRAMMAR_SECONDS for it; a late one is refused (and finishes unused)."""
+    budget = float(setting("grammar_seconds"))
+    future = _executor().submit(
+        llguidance.LLMatcher, tokenizer, grammar, log_level=0, limits=_LIMITS
+    )
+    try:
+        matcher = future.result(timeout=budget)
+    except FutureTimeout:
+        raise InvalidRequest(
+            f"{param}: the schema took more than {budget:g} s to compile (MLXD_GRAMMAR_SECONDS)",
+            param=param,
+        ) from None
+    if matcher.is_error():
+        raise InvalidRequest(f"{param}: {_first_line(matcher.get_error())}", param=param)
+    return matcher
+
+
+def _executor() -> ThreadPoolExecutor:
+    global _EXECUTOR
+    with _MODELS_LOCK:
+        if _EXECUTOR is None:
+            _EXECUTOR = ThreadPoolExecutor(max_workers=2, thread_name_prefix="mlxd-grammar")
+        return _EXECUTOR
+
+
+def _first_line(error: str) -> str:
+    line = error.strip().splitlines()[0] if error.strip() else "the schema cannot be compiled"
+    return line if len(line) <= _ERROR_CHARS else line[: _ERROR_CHARS - 3] + "..."
+
+
+def _reasoning(
+    constraint: OutputConstraint, tokenizer: llguidance.LLTokenizer
+) -> tuple[int | None, bytes]:
+    if constraint.reasoning is None:
+        return None, b""
+    start, end = constraint.reasoning
+    opener = tokenizer.tokenize_str(start, parse_special=True)
+    return (opener[0] if len(opener) == 1 else None), end.encode()

@@ -1,0 +1,178 @@
+"""The output constraint a request asks for: a response_format, or a tool_choice that forces a
+call written in the model's own tool-call format (pure Python; mlxd.backend.grammar compiles it).
+
+    response_format {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}
+                    -> JSON valid against the schema
+    response_format {"type": "json_object"}  -> any JSON object
+    tool_choice "required" / {"type": "function", "function": {"name": N}}
+                    -> one call (of N) whose arguments are valid against its parameters,
+                       e.g. Hermes: <tool_call>\\n{"name": N, "arguments": {...}}\\n</tool_call>
+
+A forced call wins over a response_format: the answer is then the call. Reasoning is left
+free: the constraint starts after the model's reasoning block, whether the prompt opened it
+or the model opens it with its first token; a prompt that closed it (enable_thinking false)
+is answered at once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mlxd.chat.formats import Formats, ToolFormat
+from mlxd.errors import InvalidRequest
+from mlxd.types import OutputConstraint
+
+__all__ = [
+    "JSON_OBJECT",
+    "ToolCallShape",
+    "chat_constraint",
+    "forced_tool",
+    "response_schema",
+    "tool_call_shape",
+]
+
+JSON_OBJECT: dict[str, Any] = {"type": "object"}
+_FORMAT_TYPES = ("text", "json_object", "json_schema")
+
+
+def response_schema(raw: object) -> dict[str, Any] | None:
+    """The JSON schema a response_format value asks for (None: free text). Raises
+    InvalidRequest(param="response_format") on a malformed value."""
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping) or raw.get("type") not in _FORMAT_TYPES:
+        raise _bad("must be {'type': 'text' | 'json_object' | 'json_schema', ...}")
+    kind = raw["type"]
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return dict(JSON_OBJECT)
+    spec = raw.get("json_schema")
+    if not isinstance(spec, Mapping):
+        raise _bad("json_schema: an object with 'name' and 'schema' is required")
+    name = spec.get("name")
+    if name is not None and not isinstance(name, str):
+        raise _bad("json_schema.name must be a string")
+    if spec.get("strict") is not None and not isinstance(spec.get("strict"), bool):
+        raise _bad("json_schema.strict must be true or false")
+    schema = spec.get("schema")
+    if isinstance(schema, bool) and schema:
+        return {}  # `true`: any JSON value
+    if not isinstance(schema, Mapping):
+        raise _bad("json_schema.schema must be a JSON schema object")
+    return dict(schema)
+
+
+def forced_tool(choice: object, tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """The tools one of which must be called under `choice` ([] when nothing is forced).
+    Raises InvalidRequest(param="tool_choice") for a choice the tools cannot satisfy."""
+    if choice is None or choice in ("none", "auto"):
+        return []
+    if choice == "required":
+        if not tools:
+            raise InvalidRequest("tool_choice 'required' needs tools", param="tool_choice")
+        return list(tools)
+    fn = choice.get("function") if isinstance(choice, Mapping) else None
+    name = fn.get("name") if isinstance(fn, Mapping) else None
+    if not isinstance(name, str):
+        raise InvalidRequest(
+            "tool_choice must be 'none', 'auto', 'required' or "
+            "{'type': 'function', 'function': {'name': ...}}",
+            param="tool_choice",
+        )
+    named = [t for t in tools or [] if t["function"]["name"] == name]
+    if not named:
+        raise InvalidRequest(
+            f"tool_choice names '{name}', which is not in tools", param="tool_choice"
+        )
+    return named
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallShape:
+    """How one forced call is written in a tool format: text around the JSON, and the JSON."""
+
+    prefix: str
+    suffix: str
+    arguments_key: str  # "arguments", or Llama 3's "parameters"
+    as_list: bool  # Mistral: a list of calls
+
+    def schema(self, tools: list[dict[str, Any]]) -> dict[str, Any]:
+        calls = [self._call(t["function"]) for t in tools]
+        one: dict[str, Any] = calls[0] if len(calls) == 1 else {"anyOf": calls}
+        if self.as_list:
+            return {"type": "array", "items": one, "minItems": 1, "maxItems": 1}
+        return one
+
+    def _call(self, fn: Mapping[str, Any]) -> dict[str, Any]:
+        params = fn.get("parameters") or JSON_OBJECT
+        return {
+            "type": "object",
+            "properties": {"name": {"const": fn["name"]}, self.arguments_key: params},
+            "required": ["name", self.arguments_key],
+            "additionalProperties": False,
+        }
+
+
+# The tool formats a forced call can be written in (chat.formats detects them; their parsers
+# read these shapes back). Others (mlx-lm's XML-like formats, GPT-OSS harmony) fall back to
+# the prompt's instruction, with a warning.
+_SHAPES = {
+    "hermes": ToolCallShape("<tool_call>\n", "\n</tool_call>", "arguments", as_list=False),
+    "mistral": ToolCallShape("[TOOL_CALLS]", "", "arguments", as_list=True),
+    "llama3": ToolCallShape("", "", "parameters", as_list=False),
+}
+
+
+def tool_call_shape(tool: ToolFormat | None) -> ToolCallShape | None:
+    return _SHAPES.get(tool.name) if tool is not None else None
+
+
+def chat_constraint(
+    formats: Formats,
+    *,
+    schema: dict[str, Any] | None,
+    forced: list[dict[str, Any]],
+    reasoning_open: bool,
+    reasoning_closed: bool = False,
+) -> tuple[OutputConstraint | None, str | None]:
+    """(the constraint, a warning when a forced call cannot be enforced for this format).
+    reasoning_closed: the prompt ends with a closed (empty) reasoning block."""
+    markers = None if reasoning_closed else formats.reasoning
+    if forced:
+        shape = tool_call_shape(formats.tool)
+        if shape is None:
+            fmt = "GPT-OSS harmony" if formats.harmony else getattr(formats.tool, "name", "no")
+            return (
+                None,
+                f"tool_choice is not enforced for the {fmt} tool-call format, only asked for",
+            )
+        text = _dump(shape.schema(forced), "tool_choice")
+        return OutputConstraint(
+            text,
+            param="tool_choice",
+            prefix=shape.prefix,
+            suffix=shape.suffix,
+            reasoning=markers,
+            reasoning_open=reasoning_open,
+        ), None
+    if schema is None:
+        return None, None
+    if formats.harmony:
+        raise _bad("is not supported yet for GPT-OSS (harmony) models")
+    text = _dump(schema, "response_format")
+    return OutputConstraint(text, reasoning=markers, reasoning_open=reasoning_open), None
+
+
+def _dump(schema: dict[str, Any], param: str) -> str:
+    try:
+        return json.dumps(schema, ensure_ascii=False, allow_nan=False)
+    except (ValueError, TypeError, RecursionError):
+        raise InvalidRequest(f"{param}: the schema is not valid JSON", param=param) from None
+
+
+def _bad(rule: str) -> InvalidRequest:
+    return InvalidRequest(f"response_format {rule}", param="response_format")
