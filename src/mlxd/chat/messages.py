@@ -8,7 +8,7 @@ to them), and `developer` becomes `system` (few templates know the developer rol
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from mlxd.config import LIMITS
@@ -17,6 +17,7 @@ from mlxd.errors import InvalidRequest
 __all__ = [
     "TEMPLATE_KWARGS_ALLOWED",
     "check_template_kwargs",
+    "join_text",
     "normalize_messages",
     "normalize_tools",
 ]
@@ -134,7 +135,12 @@ def _content(content: object, where: str) -> str | None:
         if not isinstance(text, str):
             raise InvalidRequest("text part needs a string 'text'", param=f"{where}[{j}].text")
         texts.append(text)
-    return "\n".join(texts)
+    return join_text(texts)
+
+
+def join_text(parts: Iterable[str]) -> str:
+    """Text content parts as the one string a template gets (every API's parts join so)."""
+    return "\n".join(parts)
 
 
 def _tool_calls(calls: object, where: str) -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, model_validator
 
+from mlxd.chat.messages import join_text
 from mlxd.server.schemas import (
     FunctionName,
     MaxTokens,
@@ -57,7 +58,7 @@ class ToolResultBlock(BaseModel):
 
     def text(self) -> str:
         content = self.content
-        text = content if isinstance(content, str) else "\n".join(b.text for b in content)
+        text = content if isinstance(content, str) else join_text(b.text for b in content)
         return f"Error: {text}" if self.is_error else text
 
 
@@ -214,7 +215,7 @@ class CountTokensRequest(BaseModel):
     def system_text(self) -> str | None:
         if self.system is None or isinstance(self.system, str):
             return self.system
-        return "\n".join(b.text for b in self.system)
+        return join_text(b.text for b in self.system)
 
     def template_kwargs(self) -> dict[str, Any] | None:
         """`thinking` as the template switch reasoning templates read."""

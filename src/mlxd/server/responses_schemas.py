@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from mlxd.chat.messages import join_text
 from mlxd.server.schemas import (
     FunctionName,
     MaxTokens,
@@ -116,7 +117,7 @@ class FunctionCallOutputItem(BaseModel):
 
     def text(self) -> str:
         out = self.output
-        return out if isinstance(out, str) else "\n".join(p.text for p in out)
+        return out if isinstance(out, str) else join_text(p.text for p in out)
 
 
 class ReasoningPart(BaseModel):
@@ -135,7 +136,7 @@ class ReasoningItem(BaseModel):
     content: Annotated[list[ReasoningPart], Field(max_length=MAX_PARTS)] | None = None
 
     def text(self) -> str:
-        return "\n".join(p.text for p in (self.content or self.summary))
+        return join_text(p.text for p in (self.content or self.summary))
 
 
 def _item_kind(value: Any) -> str:

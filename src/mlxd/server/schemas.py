@@ -24,6 +24,7 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
+from mlxd.chat.messages import join_text
 from mlxd.config import LIMITS, SAMPLING_BOUNDS
 
 _CFG = ConfigDict(extra="ignore", allow_inf_nan=False)
@@ -178,7 +179,7 @@ class Message(BaseModel):
         """The dict the chat template sees: text parts joined, reasoning under one name."""
         msg: dict[str, Any] = {"role": self.role}
         if isinstance(self.content, list):
-            msg["content"] = "".join(p.text for p in self.content)
+            msg["content"] = join_text(p.text for p in self.content)
         elif self.content is not None:
             msg["content"] = self.content
         if self.name is not None:

@@ -206,7 +206,7 @@ def test_messages_reach_the_template_in_openai_shape() -> None:
         ]
     )
     messages, _, _ = chat_inputs(req)
-    assert messages[0] == {"role": "user", "content": "ab"}
+    assert messages[0] == {"role": "user", "content": "a\nb"}  # as the chat layer joins parts
     assert messages[1]["reasoning_content"] == "hmm"
     assert messages[1]["tool_calls"][0]["function"]["name"] == "f"
     assert messages[2] == {"role": "tool", "content": "42", "tool_call_id": "c1"}
