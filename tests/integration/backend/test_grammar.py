@@ -1,0 +1,169 @@
+"""Compiling output constraints (backend.grammar) within their budgets, and the per-row mask
+(backend.grammar_mask) on the tiny checkpoint's real tokenizer, with hand-made logits."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import llguidance
+import mlx.core as mx
+import pytest
+
+from mlxd.backend import grammar as grammar_mod
+from mlxd.backend.grammar import CompiledGrammar, compile_constraint
+from mlxd.backend.grammar_mask import GrammarError, GrammarMask
+from mlxd.backend.tokenizer import CheckpointTokenizer
+from mlxd.errors import InvalidRequest
+from mlxd.types import OutputConstraint
+
+ENUM = {"enum": ["yes", "no"]}
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_chat_model: Path) -> CheckpointTokenizer:
+    return CheckpointTokenizer(tiny_chat_model)
+
+
+def compile_(tok: CheckpointTokenizer, schema: Any, **fields: Any) -> CompiledGrammar:
+    text = schema if isinstance(schema, str) else json.dumps(schema)
+    eos = {tok.convert_tokens_to_ids("<|im_end|>")}
+    return compile_constraint(OutputConstraint(text, **fields), tok, len(tok), eos)  # type: ignore[arg-type]
+
+
+def test_a_schema_compiles_once_and_each_sequence_gets_its_own_matcher(tok):
+    first, again = compile_(tok, ENUM), compile_(tok, ENUM)
+    assert first.matcher is again.matcher  # cached: the client repeats its schema
+    a, b = first.new_matcher(), first.new_matcher()
+    assert a is not b and a is not first.matcher
+    assert a.consume_tokens(tok.encode('"yes"')) and not b.is_accepting()
+
+
+@pytest.mark.parametrize(
+    "schema, words",
+    [
+        ({"type": "strin"}, "strin"),
+        ({"type": "string", "pattern": "(a"}, "regex"),
+        ({"not": {"type": "string"}}, "not"),
+        ({"$ref": "#/nowhere"}, "nowhere"),
+        ("[1, 2]", "JSON object"),
+        ("{not json", "not valid JSON"),
+        ({"type": "integer", "minimum": 5, "maximum": 1}, ""),
+    ],
+)
+def test_bad_schemas_are_refused_naming_the_field(tok, schema, words):
+    with pytest.raises(InvalidRequest) as err:
+        compile_(tok, schema)
+    assert err.value.param == "response_format" and words in err.value.message
+    assert "\n" not in err.value.message
+
+
+def test_the_error_names_the_field_the_constraint_came_from(tok):
+    with pytest.raises(InvalidRequest) as err:
+        compile_(tok, {"type": "strin"}, param="tool_choice")
+    assert err.value.param == "tool_choice"
+
+
+def deep(levels: int) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "integer"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
+    return schema
+
+
+def test_deep_nesting_is_refused(tok):
+    with pytest.raises(InvalidRequest) as err:
+        compile_(tok, deep(200))
+    assert err.value.param == "response_format" and "recursion" in err.value.message
+
+
+def test_a_schema_over_the_size_budget_is_refused_before_any_compile(tok, monkeypatch):
+    huge = {"enum": [f"value{i}" for i in range(100_000)]}  # 1.3 MB
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the size check must come before the compile")
+
+    monkeypatch.setattr(llguidance, "LLMatcher", never)
+    with pytest.raises(InvalidRequest) as err:
+        compile_(tok, huge)
+    assert err.value.param == "response_format" and "MLXD_GRAMMAR_BYTES" in err.value.message
+    monkeypatch.setenv("MLXD_GRAMMAR_BYTES", "100")
+    with pytest.raises(InvalidRequest):
+        compile_(tok, {"enum": [f"v{i}" for i in range(30)]})  # ~250 bytes
+
+
+def test_a_compile_over_the_time_budget_is_refused_and_not_cached(tok, monkeypatch):
+    slow = {"enum": [f"word{i}" for i in range(3000)]}  # tens of milliseconds to compile
+    monkeypatch.setenv("MLXD_GRAMMAR_SECONDS", "0.000001")
+    with pytest.raises(InvalidRequest) as err:
+        compile_(tok, slow)
+    assert err.value.param == "response_format" and "MLXD_GRAMMAR_SECONDS" in err.value.message
+    monkeypatch.delenv("MLXD_GRAMMAR_SECONDS")
+    assert compile_(tok, slow).mask_size >= len(tok)  # within the default budget it compiles
+
+
+# ---- the mask ---------------------------------------------------------------------------
+
+
+def allowed(mask: GrammarMask, context: list[int], width: int) -> set[int]:
+    """One processor call (it feeds context[-1] unless it is the first call)."""
+    return kept(mask(mx.array(context, dtype=mx.int32), mx.zeros((1, width))))
+
+
+def kept(out: mx.array) -> set[int]:
+    return {i for i, v in enumerate(out[0].tolist()) if v != float("-inf")}
+
+
+def test_the_mask_keeps_exactly_the_tokens_the_grammar_allows(tok):
+    g = compile_(tok, ENUM)
+    width = len(tok) + 7  # a model's logits may be wider than its vocabulary
+    mask = GrammarMask(g)
+    first = allowed(mask, [1, 2, 3], width)  # call 1: the prompt's last token is not fed
+    assert first and all(tok.decode([t]).startswith('"') for t in first)
+    assert max(first) < len(tok)
+    quote = tok.encode('"')[0]
+    then = {tok.decode([t]) for t in allowed(mask, [1, 2, 3, quote], width)}
+    assert then and all('yes"'.startswith(t) or 'no"'.startswith(t) for t in then)
+
+
+def test_a_token_outside_the_grammar_fails_the_sequence(tok):
+    mask = GrammarMask(compile_(tok, ENUM))
+    allowed(mask, [1], len(tok))
+    with pytest.raises(GrammarError):
+        allowed(mask, [1, tok.encode("x")[0]], len(tok))
+
+
+def test_reasoning_passes_untouched_until_its_end_marker(tok):
+    g = compile_(tok, ENUM, reasoning=("<think>", "</think>"), reasoning_open=True)
+    mask = GrammarMask(g)
+    logits = mx.arange(len(tok), dtype=mx.float32)[None]
+    ctx = [1]
+    assert mx.array_equal(mask(mx.array(ctx), logits), logits)  # free
+    for token in [*tok.encode("plan a b"), tok.convert_tokens_to_ids("</think>")]:
+        ctx.append(token)
+        out = mask(mx.array(ctx), logits)
+    assert not mx.array_equal(out, logits)  # the answer: masked
+    assert all(tok.decode([t]).startswith('"') for t in kept(out))
+
+
+def test_the_first_token_may_open_reasoning_when_the_prompt_did_not(tok):
+    g = compile_(tok, ENUM, reasoning=("<think>", "</think>"))
+    think = tok.convert_tokens_to_ids("<think>")
+    assert g.reasoning_start == think and not g.reasoning_open
+    first = allowed(GrammarMask(g), [1], len(tok))
+    assert think in first and len(first) > 1
+    mask = GrammarMask(g)
+    allowed(mask, [1], len(tok))
+    logits = mx.zeros((1, len(tok)))
+    assert mx.array_equal(mask(mx.array([1, think]), logits), logits)  # now reasoning
+
+
+def test_the_tokenizer_is_built_once_per_model(tok, monkeypatch):
+    compile_(tok, ENUM)
+    calls: list[object] = []
+    real = llguidance.LLTokenizer
+    monkeypatch.setattr(llguidance, "LLTokenizer", lambda *a, **k: calls.append(a) or real(*a, **k))
+    compile_(tok, {"enum": ["other"]})
+    assert calls == []
+    assert grammar_mod.grammar_tokenizer(tok, len(tok), set()) is compile_(tok, ENUM).tokenizer

@@ -1,0 +1,125 @@
+"""Which constraint a request asks for (chat.constraints): response_format values, forced tool
+choices, and forced calls written so that each format's own parser reads them back."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mlxd.chat.constraints import (
+    chat_constraint,
+    forced_tool,
+    response_schema,
+    tool_call_shape,
+)
+from mlxd.chat.formats import HERMES, LLAMA3, MISTRAL, THINK, Formats, ToolFormat
+from mlxd.errors import InvalidRequest
+
+SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}}
+TOOLS = [
+    {"type": "function", "function": {"name": "f", "parameters": SCHEMA}},
+    {"type": "function", "function": {"name": "g"}},
+]
+
+
+def test_response_schema_of_each_format_type():
+    assert response_schema(None) is None
+    assert response_schema({"type": "text"}) is None
+    assert response_schema({"type": "json_object"}) == {"type": "object"}
+    value = {"type": "json_schema", "json_schema": {"name": "x", "schema": SCHEMA, "strict": True}}
+    assert response_schema(value) == SCHEMA
+    assert response_schema({"type": "json_schema", "json_schema": {"schema": True}}) == {}
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "json",
+        {"type": "xml"},
+        {"type": "json_schema"},
+        {"type": "json_schema", "json_schema": {"name": "x"}},
+        {"type": "json_schema", "json_schema": {"name": "x", "schema": [1]}},
+        {"type": "json_schema", "json_schema": {"name": 3, "schema": SCHEMA}},
+        {"type": "json_schema", "json_schema": {"schema": SCHEMA, "strict": "yes"}},
+        {"type": "json_schema", "json_schema": {"schema": False}},
+    ],
+)
+def test_malformed_response_formats_are_refused(value):
+    with pytest.raises(InvalidRequest) as err:
+        response_schema(value)
+    assert err.value.param == "response_format"
+
+
+def test_forced_tool_choices():
+    assert (
+        forced_tool(None, TOOLS) == forced_tool("auto", TOOLS) == forced_tool("none", TOOLS) == []
+    )
+    assert forced_tool("required", TOOLS) == TOOLS
+    named = {"type": "function", "function": {"name": "g"}}
+    assert forced_tool(named, TOOLS) == [TOOLS[1]]
+    for bad, tools in [
+        ("required", None),
+        ({"type": "function", "function": {"name": "h"}}, TOOLS),
+        ({"type": "function"}, TOOLS),
+        ("always", TOOLS),
+    ]:
+        with pytest.raises(InvalidRequest) as err:
+            forced_tool(bad, tools)
+        assert err.value.param == "tool_choice"
+
+
+@pytest.mark.parametrize("fmt", [HERMES, MISTRAL, LLAMA3])
+def test_a_forced_call_reads_back_through_the_formats_own_parser(fmt: ToolFormat):
+    shape = tool_call_shape(fmt)
+    assert shape is not None
+    schema = shape.schema([TOOLS[0]])
+    call = {"name": "f", shape.arguments_key: {"a": 3}}
+    body = json.dumps([call] if shape.as_list else call)
+    assert ("array" if shape.as_list else "object") == schema["type"]
+    text = shape.prefix + body + shape.suffix
+    assert text.startswith(fmt.start) or (fmt.json_at_start and text.startswith("{"))
+    inner = text.removeprefix(fmt.start)
+    if fmt.end:
+        inner = inner.removesuffix(fmt.end)
+    assert fmt.parse(inner) == [{"name": "f", "arguments": {"a": 3}}]
+
+
+def test_required_with_several_tools_allows_any_of_them_with_its_own_parameters():
+    schema = tool_call_shape(HERMES).schema(TOOLS)  # type: ignore[union-attr]
+    names = [alt["properties"]["name"]["const"] for alt in schema["anyOf"]]
+    assert names == ["f", "g"]
+    assert schema["anyOf"][0]["properties"]["arguments"] == SCHEMA
+    assert schema["anyOf"][1]["properties"]["arguments"] == {"type": "object"}  # none given
+
+
+def test_chat_constraint_for_an_answer_and_for_a_forced_call():
+    formats = Formats(reasoning=THINK, harmony=False, tool=HERMES)
+    answer, warning = chat_constraint(formats, schema=SCHEMA, forced=[], reasoning_open=True)
+    assert warning is None and answer is not None
+    assert (json.loads(answer.schema), answer.param, answer.prefix) == (
+        SCHEMA,
+        "response_format",
+        "",
+    )
+    assert (answer.reasoning, answer.reasoning_open) == (THINK, True)
+    call, _ = chat_constraint(formats, schema=SCHEMA, forced=TOOLS[:1], reasoning_open=False)
+    assert call is not None and call.param == "tool_choice"  # a forced call wins
+    assert (call.prefix, call.suffix) == ("<tool_call>\n", "\n</tool_call>")
+    closed, _ = chat_constraint(
+        formats, schema=SCHEMA, forced=[], reasoning_open=False, reasoning_closed=True
+    )
+    assert closed is not None and closed.reasoning is None  # answered at once
+    assert chat_constraint(formats, schema=None, forced=[], reasoning_open=False) == (None, None)
+
+
+def test_a_forced_call_without_a_known_format_is_only_asked_for():
+    for formats in (
+        Formats(reasoning=None, harmony=False, tool=None),
+        Formats(reasoning=None, harmony=True, tool=None),
+        Formats(None, False, ToolFormat("qwen3_coder", "<tool_call>", "</tool_call>", json.loads)),
+    ):
+        constraint, warning = chat_constraint(
+            formats, schema=None, forced=TOOLS, reasoning_open=False
+        )
+        assert constraint is None and warning is not None and "not enforced" in warning
