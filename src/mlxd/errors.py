@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 
-def one_line(exc: BaseException | None, *, with_type: bool = True) -> str:
+def one_line(exc: BaseException | None, *, with_type: bool = True, whole: bool = False) -> str:
     """`TypeName: first line of the message` (the one way an exception becomes one line);
-    with_type=False: the first line alone. Never empty: a bare exception gives its type name."""
+    with_type=False: the message alone; whole=True: every line of it, joined by spaces. Never
+    empty: a bare exception gives its type name."""
     if exc is None:
         return "unknown error"
-    lines = str(exc).strip().splitlines()
+    lines = str(exc).split() if whole else str(exc).strip().splitlines()[:1]
     if not lines:
         return type(exc).__name__
-    return f"{type(exc).__name__}: {lines[0]}" if with_type else lines[0]
+    text = " ".join(lines)
+    return f"{type(exc).__name__}: {text}" if with_type else text
 
 
 class MlxdError(Exception):

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mlxd.errors import one_line
+
 _MAX_CHARS = 300
 
 
@@ -22,6 +24,6 @@ def weight_mismatch(path: Path) -> str | None:
     try:
         load_model(Path(path), lazy=True, strict=True)
     except Exception as exc:  # noqa: BLE001 - any refusal is the answer
-        text = " ".join(str(exc).split()) or type(exc).__name__
+        text = one_line(exc, with_type=False, whole=True)
         return text if len(text) <= _MAX_CHARS else text[: _MAX_CHARS - 3] + "..."
     return None

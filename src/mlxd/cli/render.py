@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 import sys
 
-from mlxd.errors import MlxdError
+from mlxd.errors import MlxdError, one_line
 
 
 def print_error(error: MlxdError | str, *, json_mode: bool = False) -> None:
     """One line on stderr; with --json, one JSON object on stderr."""
     if isinstance(error, str):
         error = MlxdError(error)
-    message = " ".join(str(error.message).split())  # always one line
+    message = one_line(error, with_type=False, whole=True)
     if json_mode:
         body = {"error": error.to_dict() | {"message": message}}
         sys.stderr.write(json.dumps(body) + "\n")

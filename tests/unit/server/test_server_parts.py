@@ -104,6 +104,8 @@ def test_one_line_is_the_first_line_and_never_empty() -> None:
     assert one_line(err, with_type=False) == "bad value"
     assert one_line(KeyError(), with_type=False) == one_line(KeyError()) == "KeyError"
     assert one_line(None) == "unknown error"
+    assert one_line(err, with_type=False, whole=True) == "bad value at line 2"
+    assert one_line(ValueError(" \n "), whole=True) == "ValueError"
 
 
 def test_every_error_class_comes_back_from_its_code() -> None:
