@@ -57,6 +57,7 @@ async def create_message(request: Request) -> Response:
             messages,
             options=req.options(),
             tools=tools,
+            tool_choice=req.forced_tool_choice(),
             template_kwargs=kwargs,
             server_defaults=True,
         )

@@ -3,7 +3,9 @@
 Strict like mlxd.server.schemas: no bools or strings as numbers, no NaN, every number bounded
 by the option table's ranges. Content mlxd cannot serve (images, documents, server tools) is
 refused with a 400 naming it; hints with nothing to do here (`cache_control`: the prefix
-cache is automatic; `metadata`, `service_tier`) are ignored, as unknown fields are.
+cache is automatic; `metadata`, `service_tier`, `output_config.effort`) are ignored, as
+unknown fields are. `tool_choice` any/tool and `output_config.format` are enforced by the
+chat layer's grammar, as on /v1/chat/completions.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, model_
 from mlxd.chat.messages import join_text
 from mlxd.server.schemas import (
     FunctionName,
+    JsonSchemaFormat,
     MaxTokens,
     ModelName,
     StopText,
@@ -191,6 +194,19 @@ ThinkingParam = Annotated[
 ]
 
 
+class JsonOutputFormat(BaseModel):
+    """Structured output: the answer is JSON valid against `schema`."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    type: Literal["json_schema"]
+    schema_: dict[StrictStr, Any] = Field(alias="schema")
+
+
+class OutputConfig(BaseModel):
+    model_config = _CFG
+    format: JsonOutputFormat | None = None
+
+
 class CountTokensRequest(BaseModel):
     """The conversation part of a request: what /v1/messages/count_tokens counts."""
 
@@ -225,6 +241,14 @@ class CountTokensRequest(BaseModel):
             return {"enable_thinking": False}
         return None
 
+    def forced_tool_choice(self) -> str | dict[str, Any] | None:
+        """A tool_choice that forces a call, as the chat layer takes it (else None)."""
+        if isinstance(self.tool_choice, ToolChoiceAny):
+            return "required"
+        if isinstance(self.tool_choice, ToolChoiceTool):
+            return {"type": "function", "function": {"name": self.tool_choice.name}}
+        return None
+
 
 class MessagesRequest(CountTokensRequest):
     """POST /v1/messages: max_tokens is required, as in Anthropic's API."""
@@ -235,6 +259,7 @@ class MessagesRequest(CountTokensRequest):
     temperature: Temperature | None = None
     top_p: TopP | None = None
     top_k: TopK | None = None
+    output_config: OutputConfig | None = None
 
     @model_validator(mode="after")
     def _budget_below_max_tokens(self) -> MessagesRequest:
@@ -253,4 +278,9 @@ class MessagesRequest(CountTokensRequest):
                 opts[name] = value
         if self.stop_sequences:
             opts["stop"] = list(self.stop_sequences)
+        fmt = self.output_config.format if self.output_config else None
+        if fmt is not None:
+            spec = JsonSchemaFormat(name="output", schema=fmt.schema_)
+            schema = spec.model_dump(by_alias=True, exclude_none=True)
+            opts["response_format"] = {"type": "json_schema", "json_schema": schema}
         return opts

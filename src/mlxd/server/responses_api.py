@@ -51,6 +51,7 @@ async def create_response(request: Request) -> Response:
             messages,
             options=req.options(),
             tools=tools,
+            tool_choice=req.forced_tool_choice(),
             template_kwargs=kwargs,
             server_defaults=True,
         )

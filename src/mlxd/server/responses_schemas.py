@@ -2,8 +2,10 @@
 
 Strict like mlxd.server.schemas. mlxd keeps no response state, so what needs it is refused
 with a 400 that says so (`previous_response_id`, `store: true`, `background`, `conversation`,
-`prompt`), as are inputs a text model cannot take (images, files, audio), tools other than
-functions and non-text output formats. Unknown fields (`include`, `user`, ...) are ignored.
+`prompt`), as are inputs a text model cannot take (images, files, audio) and tools other than
+functions. `text.format` (json_schema, json_object) and a forced `tool_choice` are enforced by
+the chat layer's grammar, as on /v1/chat/completions. Unknown fields (`include`, `user`, ...)
+are ignored.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pydantic import (
 from mlxd.chat.messages import join_text
 from mlxd.server.schemas import (
     FunctionName,
+    JsonSchemaFormat,
     MaxTokens,
     ModelName,
     Temperature,
@@ -187,15 +190,31 @@ class ReasoningParam(BaseModel):
 
 
 class TextFormat(BaseModel):
-    model_config = ConfigDict(extra="allow")
-    type: StrictStr
+    """The answer's format: free text, any JSON object, or JSON valid against `schema`."""
 
-    @field_validator("type")
-    @classmethod
-    def _text_only(cls, v: str) -> str:
-        if v != "text":
-            raise ValueError(f"text.format '{v}' is not supported; only 'text'")
-        return v
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    type: Literal["text", "json_object", "json_schema"]
+    name: StrictStr | None = None
+    description: StrictStr | None = None
+    schema_: dict[StrictStr, Any] | None = Field(default=None, alias="schema")
+    strict: StrictBool | None = None
+
+    @model_validator(mode="after")
+    def _schema_when_json_schema(self) -> TextFormat:
+        if self.type == "json_schema" and self.schema_ is None:
+            raise ValueError("format 'json_schema' needs a schema")
+        return self
+
+    def option(self) -> dict[str, Any] | None:
+        """The chat layer's response_format option (None: free text)."""
+        if self.type != "json_schema":
+            return None if self.type == "text" else {"type": self.type}
+        fields = self.model_dump(include={"name", "description", "schema_", "strict"})
+        spec = JsonSchemaFormat.model_validate({k: v for k, v in fields.items() if v is not None})
+        return {
+            "type": "json_schema",
+            "json_schema": spec.model_dump(by_alias=True, exclude_none=True),
+        }
 
 
 class TextParam(BaseModel):
@@ -266,7 +285,16 @@ class ResponsesRequest(BaseModel):
             opts["temperature"] = self.temperature
         if self.top_p is not None:
             opts["top_p"] = self.top_p
+        fmt = self.text.format if self.text else None
+        if fmt is not None and fmt.option() is not None:
+            opts["response_format"] = fmt.option()
         return opts
+
+    def forced_tool_choice(self) -> str | dict[str, Any] | None:
+        """A tool_choice that forces a call, as the chat layer takes it (else None)."""
+        if isinstance(self.tool_choice, NamedFunction):
+            return {"type": "function", "function": {"name": self.tool_choice.name}}
+        return self.tool_choice if self.tool_choice == "required" else None
 
     def template_kwargs(self) -> dict[str, Any] | None:
         """reasoning.effort as the switches reasoning templates read ("none": thinking off)."""

@@ -206,6 +206,12 @@ class ResponsesWire:
 
     # ---- the response object --------------------------------------------------------
 
+    def _format(self) -> dict[str, Any]:
+        fmt = self.request.text.format if self.request.text else None
+        if fmt is None:
+            return {"type": "text"}
+        return fmt.model_dump(by_alias=True, exclude_none=True)
+
     def _response(
         self,
         status: str,
@@ -239,7 +245,7 @@ class ResponsesWire:
             },
             "store": False,
             "temperature": req.temperature,
-            "text": {"format": {"type": "text"}},
+            "text": {"format": self._format()},
             "tool_choice": choice.model_dump()
             if isinstance(choice, NamedFunction)
             else (choice or "auto"),

@@ -5,6 +5,7 @@ Anthropic's error shape and x-api-key auth."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -139,6 +140,53 @@ def test_tool_choice_tool_must_name_a_tool(claude: anthropic.Anthropic) -> None:
             tools=[WEATHER],
             tool_choice={"type": "tool", "name": "nope"},
         )
+
+
+CLOCK = {
+    "name": "get_time",
+    "input_schema": {
+        "type": "object",
+        "properties": {"zone": {"type": "string", "pattern": "^[A-Z]{3}$"}},
+        "required": ["zone"],
+        "additionalProperties": False,
+    },
+}
+ANSWER_SCHEMA = {
+    "type": "object",
+    "properties": {"answer": {"type": "integer"}},
+    "required": ["answer"],
+    "additionalProperties": False,
+}
+
+
+@pytest.mark.parametrize("choice", [{"type": "tool", "name": "get_time"}, {"type": "any"}])
+def test_forced_tool_use(claude: anthropic.Anthropic, choice: dict[str, str]) -> None:
+    """tiny-chat's free output is gibberish; a forced call is enforced by the grammar all the
+    same (thinking off: reasoning is left free)."""
+    m = claude.messages.create(
+        model="default",
+        max_tokens=400,
+        messages=USER,
+        tools=[WEATHER, CLOCK] if choice["type"] == "tool" else [CLOCK],
+        tool_choice=choice,  # type: ignore[arg-type]
+        thinking={"type": "disabled"},
+    )
+    assert m.stop_reason == "tool_use"
+    (call,) = m.content
+    assert call.type == "tool_use" and call.name == "get_time"
+    assert re.fullmatch("[A-Z]{3}", call.input["zone"])  # type: ignore[arg-type]
+
+
+def test_structured_output(claude: anthropic.Anthropic) -> None:
+    m = claude.messages.create(
+        model="default",
+        max_tokens=400,
+        messages=USER,
+        thinking={"type": "disabled"},
+        output_config={"format": {"type": "json_schema", "schema": ANSWER_SCHEMA}},
+    )
+    assert m.stop_reason == "end_turn"
+    assert isinstance(json.loads(text_of(m))["answer"], int)
 
 
 def test_thinking_switch_reaches_the_template(claude: anthropic.Anthropic) -> None:

@@ -5,6 +5,7 @@ items, max_output_tokens, and refusals in OpenAI's error shape."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import httpx
@@ -19,6 +20,23 @@ WEATHER = {
     "name": "get_weather",
     "description": "Current weather in a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+}
+
+CLOCK = {
+    "type": "function",
+    "name": "get_time",
+    "parameters": {
+        "type": "object",
+        "properties": {"zone": {"type": "string", "pattern": "^[A-Z]{3}$"}},
+        "required": ["zone"],
+        "additionalProperties": False,
+    },
+}
+ANSWER_SCHEMA = {
+    "type": "object",
+    "properties": {"answer": {"type": "integer"}},
+    "required": ["answer"],
+    "additionalProperties": False,
 }
 
 
@@ -122,6 +140,26 @@ def test_instructions_are_the_system_message(client: openai.OpenAI) -> None:
     assert r.usage.input_tokens == chat.usage.prompt_tokens
 
 
+def test_forced_call_and_structured_output(client: openai.OpenAI) -> None:
+    """tiny-chat's free output is gibberish; a forced call and a json_schema format are
+    enforced by the grammar all the same (thinking off: reasoning is left free)."""
+    kw: dict[str, Any] = dict(
+        model="default", input=QUESTION, max_output_tokens=400, reasoning={"effort": "none"}
+    )
+    r = client.responses.create(
+        **kw, tools=[WEATHER, CLOCK], tool_choice={"type": "function", "name": "get_time"}
+    )
+    (call,) = r.output
+    assert call.type == "function_call" and call.name == "get_time"
+    assert re.fullmatch("[A-Z]{3}", json.loads(call.arguments)["zone"])
+    fmt = {"type": "json_schema", "name": "answer", "schema": ANSWER_SCHEMA, "strict": True}
+    r = client.responses.create(**kw, text={"format": fmt})
+    assert r.status == "completed" and r.text.format.type == "json_schema"  # type: ignore[union-attr]
+    assert isinstance(json.loads(r.output_text)["answer"], int)
+    r = client.responses.create(**kw, text={"format": {"type": "json_object"}})
+    assert isinstance(json.loads(r.output_text), dict)
+
+
 def test_reasoning_effort_none_turns_thinking_off(client: openai.OpenAI) -> None:
     """tiny-chat's template closes an empty think block when thinking is off (more tokens)."""
     kw: dict[str, Any] = dict(model="default", input=QUESTION, max_output_tokens=1)
@@ -164,11 +202,12 @@ CASES: list[tuple[str, object, int, str | None]] = [
         "input.0.function_call.arguments",
     ),
     ("web-search-tool", {"input": "x", "tools": [{"type": "web_search"}]}, 400, "tools.0.type"),
+    ("xml-output", {"input": "x", "text": {"format": {"type": "xml"}}}, 400, "text.format.type"),
     (
-        "json-schema-output",
-        {"input": "x", "text": {"format": {"type": "json_schema", "name": "x", "schema": {}}}},
+        "schema-missing",
+        {"input": "x", "text": {"format": {"type": "json_schema", "name": "x"}}},
         400,
-        "text.format.type",
+        None,
     ),
     ("max-output-zero", {"input": "x", "max_output_tokens": 0}, 400, "max_output_tokens"),
     ("temperature-bool", {"input": "x", "temperature": True}, 400, "temperature"),
