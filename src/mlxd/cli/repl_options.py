@@ -129,11 +129,13 @@ def _json_schema_format(text: str) -> dict[str, Any]:
     """--json-schema: a JSON schema, inline (starts with `{`) or in a file, as the
     response_format value the server receives for it."""
     source = text
-    if not text.lstrip().startswith("{"):
+    if not text.lstrip().startswith(("{", "[")):
         try:
             source = Path(text).expanduser().read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise argparse.ArgumentTypeError(f"cannot read {text}: {e}") from None
+        except OSError as e:
+            raise argparse.ArgumentTypeError(f"cannot read {text}: {e.strerror}") from None
+        except UnicodeDecodeError:
+            raise argparse.ArgumentTypeError(f"cannot read {text}: not UTF-8 text") from None
     try:
         schema = json.loads(source)
     except (json.JSONDecodeError, RecursionError) as e:

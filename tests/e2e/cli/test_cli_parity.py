@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -79,3 +80,33 @@ def test_run_json_equals_server_content(
     assert body["finish_reason"] == choice.finish_reason
     assert body["usage"]["completion_tokens"] == reply.usage.completion_tokens
     assert body["usage"]["prompt_tokens"] == reply.usage.prompt_tokens
+
+
+def test_run_json_schema_equals_server_structured_content(
+    server: tuple[openai.OpenAI, dict[str, str]], tiny_chat_model: Path
+) -> None:
+    """--json-schema maps through the option table onto the server's response_format."""
+    client, env = server
+    schema = {
+        "type": "object",
+        "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 500},
+                       "w": {"enum": ["up", "down"]}},
+        "required": ["n", "w"],
+        "additionalProperties": False,
+    }  # fmt: skip
+    reply = client.chat.completions.create(
+        model="default",
+        messages=[{"role": "user", "content": "Count."}],
+        max_tokens=80,
+        response_format={"type": "json_schema", "json_schema": {"name": "c", "schema": schema}},
+        extra_body={"chat_template_kwargs": {"enable_thinking": False}},
+    )
+    proc = run_mlxd(
+        "run", str(tiny_chat_model), "Count.", "--max-tokens", "80", "--no-think",
+        "--json-schema", json.dumps(schema), "--json", env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    body = one_json_line(proc.stdout)
+    assert body["content"] == reply.choices[0].message.content
+    assert body["finish_reason"] == reply.choices[0].finish_reason == "stop"
+    assert set(json.loads(body["content"])) == {"n", "w"}
