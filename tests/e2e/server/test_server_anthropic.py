@@ -410,3 +410,20 @@ def test_x_api_key_is_accepted(keyed: ServerProcess) -> None:
         headers={"Authorization": "Bearer s3cret"},
     )
     assert r.status_code == 200 and r.json()["input_tokens"] > 0
+
+
+def test_metrics_count_the_new_routes(http: httpx.Client, server: ServerProcess) -> None:
+    from tests.e2e.server.serverproc import metric
+
+    def ttft_count() -> float:
+        text = httpx.get(server.url + "/metrics").text
+        return metric(text, "mlxd_time_to_first_token_seconds_count")
+
+    before = ttft_count()
+    assert http.post("/messages", json={"messages": USER, "max_tokens": 2}).status_code == 200
+    assert http.post("/messages/count_tokens", json={"messages": USER}).status_code == 200
+    assert http.post("/responses", json={"input": "hi", "max_output_tokens": 2}).status_code == 200
+    text = httpx.get(server.url + "/metrics").text
+    for route in ("/v1/messages", "/v1/messages/count_tokens", "/v1/responses"):
+        assert f'mlxd_http_requests_total{{route="{route}",status="200"}}' in text
+    assert ttft_count() >= before + 2  # both generations went through the shared timer
