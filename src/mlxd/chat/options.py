@@ -26,6 +26,7 @@ __all__ = [
     "OPTIONS",
     "Option",
     "OptionKind",
+    "check_stop_count",
     "response_schema",
     "sampling_params",
     "stop_strings",
@@ -236,13 +237,19 @@ def _token_id(key: object) -> int | None:
     return None
 
 
+def check_stop_count(count: int, param: str = "stop") -> None:
+    """The operator's cap on stop strings per request (MLXD_MAX_STOP_STRINGS); the server
+    checks it as it parses a request, before any model load."""
+    limit = setting_int("max_stop_strings")
+    if count > limit:
+        raise InvalidRequest(f"at most {limit} stop strings are allowed", param=param)
+
+
 def _stop(opt: Option, raw: object) -> list[str]:
     items = [raw] if isinstance(raw, str) else raw
     if not isinstance(items, list | tuple) or not all(isinstance(s, str) for s in items):
         raise InvalidRequest("stop must be a string or a list of strings", param=opt.name)
-    limit = setting_int("max_stop_strings")
-    if len(items) > limit:
-        raise InvalidRequest(f"at most {limit} stop strings are allowed", param=opt.name)
+    check_stop_count(len(items), opt.name)
     for s in items:
         if not s:
             raise InvalidRequest("stop strings must not be empty", param=opt.name)

@@ -16,6 +16,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
+from mlxd.chat.options import check_stop_count
 from mlxd.errors import InvalidRequest
 from mlxd.server.anthropic_schemas import (
     ContentBlock,
@@ -32,7 +33,7 @@ from mlxd.server.anthropic_schemas import (
 )
 from mlxd.server.anthropic_wire import AnthropicWire
 from mlxd.server.generation import respond
-from mlxd.server.inputs import ToolChoice, apply_tool_choice, check_stop_count, parse
+from mlxd.server.inputs import ToolChoice, apply_tool_choice, parse
 from mlxd.server.state import server_state
 
 router = APIRouter()
@@ -47,7 +48,7 @@ async def create_message(request: Request) -> Response:
     st = server_state(request)
     start = time.perf_counter()
     req = parse(MessagesRequest, await request.body(), st.settings)
-    check_stop_count(req.stop_sequences or [], st.settings, param="stop_sequences")
+    check_stop_count(len(req.stop_sequences or []), param="stop_sequences")
     info = await st.models.get(req.model)
     messages, tools, kwargs = chat_inputs(req)
     stream = await asyncio.to_thread(

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from mlxd.chat.messages import check_template_kwargs
+from mlxd.chat.options import check_stop_count
 from mlxd.errors import InvalidRequest
 from mlxd.server.error_responses import validation_error
 from mlxd.server.schemas import ChatCompletionRequest, NamedToolChoice, SamplingFields
@@ -32,16 +33,8 @@ def parse(model: type[M], body: bytes, settings: ServerSettings) -> M:
     except ValidationError as exc:
         raise validation_error(exc) from None
     if isinstance(req, SamplingFields):
-        check_stop_count(req.stop_list(), settings)
+        check_stop_count(len(req.stop_list()))
     return req
-
-
-def check_stop_count(stops: list[str], settings: ServerSettings, param: str = "stop") -> None:
-    """The operator's cap on stop strings per request (MLXD_MAX_STOP_STRINGS)."""
-    if len(stops) > settings.max_stop_strings:
-        raise InvalidRequest(
-            f"too many stop strings: {len(stops)} > {settings.max_stop_strings}", param=param
-        )
 
 
 class ToolChoice(StrEnum):

@@ -87,7 +87,7 @@ class SamplingFields(BaseModel):
         | None
     ) = None
     seed: Seed | None = None
-    # The operator's max_stop_strings (config) is checked per request in the route.
+    # The operator's max_stop_strings (config) is checked as a request is parsed.
     stop: StopText | Annotated[list[StopText], Field(max_length=256)] | None = None
     n: Annotated[StrictInt, Field(ge=1, le=128)] = 1
     ignore_eos: StrictBool | None = None  # extension (as in vLLM): generate past EOS

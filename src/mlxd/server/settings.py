@@ -27,7 +27,6 @@ def _setting_values(text: Callable[[str], str]) -> dict[str, Any]:
         "body_timeout": float(text("body_timeout_seconds")),
         "keep_alive": float(text("keep_alive_seconds")),
         "max_connections": int(text("max_connections")),
-        "max_stop_strings": int(text("max_stop_strings")),
         "drain_seconds": float(text("drain_seconds")),
         "request_chat_template": text("request_chat_template") == "1",
     }
@@ -50,7 +49,6 @@ class ServerSettings:
     body_timeout: float = _DEFAULTS["body_timeout"]
     keep_alive: float = _DEFAULTS["keep_alive"]
     max_connections: int = _DEFAULTS["max_connections"]
-    max_stop_strings: int = _DEFAULTS["max_stop_strings"]
     drain_seconds: float = _DEFAULTS["drain_seconds"]
     trust_remote_code: bool = False
     request_chat_template: bool = _DEFAULTS["request_chat_template"]

@@ -130,8 +130,9 @@ def test_completion_prompt_forms() -> None:
     }
 
 
-def test_parse_names_the_field_and_counts_stops() -> None:
-    settings = ServerSettings(max_stop_strings=2)
+def test_parse_names_the_field_and_counts_stops(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLXD_MAX_STOP_STRINGS", "2")
+    settings = ServerSettings()
     with pytest.raises(InvalidRequest) as e:
         parse(ChatCompletionRequest, b'{"messages": [{"role": "user"}]}', settings)
     assert e.value.param == "messages.0"
