@@ -16,7 +16,6 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, model_
 
 from mlxd.chat.messages import join_text
 from mlxd.server.schemas import (
-    FunctionName,
     JsonSchemaFormat,
     MaxTokens,
     ModelName,
@@ -29,6 +28,7 @@ from mlxd.server.schemas import (
 _CFG = ConfigDict(extra="ignore", allow_inf_nan=False)
 
 BlockId = Annotated[StrictStr, Field(min_length=1, max_length=256)]
+ToolName = Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_\-]{1,128}$")]  # Anthropic's rule
 MAX_BLOCKS = 10_000  # content blocks in one message
 MAX_MESSAGES = 10_000
 MAX_TOOLS = 512
@@ -46,7 +46,7 @@ class ToolUseBlock(BaseModel):
     model_config = _CFG
     type: Literal["tool_use"]
     id: BlockId
-    name: FunctionName
+    name: ToolName
     input: dict[StrictStr, Any]
 
 
@@ -118,7 +118,7 @@ class ToolParam(BaseModel):
 
     model_config = _CFG
     type: StrictStr | None = None  # first, so a server tool's error names its type
-    name: FunctionName
+    name: ToolName
     description: StrictStr | None = None
     input_schema: dict[StrictStr, Any]
 
@@ -153,7 +153,7 @@ class ToolChoiceAny(BaseModel):
 class ToolChoiceTool(BaseModel):
     model_config = _CFG
     type: Literal["tool"]
-    name: FunctionName
+    name: ToolName
     disable_parallel_tool_use: StrictBool = False
 
 

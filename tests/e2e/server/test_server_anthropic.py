@@ -427,3 +427,15 @@ def test_metrics_count_the_new_routes(http: httpx.Client, server: ServerProcess)
     for route in ("/v1/messages", "/v1/messages/count_tokens", "/v1/responses"):
         assert f'mlxd_http_requests_total{{route="{route}",status="200"}}' in text
     assert ttft_count() >= before + 2  # both generations went through the shared timer
+
+
+def test_tool_names_follow_anthropics_rule(http: httpx.Client) -> None:
+    """Up to 128 of [A-Za-z0-9_-] (long MCP tool names), as Anthropic allows."""
+    tool = {"name": "mcp__" + "a" * 120, "input_schema": {"type": "object"}}
+    ok = http.post("/messages/count_tokens", json={"messages": USER, "tools": [tool]})
+    assert ok.status_code == 200, ok.text
+    for bad in ("a" * 129, "dotted.name", "with space"):
+        body = {"messages": USER, "tools": [{**tool, "name": bad}]}
+        assert_anthropic_error(
+            http.post("/messages/count_tokens", json=body), 400, "invalid_request_error"
+        )
