@@ -32,37 +32,21 @@ from mlxd.server.anthropic_schemas import (
     ToolUseBlock,
 )
 from mlxd.server.anthropic_wire import AnthropicWire
-from mlxd.server.generation import respond
-from mlxd.server.inputs import ToolChoice, apply_tool_choice, parse
+from mlxd.server.generation import respond, start_chat_stream
+from mlxd.server.inputs import ChatInputs, ToolChoice, apply_tool_choice, parse
 from mlxd.server.state import server_state
 
 router = APIRouter()
 
-ChatInputs = tuple[list[dict[str, Any]], list[dict[str, Any]] | None, dict[str, Any] | None]
-
 
 @router.post("/v1/messages")
 async def create_message(request: Request) -> Response:
-    from mlxd.chat.session import start_chat
-
     st = server_state(request)
     start = time.perf_counter()
     req = parse(MessagesRequest, await request.body(), st.settings)
     check_stop_count(len(req.stop_sequences or []), param="stop_sequences")
     info = await st.models.get(req.model)
-    messages, tools, kwargs = chat_inputs(req)
-    stream = await asyncio.to_thread(
-        lambda: start_chat(
-            st.engine,
-            info,
-            messages,
-            options=req.options(),
-            tools=tools,
-            tool_choice=req.forced_tool_choice(),
-            template_kwargs=kwargs,
-            server_defaults=True,
-        )
-    )
+    stream = await start_chat_stream(st, info, req, chat_inputs(req))
     wire = AnthropicWire(model=info.name, prompt_tokens=stream.prompt.prompt_tokens)
     return await respond(request, st, stream, wire, req.stream, start)
 
@@ -100,7 +84,7 @@ def chat_inputs(req: CountTokensRequest) -> ChatInputs:
             param=f"messages.{len(req.messages) - 1}.role",
         )
     tools = [t.to_chat() for t in req.tools] if req.tools else None
-    return messages, _tool_choice(req, messages, tools), req.template_kwargs()
+    return ChatInputs(messages, _tool_choice(req, messages, tools), req.template_kwargs())
 
 
 def _tool_choice(

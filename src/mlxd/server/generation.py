@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from starlette.background import BackgroundTask
 from starlette.requests import Request
@@ -21,11 +21,16 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive
 
 from mlxd.errors import EngineUnavailable, MlxdError, from_code
+from mlxd.server.inputs import ChatInputs, ChatRequest
 from mlxd.server.lifecycle import Generation, Lifecycle
 from mlxd.server.metrics import Metrics
 from mlxd.server.sse import SSE_HEADERS
 from mlxd.server.state import ServerState
 from mlxd.types import ChatEvent, FinishEvent, FinishReason, Usage, Warning
+
+if TYPE_CHECKING:
+    from mlxd.chat.session import ChatStream
+    from mlxd.engine import ModelInfo
 
 log = logging.getLogger("mlxd.server")
 
@@ -95,6 +100,32 @@ def failure(finish: FinishEvent, gen: Generation) -> MlxdError | None:
     if finish.reason == FinishReason.ERROR:
         return from_code(finish.error_code, finish.error)
     return None
+
+
+async def start_chat_stream(
+    st: ServerState,
+    info: ModelInfo,
+    req: ChatRequest,
+    inputs: ChatInputs,
+    template: str | None = None,
+) -> ChatStream:
+    """chat.session.start_chat for a parsed request of any API, off the event loop (it
+    renders and tokenizes the prompt)."""
+    from mlxd.chat.session import start_chat
+
+    return await asyncio.to_thread(
+        lambda: start_chat(
+            st.engine,
+            info,
+            inputs.messages,
+            options=req.options(),
+            tools=inputs.tools,
+            tool_choice=req.forced_tool_choice(),
+            template_kwargs=inputs.template_kwargs,
+            server_defaults=True,
+            template=template,
+        )
+    )
 
 
 async def respond(

@@ -7,7 +7,7 @@ that depend on operator settings or on several fields at once.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -22,6 +22,22 @@ M = TypeVar("M", bound=BaseModel)
 
 REQUIRED_HINT = "You must answer by calling one of the provided tools."
 NAMED_HINT = "You must answer by calling the tool `{name}`."
+
+
+class ChatInputs(NamedTuple):
+    """What start_chat takes from a request beyond its options, whichever API it came in."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    template_kwargs: dict[str, Any] | None
+
+
+class ChatRequest(Protocol):
+    """A parsed chat request of any API (chat completions, Anthropic messages, Responses)."""
+
+    def options(self) -> dict[str, Any]: ...
+
+    def forced_tool_choice(self) -> str | dict[str, Any] | None: ...
 
 
 def parse(model: type[M], body: bytes, settings: ServerSettings) -> M:
@@ -46,9 +62,7 @@ class ToolChoice(StrEnum):
     NAMED = "named"  # call this one tool (stated in the prompt; the template sees only it)
 
 
-def chat_inputs(
-    req: ChatCompletionRequest,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, dict[str, Any] | None]:
+def chat_inputs(req: ChatCompletionRequest) -> ChatInputs:
     """(messages, tools, template_kwargs) for start_chat, honouring tool_choice: the prompt
     says what it asks for; start_chat enforces a forced call with a grammar."""
     messages = [m.to_template() for m in req.messages]
@@ -58,7 +72,7 @@ def chat_inputs(
         tools = apply_tool_choice(messages, tools, ToolChoice.NAMED, choice.function.name)
     elif choice is not None:
         tools = apply_tool_choice(messages, tools, ToolChoice(choice))
-    return messages, tools, template_kwargs(req)
+    return ChatInputs(messages, tools, template_kwargs(req))
 
 
 def apply_tool_choice(

@@ -9,7 +9,6 @@ Stateless: every request carries the whole conversation (responses_schemas).
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -17,8 +16,8 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from mlxd.errors import InvalidRequest
-from mlxd.server.generation import respond
-from mlxd.server.inputs import ToolChoice, apply_tool_choice, parse
+from mlxd.server.generation import respond, start_chat_stream
+from mlxd.server.inputs import ChatInputs, ToolChoice, apply_tool_choice, parse
 from mlxd.server.responses_schemas import (
     FunctionCallItem,
     FunctionCallOutputItem,
@@ -32,30 +31,14 @@ from mlxd.server.state import server_state
 
 router = APIRouter()
 
-ChatInputs = tuple[list[dict[str, Any]], list[dict[str, Any]] | None, dict[str, Any] | None]
-
 
 @router.post("/v1/responses")
 async def create_response(request: Request) -> Response:
-    from mlxd.chat.session import start_chat
-
     st = server_state(request)
     start = time.perf_counter()
     req = parse(ResponsesRequest, await request.body(), st.settings)
     info = await st.models.get(req.model)
-    messages, tools, kwargs = chat_inputs(req)
-    stream = await asyncio.to_thread(
-        lambda: start_chat(
-            st.engine,
-            info,
-            messages,
-            options=req.options(),
-            tools=tools,
-            tool_choice=req.forced_tool_choice(),
-            template_kwargs=kwargs,
-            server_defaults=True,
-        )
-    )
+    stream = await start_chat_stream(st, info, req, chat_inputs(req))
     wire = ResponsesWire(model=info.name, request=req)
     return await respond(request, st, stream, wire, req.stream, start)
 
@@ -75,7 +58,7 @@ def chat_inputs(req: ResponsesRequest) -> ChatInputs:
         tools = apply_tool_choice(messages, tools, ToolChoice.NAMED, choice.name)
     elif choice is not None:
         tools = apply_tool_choice(messages, tools, ToolChoice(choice))
-    return messages, tools, req.template_kwargs()
+    return ChatInputs(messages, tools, req.template_kwargs())
 
 
 class _ItemsToMessages:

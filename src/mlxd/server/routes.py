@@ -11,7 +11,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from mlxd.errors import ModelNotFound
 from mlxd.server import anthropic_api, responses_api
-from mlxd.server.generation import respond
+from mlxd.server.generation import respond, start_chat_stream
 from mlxd.server.inputs import chat_inputs, parse, request_template
 from mlxd.server.schemas import ChatCompletionRequest, CompletionRequest
 from mlxd.server.served_models import DEFAULT_ALIASES
@@ -25,27 +25,12 @@ router.include_router(responses_api.router)
 
 @router.post("/v1/chat/completions")
 async def chat_completions(request: Request) -> Response:
-    from mlxd.chat.session import start_chat
-
     st = _state(request)
     start = time.perf_counter()
     req = parse(ChatCompletionRequest, await request.body(), st.settings)
     template = request_template(req, st.settings)
     info = await st.models.get(req.model)
-    messages, tools, kwargs = chat_inputs(req)
-    stream = await asyncio.to_thread(
-        lambda: start_chat(
-            st.engine,
-            info,
-            messages,
-            options=req.options(),
-            tools=tools,
-            tool_choice=req.forced_tool_choice(),
-            template_kwargs=kwargs,
-            server_defaults=True,
-            template=template,
-        )
-    )
+    stream = await start_chat_stream(st, info, req, chat_inputs(req), template)
     texts = st.texts(info) if req.logprobs else None
     wire = ChatWire(model=info.name, texts=texts, include_usage=req.include_usage)
     return await respond(request, st, stream, wire, req.stream, start)
