@@ -16,22 +16,21 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, model_
 
 from mlxd.chat.messages import join_text
 from mlxd.server.schemas import (
+    MAX_MESSAGES,
+    MAX_TOOLS,
+    CallId,
     JsonSchemaFormat,
     MaxTokens,
     ModelName,
-    StopText,
+    StopList,
     Temperature,
     TopK,
     TopP,
 )
+from mlxd.server.schemas import WIRE_CONFIG as _CFG
 
-_CFG = ConfigDict(extra="ignore", allow_inf_nan=False)
-
-BlockId = Annotated[StrictStr, Field(min_length=1, max_length=256)]
 ToolName = Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_\-]{1,128}$")]  # Anthropic's rule
 MAX_BLOCKS = 10_000  # content blocks in one message
-MAX_MESSAGES = 10_000
-MAX_TOOLS = 512
 
 
 class TextBlock(BaseModel):
@@ -45,7 +44,7 @@ class ToolUseBlock(BaseModel):
 
     model_config = _CFG
     type: Literal["tool_use"]
-    id: BlockId
+    id: CallId
     name: ToolName
     input: dict[StrictStr, Any]
 
@@ -55,7 +54,7 @@ class ToolResultBlock(BaseModel):
 
     model_config = _CFG
     type: Literal["tool_result"]
-    tool_use_id: BlockId
+    tool_use_id: CallId
     content: StrictStr | Annotated[list[TextBlock], Field(max_length=MAX_BLOCKS)] = ""
     is_error: StrictBool = False
 
@@ -255,7 +254,7 @@ class MessagesRequest(CountTokensRequest):
 
     max_tokens: MaxTokens
     stream: StrictBool = False
-    stop_sequences: Annotated[list[StopText], Field(max_length=256)] | None = None
+    stop_sequences: StopList | None = None
     temperature: Temperature | None = None
     top_p: TopP | None = None
     top_k: TopK | None = None

@@ -28,6 +28,8 @@ from pydantic import (
 
 from mlxd.chat.messages import join_text
 from mlxd.server.schemas import (
+    MAX_TOOLS,
+    CallId,
     FunctionName,
     JsonSchemaFormat,
     MaxTokens,
@@ -36,13 +38,10 @@ from mlxd.server.schemas import (
     TopLogprobs,
     TopP,
 )
+from mlxd.server.schemas import WIRE_CONFIG as _CFG
 
-_CFG = ConfigDict(extra="ignore", allow_inf_nan=False)
-
-CallId = Annotated[StrictStr, Field(min_length=1, max_length=256)]
 MAX_ITEMS = 10_000
 MAX_PARTS = 10_000
-MAX_TOOLS = 512
 NO_STATE = "mlxd keeps no response state; send the whole conversation in 'input'"
 
 

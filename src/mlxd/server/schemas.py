@@ -27,7 +27,11 @@ from pydantic.fields import FieldInfo
 from mlxd.chat.messages import join_text
 from mlxd.config import LIMITS, SAMPLING_BOUNDS
 
-_CFG = ConfigDict(extra="ignore", allow_inf_nan=False)
+# Every API's wire shapes: unknown fields ignored (as OpenAI and Anthropic do), no NaN/inf.
+WIRE_CONFIG = ConfigDict(extra="ignore", allow_inf_nan=False)
+_CFG = WIRE_CONFIG
+MAX_MESSAGES = 10_000  # messages in one request
+MAX_TOOLS = 512  # tools in one request
 
 
 def _range(name: str) -> FieldInfo:
@@ -46,6 +50,9 @@ TopLogprobs = Annotated[StrictInt, _range("top_logprobs")]
 StopText = Annotated[StrictStr, Field(min_length=1, max_length=LIMITS["stop_string_chars"])]
 ModelName = Annotated[StrictStr, Field(min_length=1, max_length=512)]
 FunctionName = Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")]
+CallId = Annotated[StrictStr, Field(min_length=1, max_length=256)]  # a tool call's id
+# A body may list this many stop strings; the operator's max_stop_strings is checked after.
+StopList = Annotated[list[StopText], Field(max_length=256)]
 
 # HTTP field -> chat-layer option name; the names are the same by design (OPTIONS table).
 SAMPLING_FIELDS = (
@@ -88,7 +95,7 @@ class SamplingFields(BaseModel):
     ) = None
     seed: Seed | None = None
     # The operator's max_stop_strings (config) is checked as a request is parsed.
-    stop: StopText | Annotated[list[StopText], Field(max_length=256)] | None = None
+    stop: StopText | StopList | None = None
     n: Annotated[StrictInt, Field(ge=1, le=128)] = 1
     ignore_eos: StrictBool | None = None  # extension (as in vLLM): generate past EOS
     response_format: ResponseFormat | None = None
@@ -251,11 +258,11 @@ class ResponseFormat(BaseModel):
 
 
 class ChatCompletionRequest(SamplingFields):
-    messages: Annotated[list[Message], Field(min_length=1, max_length=10_000)]
+    messages: Annotated[list[Message], Field(min_length=1, max_length=MAX_MESSAGES)]
     max_completion_tokens: MaxTokens | None = None
     logprobs: StrictBool = False
     top_logprobs: TopLogprobs | None = None
-    tools: Annotated[list[Tool], Field(max_length=512)] | None = None
+    tools: Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     chat_template_kwargs: dict[StrictStr, Any] | None = None
     # A Jinja chat template instead of the model's (vLLM's extension); only when the operator
