@@ -14,7 +14,7 @@ from mlxd.checkpoint import context_window
 from mlxd.config import store_dir
 from mlxd.store import facts
 from mlxd.store.containment import CODE as OUTSIDE
-from mlxd.store.files import file_size, model_files
+from mlxd.store.files import file_size, model_files, mtime
 from mlxd.store.health import check
 from mlxd.store.hfcache import CachedRepo, scan_repos
 from mlxd.store.model_ref import ModelRef, Source
@@ -93,8 +93,9 @@ def entry(path: Path, name: str, source: Source, revision: str | None) -> Catalo
     """Describe one model directory for listing (headers only, never tensors)."""
     report = check(path)
     if any(p.code == OUTSIDE for p in report.problems):  # never read through the link
-        return CatalogEntry(name, source, path, revision, 0, _mtime_of_link(path), "unknown",
-                          "-", None, report.status, report.problems)  # fmt: skip
+        modified = mtime(path, follow_links=False)
+        return CatalogEntry(name, source, path, revision, 0, modified, "unknown", "-", None,
+                            report.status, report.problems)  # fmt: skip
     config = facts.read_json(path / "config.json")
     tok_config = facts.read_json(path / "tokenizer_config.json")
     if not config:
@@ -135,19 +136,5 @@ def _size_and_mtime(path: Path) -> tuple[int, float]:
         files = model_files(path)
     except OSError:
         files = []
-    mtimes = [_mtime(p) for p in files] or [_mtime(path)]
+    mtimes = [mtime(p) for p in files] or [mtime(path)]
     return sum(file_size(p) for p in files), max(mtimes)
-
-
-def _mtime_of_link(path: Path) -> float:
-    try:
-        return path.lstat().st_mtime
-    except OSError:
-        return 0.0
-
-
-def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return 0.0

@@ -62,3 +62,11 @@ def file_size(path: Path) -> int:
         return path.stat().st_size
     except OSError:
         return 0
+
+
+def mtime(path: Path, *, follow_links: bool = True) -> float:
+    """The modification time of `path` (of the link itself unless follow_links), 0 if gone."""
+    try:
+        return (path.stat() if follow_links else path.lstat()).st_mtime
+    except OSError:
+        return 0.0

@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mlxd.store.files import mtime
+
 REPO_PREFIX = "models--"
 
 
@@ -54,7 +56,7 @@ class CachedRepo:
         if revision is None:
             if "main" in self.refs and self.refs["main"] in by_hash:
                 return by_hash[self.refs["main"]]
-            return max(self.snapshots, key=_mtime, default=None)
+            return max(self.snapshots, key=mtime, default=None)
         if revision in self.refs:
             return by_hash.get(self.refs[revision])
         if revision in by_hash:
@@ -68,13 +70,6 @@ class CachedRepo:
             return sorted((self.folder / "blobs").glob("*.incomplete"))
         except OSError:
             return []
-
-
-def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return 0.0
 
 
 def scan_repos(cache_dir: Path | None = None) -> list[CachedRepo]:
