@@ -290,7 +290,7 @@ def _special_tokens(
         value = _token(config.get(key))
         if value is not None:
             special[key] = declared.get(str(value), value)
-    others = [(k, v) for k, v in config.items() if k.endswith("_token") and k not in special]
+    others = [(k, v) for k, v in config.items() if k.endswith("_token")]
     others = [(k, v) for k, v in others if k not in SPECIAL_TOKEN_NAMES]
     special.update((k, _token(v)) for k, v in others if _is_serialized(v))
     special.update((k, v) for k, v in others if isinstance(v, str))
