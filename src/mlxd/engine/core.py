@@ -22,7 +22,7 @@ from mlxd.engine.request import FINISH_BY_BACKEND, Request, RequestStatus
 from mlxd.engine.residency import Residency
 from mlxd.engine.scheduler import Scheduler
 from mlxd.engine.stats import Counters
-from mlxd.errors import EngineFault, MlxdError, one_line
+from mlxd.errors import EngineFault, MlxdError, ModelNotFound, one_line
 from mlxd.types import FinishEvent, FinishReason, SamplingParams
 
 if TYPE_CHECKING:  # llguidance loads with the first constrained request
@@ -203,7 +203,7 @@ class EngineCore:
         self._close_runner()
         if entry is None:  # unloaded meanwhile: fail what waits for it
             for request in [r for r in self.scheduler.waiting if r.model == wanted]:
-                self.fail(request, f"model {wanted} is not loaded", "model_not_found")
+                self.fail(request, f"model {wanted} is not loaded", ModelNotFound.code)
             return
         self.runner = self.backend.make_runner(wanted, entry.loaded)
         self.model = wanted
@@ -222,7 +222,7 @@ class EngineCore:
                     request.grammar,
                 )
             except Exception as exc:  # this request cannot start; the others can
-                self.fail(request, f"request failed: {one_line(exc)}", "engine_error")
+                self.fail(request, f"request failed: {one_line(exc)}", EngineFault.code)
                 continue
             self.on_dequeue()
             request.cached_tokens = cached
@@ -251,7 +251,7 @@ class EngineCore:
         for uid, exc in result.failed.items():
             request = running.get(uid)
             if request is not None:
-                self.fail(request, f"request failed: {one_line(exc)}", "engine_error")
+                self.fail(request, f"request failed: {one_line(exc)}", EngineFault.code)
 
     def _deliver(self, result: StepResult, now: float) -> tuple[list[Collector], list[Collector]]:
         """Push each token to its request's collector (the stop token itself is never
@@ -281,7 +281,7 @@ class EngineCore:
     def _fail_batch(self, exc: Exception) -> None:
         message = f"batch step failed: {one_line(exc)}"
         for request in list(self.scheduler.running.values()):
-            self.fail(request, message, "engine_error", in_backend=False)
+            self.fail(request, message, EngineFault.code, in_backend=False)
         self._close_runner()
 
     def _close_runner(self) -> None:
