@@ -1,4 +1,5 @@
-"""The only package that imports mlx / mlx_lm: loading, the batched step, sampling, caches."""
+"""The only package that imports mlx (and mlx_lm, but for the chat layer's tool-call parsers):
+loading, the batched step, sampling, caches. The map: docs/ARCHITECTURE.md."""
 
 from mlxd.backend import blas, lazy_transformers
 
