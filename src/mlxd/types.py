@@ -69,6 +69,19 @@ class OutputConstraint:
 
 
 @dataclass(frozen=True, slots=True)
+class PromptBoundaries:
+    """Where a chat prompt's parts end, in tokens (0: unknown). The engine snapshots its
+    cache there so that later prompts sharing those parts skip them (docs/prefix-cache.md)."""
+
+    system: int = 0  # end of the system prompt
+    history: int = 0  # start of the last message: a branch (same history) shares this much
+    next_turn: int = 0  # the next turn (this prompt, the answer, a new message) shares this much
+
+    def positions(self) -> tuple[int, ...]:
+        return self.system, self.history, self.next_turn
+
+
+@dataclass(frozen=True, slots=True)
 class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0

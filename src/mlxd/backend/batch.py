@@ -4,14 +4,22 @@ BatchGenerator already interleaves chunked prefill with decode (each `next()` de
 for the running batch, then prefills one chunk), keeps per-sequence samplers, logits processors,
 stop tokens and max_tokens, and frees a sequence with `remove(uids)`. This class only adapts it
 to the engine: token ids in, `StepOutput`s out, caches to and from the prefix cache.
+
+A prompt is inserted in segments that end at its snapshot points (end of the system prompt,
+start of the last message, where the next turn departs, all but the last token): a prefill
+chunk never crosses a segment end, and BatchGenerator reports each one, so the cache is copied
+there into the prefix cache (mlx-lm's server does the same for its system and user segments).
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
+from dataclasses import dataclass
 
 import mlx.core as mx
 from mlx_lm.generate import StopSequences
+from mlx_lm.models.cache import make_prompt_cache
 
 from mlxd.backend import mlx_lm_compat as compat
 from mlxd.backend.grammar import CompiledGrammar
@@ -19,7 +27,13 @@ from mlxd.backend.grammar_mask import GrammarMask
 from mlxd.backend.loader import LoadedModel
 from mlxd.backend.outputs import FaultHook, StepOutput, StepResult
 from mlxd.backend.prefill_plan import PrefillPlanner
-from mlxd.backend.prefix import PrefixCache
+from mlxd.backend.prefix import (
+    MIN_REUSE_TOKENS,
+    PrefixCache,
+    SnapshotKind,
+    Turn,
+    trimmable_at,
+)
 from mlxd.backend.sampling import (
     GREEDY,
     guard_processor,
@@ -28,7 +42,9 @@ from mlxd.backend.sampling import (
     make_sampler,
     token_logprob,
 )
-from mlxd.types import SamplingParams
+from mlxd.types import PromptBoundaries, SamplingParams
+
+_NO_BOUNDARIES = PromptBoundaries()
 
 
 class BatchRunner:
@@ -66,6 +82,10 @@ class BatchRunner:
         )
         self._top_n: dict[int, int] = {}  # uid -> top_logprobs, only for logprobs requests
         self._failed: dict[int, BaseException] = {}  # uid -> first sampler/processor error
+        self._snapshots: dict[int, _SnapshotPlan] = {}  # uid -> where its cache is copied
+        # A plain attention cache can always be cut back to any prefix of what it holds: the
+        # answer's snapshot serves every shorter prompt, so it needs no mid-prompt ones.
+        self._always_trimmable = trimmable_at(make_prompt_cache(loaded.model), 1 << 62)
 
     def insert(
         self,
@@ -74,12 +94,14 @@ class BatchRunner:
         max_new: int,
         request_id: str,
         grammar: CompiledGrammar | None = None,
+        boundaries: PromptBoundaries = _NO_BOUNDARIES,
     ) -> tuple[int, int]:
         """Queue one sequence; returns (uid, cached prompt tokens reused from the prefix cache).
         A `grammar` masks its logits last. A sampler or logits processor that raises is
         reported in the next StepResult."""
-        cache, rest = self.prefix_cache.fetch(self.model_key, prompt_ids)
-        cached = len(prompt_ids) - len(rest)
+        reuse = self.prefix_cache.fetch(self.model_key, prompt_ids, boundaries.next_turn)
+        cached = reuse.tokens
+        plan = self._plan(prompt_ids, boundaries, reuse.turn, cached)
         report = _FailureReport(self._failed)
         sampler = make_sampler(params, self.vocab_size)
         if sampler is not GREEDY or self.fault_hook is not None:
@@ -90,10 +112,10 @@ class BatchRunner:
         stops = set(params.stop_token_ids)
         if not params.ignore_eos:
             stops |= self.loaded.eos_token_ids
-        (uid,) = self._gen.insert(
-            [rest],
+        (uid,) = self._gen.insert_segments(
+            [plan.segments(cached)],
             max_tokens=[max_new],
-            caches=[cache] if cache is not None else None,
+            caches=[reuse.cache] if reuse.cache is not None else None,
             all_tokens=[prompt_ids[:cached]],
             samplers=[sampler],
             logits_processors=[procs],
@@ -102,7 +124,30 @@ class BatchRunner:
         report.uid = uid  # set before any step can call the sampler
         if params.logprobs:
             self._top_n[uid] = params.top_logprobs
+        if self.prefix_cache.enabled:
+            self._snapshots[uid] = plan
         return uid, cached
+
+    def _plan(
+        self, prompt: list[int], boundaries: PromptBoundaries, turn: Turn, cached: int
+    ) -> _SnapshotPlan:
+        """Where this prompt's cache is copied. BatchGenerator always ends a segment before
+        the last prompt token; the other ends are the chat layer's boundaries."""
+        last, system = len(prompt) - 1, boundaries.system
+        kinds: dict[int, SnapshotKind | None] = {last: None}
+        if not self._always_trimmable:
+            for point in (boundaries.history, boundaries.next_turn):
+                if abs(point - system) >= MIN_REUSE_TOKENS:  # else the system one serves
+                    kinds[min(point, last)] = SnapshotKind.HISTORY
+            kinds[last] = SnapshotKind.PROMPT
+        kinds[system] = SnapshotKind.SYSTEM
+        points = deque(
+            (at, kind)
+            for at, kind in sorted(kinds.items())
+            if cached < at <= last and (at == last or at >= MIN_REUSE_TOKENS)
+        )
+        answer = self._always_trimmable or turn.next_turn >= len(prompt)
+        return _SnapshotPlan(prompt, turn, points, answer)
 
     def remove(self, uids: list[int], *, keep_cache: bool = True) -> None:
         """Drop sequences in any stage; their KV so far goes to the prefix cache."""
@@ -111,11 +156,30 @@ class BatchRunner:
         caches = self._gen.remove(
             uids, return_prompt_caches=keep_cache and self.prefix_cache.enabled
         )
-        for cache, tokens in caches.values():
-            self._store(tokens, cache)
         for uid in uids:
             self._top_n.pop(uid, None)
             self._failed.pop(uid, None)
+            plan = self._snapshots.pop(uid, None)
+            if plan is not None and uid in caches:
+                cache, tokens = caches[uid]
+                within = len(tokens) < len(plan.prompt)
+                kind = SnapshotKind.PROMPT if within else SnapshotKind.ANSWER
+                self._store(tokens, cache, kind, plan.turn)
+
+    def awaits_snapshot(self, prompt_ids: list[int]) -> bool:
+        """A sequence of this batch is about to store a snapshot holding more of this prompt
+        than the prefix cache can give now: starting it after that skips prefilling the same
+        tokens twice (requests sharing a system prompt that arrive together)."""
+        if not self._snapshots:
+            return False
+        coming = 0
+        for plan in self._snapshots.values():
+            for at, kind in plan.points:
+                if kind is not None and at > coming and prompt_ids[:at] == plan.prompt[:at]:
+                    coming = at
+        if coming < MIN_REUSE_TOKENS:
+            return False
+        return coming - self.prefix_cache.reusable(self.model_key, prompt_ids) >= MIN_REUSE_TOKENS
 
     @property
     def prefill_pending(self) -> bool:
@@ -130,15 +194,17 @@ class BatchRunner:
         """One decode step for the running batch, then one prefill chunk."""
         planner = self._planner
         if planner is None:
-            _, gen_resps = self._gen.next()
+            prompt_resps, gen_resps = self._gen.next()
         else:
             prefilled = self._plan_prefill(planner)
             started = time.perf_counter()
-            _, gen_resps = self._gen.next()
+            prompt_resps, gen_resps = self._gen.next()
             if prefilled == 0:
                 planner.observe_decode(time.perf_counter() - started)
             elif prefilled is not None:
                 planner.observe_prefill(time.perf_counter() - started, prefilled)
+        if self._snapshots:
+            self._segments_done([r.uid for r in prompt_resps if compat.segment_ended(r)])
         top_n = self._top_n
         if top_n:
             outputs = []
@@ -150,13 +216,31 @@ class BatchRunner:
             outputs = [StepOutput(r.uid, r.token, r.finish_reason, None) for r in gen_resps]
         for r in gen_resps:
             if r.finish_reason is not None:
-                self._store(r.all_tokens, r.prompt_cache)
                 top_n.pop(r.uid, None)
+                plan = self._snapshots.pop(r.uid, None)
+                if plan is not None and plan.answer:
+                    self._store(r.all_tokens, r.prompt_cache, SnapshotKind.ANSWER, plan.turn)
         if not self._failed:
             return StepResult(outputs)
         failed = dict(self._failed)
         self._failed.clear()
         return StepResult(outputs, failed)
+
+    def _segments_done(self, uids: list[int]) -> None:
+        """These sequences' caches now end at their next snapshot point: copy the ones kept."""
+        keep = []
+        for uid in uids:
+            plan = self._snapshots.get(uid)
+            if plan is not None and plan.points:
+                _, kind = plan.points.popleft()
+                if kind is not None:
+                    keep.append((uid, kind, plan.turn))
+        if not keep:
+            return
+        caches = self._gen.extract_cache([uid for uid, _, _ in keep])
+        for uid, kind, turn in keep:
+            cache, tokens = caches[uid]
+            self._store(list(tokens), cache, kind, turn)
 
     def close(self) -> None:
         self._gen.close()
@@ -181,12 +265,37 @@ class BatchRunner:
         lengths = [length for _, length in compat.waiting_prompts(gen)]
         count = planner.plan(lengths)
         compat.limit_next_prefill(gen, count)
-        longest = max(lengths[:count])
+        # A prompt cut at snapshot points prefills one segment per step: the first one is
+        # what this step runs.
+        longest = max(first for _, first in compat.first_segments(gen, count))
         return count * longest if longest <= planner.chunk else None
 
-    def _store(self, tokens: list[int] | None, cache: compat.PromptCache | None) -> None:
+    def _store(
+        self,
+        tokens: list[int] | None,
+        cache: compat.PromptCache | None,
+        kind: SnapshotKind,
+        turn: Turn,
+    ) -> None:
         if tokens and cache:
-            self.prefix_cache.store(self.model_key, tokens, cache)
+            self.prefix_cache.store(self.model_key, tokens, cache, kind, turn)
+
+
+@dataclass(slots=True)
+class _SnapshotPlan:
+    """One sequence's snapshot points still ahead (prompt position, kind; None: a segment end
+    that is not kept), and whether its final cache (prompt + answer) is kept."""
+
+    prompt: list[int]
+    turn: Turn
+    points: deque[tuple[int, SnapshotKind | None]]
+    answer: bool
+
+    def segments(self, cached: int) -> list[list[int]]:
+        """The prompt after the cached tokens, cut at each point."""
+        ends = [at for at, _ in self.points] + [len(self.prompt)]
+        starts = [cached, *ends[:-1]]
+        return [self.prompt[a:b] for a, b in zip(starts, ends, strict=True)]
 
 
 class _FailureReport:

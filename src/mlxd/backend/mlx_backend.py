@@ -8,7 +8,7 @@ from mlxd.backend import blas
 from mlxd.backend.batch import BatchRunner, release_thread_streams
 from mlxd.backend.loader import LoadedModel, load_checkpoint
 from mlxd.backend.memory import free_unused
-from mlxd.backend.outputs import FaultHook
+from mlxd.backend.outputs import FaultHook, PrefixCacheStats
 from mlxd.backend.prefix import PrefixCache
 
 
@@ -60,8 +60,8 @@ class MlxBackend:
         self.prefix_cache.clear()
         release_thread_streams()
 
-    def cache_stats(self) -> tuple[int, int]:
-        return self.prefix_cache.nbytes, len(self.prefix_cache)
+    def cache_stats(self) -> PrefixCacheStats:
+        return self.prefix_cache.stats()
 
     def blas(self) -> str:
         return blas.active().name

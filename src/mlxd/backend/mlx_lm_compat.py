@@ -7,9 +7,11 @@ Nothing else in mlxd reads or writes mlx-lm's private state. What we rely on:
   as tuples whose [0] is the uid and [1] the prompt's token segments; `_prompt_batch` is the
   group being prefilled (length 0 when none); `_generation_batch._num_tokens[i]` is 0 for a
   sequence whose first token the next `next()` returns.
-- `LRUPromptCache` has no per-model removal: `drop_model` walks its LRU deques (`_lru._lrus`),
-  its trie (`_trie.pop`, `_trie._trie`) and keeps its byte counters (`_n_bytes`,
-  `_n_bytes_by_type`) right, as its own `trim_to` does.
+- `BatchGenerator.insert_segments` prefills each segment with chunks that never cross its end
+  and ends a segment before the last prompt token; `next()` reports each segment end
+  (`end_of_segment`, not `end_of_prompt`) when the cache holds exactly the tokens before it,
+  and `extract_cache` then returns that cache and its tokens (mlx-lm's server saves its
+  prompt caches this way). `first_segments` reads the segments of `_unprocessed_sequences`.
 - `trim_prompt_cache` returns the number of tokens trimmed (annotated `List[Any]`).
 - A sequence's logits processors are called once per decode step with its tokens so far: the
   first call's last token is the prompt's last token, each later call's last token is the
@@ -34,7 +36,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from mlx_lm import tokenizer_utils, utils
 from mlx_lm.generate import BatchGenerator, StopSequences
-from mlx_lm.models.cache import LRUPromptCache, trim_prompt_cache
+from mlx_lm.models.cache import trim_prompt_cache
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 
 from mlxd.backend import lazy_transformers
@@ -79,6 +81,17 @@ class Generated(Protocol):
     def all_tokens(self) -> list[int] | None: ...  # set when finished
 
 
+class Prefilled(Protocol):
+    """Prefill progress of one sequence, from `BatchGenerator.next()`."""
+
+    @property
+    def uid(self) -> int: ...
+    @property
+    def end_of_segment(self) -> bool: ...  # the chunk just run ended one of its segments
+    @property
+    def end_of_prompt(self) -> bool: ...  # its prefill is over (its first token comes next)
+
+
 class _Decoding(Protocol):
     @property
     def _num_tokens(self) -> list[int]: ...
@@ -100,11 +113,24 @@ class BatchGen(Protocol):
         stop_sequences: list[StopSequences] | None = None,
     ) -> list[int]: ...
 
+    def insert_segments(
+        self,
+        segments: list[list[list[int]]],
+        max_tokens: list[int] | None = None,
+        caches: list[PromptCache] | None = None,
+        all_tokens: list[list[int]] | None = None,
+        samplers: list[Sampler] | None = None,
+        logits_processors: list[list[Processor]] | None = None,
+        stop_sequences: list[StopSequences] | None = None,
+    ) -> list[int]: ...
+
     def remove(
         self, uids: list[int], return_prompt_caches: bool = False
     ) -> dict[int, tuple[PromptCache, list[int]]]: ...
 
-    def next(self) -> tuple[list[object], list[Generated]]: ...
+    def extract_cache(self, uids: list[int]) -> dict[int, tuple[PromptCache, list[int]]]: ...
+
+    def next(self) -> tuple[list[Prefilled], list[Generated]]: ...
 
     def close(self) -> None: ...
 
@@ -144,6 +170,18 @@ def waiting_prompts(gen: BatchGen) -> Iterator[tuple[int, int]]:
         yield seq[0], sum(len(segment) for segment in seq[1])
 
 
+def segment_ended(progress: Prefilled) -> bool:
+    """The sequence's cache now ends where one of its inserted segments ends (not at the end
+    of its prompt: the prefill of a segment of one last token is reported as that)."""
+    return progress.end_of_segment and not progress.end_of_prompt
+
+
+def first_segments(gen: BatchGen, prompts: int) -> Iterator[tuple[int, int]]:
+    """(uid, length of its first segment) of the first `prompts` waiting prompts."""
+    for seq, _ in zip(gen._unprocessed_sequences, range(prompts), strict=False):
+        yield seq[0], len(seq[1][0])
+
+
 def first_token_due(gen: BatchGen) -> bool:
     """A sequence that finished its prefill gets its first token from the next `next()`."""
     return 0 in gen._generation_batch._num_tokens
@@ -158,23 +196,6 @@ def trim_cache(cache: PromptCache, tokens: int) -> int:
     """Trim `tokens` from the end of a trimmable cache, in place; returns how many went."""
     trimmed: object = trim_prompt_cache(cache, tokens)
     return trimmed if isinstance(trimmed, int) else 0
-
-
-def drop_model(lru: LRUPromptCache, model_key: str) -> int:
-    """Remove every entry of `model_key` from `lru`; returns how many went."""
-    dropped = 0
-    for queue in lru._lru._lrus.values():
-        kept = [(model, tokens) for model, tokens in queue if model != model_key]
-        for model, tokens in queue:
-            if model == model_key:
-                entry = lru._trie.pop(model, tokens)
-                lru._n_bytes -= entry.nbytes
-                lru._n_bytes_by_type[entry.cache_type] -= entry.nbytes
-                dropped += 1
-        queue.clear()
-        queue.extend(kept)
-    lru._trie._trie.pop(model_key, None)
-    return dropped
 
 
 def load(path: Path, *, trust_remote_code: bool) -> tuple[Module, TokenizerWrapper]:

@@ -30,3 +30,14 @@ class StepResult:
 
     tokens: list[StepOutput]
     failed: dict[int, BaseException] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixCacheStats:
+    """The prefix cache now (bytes, entries) and since start (the counters)."""
+
+    bytes: int = 0
+    entries: int = 0
+    stored: int = 0  # snapshots stored
+    evictions: int = 0  # entries dropped to stay within the byte budget
+    pruned: int = 0  # entries made redundant by a newer one (same conversation, or trimmable)

@@ -1,22 +1,92 @@
-"""Prefix cache: KV caches of finished requests keyed by their token ids (mlx-lm's
-`LRUPromptCache`, bounded in bytes), shared by every model the engine runs."""
+"""Prefix cache: snapshots of KV caches at prompt boundaries, keyed by token ids, bounded in
+bytes and shared by every model the engine runs (keys include the model name).
+
+A snapshot holds a model's cache after a prefix of a request's tokens: the end of its system
+prompt (SYSTEM), the start of its last message or the point where the next turn's prompt
+departs from this one (HISTORY), all but the last prompt token (PROMPT), or the prompt plus
+the generated tokens (ANSWER). A later prompt reuses the longest snapshot that is a prefix of
+it, or, when the cache can be trimmed (attention KV; a rotating window not yet full), a longer
+one cut back to the common prefix. Recurrent states and full rotating windows cannot be cut
+back: for them only the snapshots at prompt boundaries are reusable, which is why they exist.
+
+Bounds: entries are evicted least recently used first past `max_bytes`; a trimmable entry
+replaces the entries that are its own prefixes; and when a request continues an earlier turn
+(its prompt holds that turn's prompt up to where a next turn departs), the earlier turn's
+snapshots go once the new request has stored one, so a conversation keeps only its latest turn.
+"""
 
 from __future__ import annotations
 
-from mlx_lm.models.cache import LRUPromptCache, can_trim_prompt_cache
+import copy
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from enum import StrEnum
 
-from mlxd.backend.mlx_lm_compat import PromptCache, drop_model, trim_cache
+import mlx.core as mx
+from mlx.utils import tree_map
+from mlx_lm.models.cache import PromptTrie, RotatingKVCache, can_trim_prompt_cache
 
-# Bytes decide eviction; the entry count only guards against pathological tiny entries.
-_MAX_ENTRIES = 1 << 16
+from mlxd.backend.mlx_lm_compat import PromptCache, trim_cache
+from mlxd.backend.outputs import PrefixCacheStats
+
+# A reuse shorter than this is not worth a cache copy (chat prompts of unrelated conversations
+# share a handful of template tokens); it is neither used nor counted as a hit.
+MIN_REUSE_TOKENS = 16
+
+Key = tuple[str, tuple[int, ...]]  # (model, tokens)
+
+
+class SnapshotKind(StrEnum):
+    SYSTEM = "system"  # end of the system prompt: shared across conversations, never pruned
+    HISTORY = "history"  # start of the last message, or where the next turn departs
+    PROMPT = "prompt"  # all but the last prompt token: a repeat of the same prompt
+    ANSWER = "answer"  # prompt + generated tokens (or what a cancelled request holds)
+
+
+@dataclass(slots=True, eq=False)
+class Turn:
+    """The request behind a group of snapshots: its prompt, where a next turn departs from it
+    (`next_turn`), and the turn it continues (pruned at this turn's first store)."""
+
+    prompt: list[int]
+    next_turn: int
+    keys: set[Key] = field(default_factory=set)
+    continues: Turn | None = None
+
+
+@dataclass(slots=True, eq=False)
+class Snapshot:
+    key: Key
+    cache: PromptCache
+    nbytes: int
+    kind: SnapshotKind
+    trimmable: bool
+    turn: Turn | None  # None for SYSTEM snapshots: they belong to no conversation
+
+    @property
+    def length(self) -> int:
+        return len(self.key[1])
+
+
+@dataclass(frozen=True, slots=True)
+class Reuse:
+    """What `fetch` found: a private cache holding the first `tokens` prompt tokens (None: no
+    reuse), and the turn the request's own snapshots belong to."""
+
+    cache: PromptCache | None
+    tokens: int
+    turn: Turn
 
 
 class PrefixCache:
-    """`fetch` returns a private copy of the longest usable prefix; `store` keeps a cache."""
+    """Every method runs on the engine thread."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._lru = LRUPromptCache(max_size=_MAX_ENTRIES, max_bytes=max(max_bytes, 0))
+        self._trie = PromptTrie()  # type: ignore[no-untyped-call]
+        self._lru: OrderedDict[Key, Snapshot] = OrderedDict()
+        self._bytes = 0
+        self._stored = self._evictions = self._pruned = 0
 
     @property
     def enabled(self) -> bool:
@@ -24,30 +94,165 @@ class PrefixCache:
 
     @property
     def nbytes(self) -> int:
-        return int(self._lru.nbytes)
+        return self._bytes
 
     def __len__(self) -> int:
         return len(self._lru)
 
-    def fetch(self, model_key: str, tokens: list[int]) -> tuple[PromptCache | None, list[int]]:
-        """(cache, rest): the cache holds len(tokens) - len(rest) tokens; rest is never empty,
-        since the last prompt token must run through the model to give the first logits."""
-        if not self.enabled:
-            return None, tokens
-        cache, rest = self._lru.fetch_nearest_cache(model_key, tokens)
-        if cache is not None and not rest:
-            if can_trim_prompt_cache(cache) and trim_cache(cache, 1) == 1:
-                return cache, tokens[-1:]
-            return None, tokens
-        return cache, list(rest)
+    def stats(self) -> PrefixCacheStats:
+        return PrefixCacheStats(
+            self._bytes, len(self._lru), self._stored, self._evictions, self._pruned
+        )
 
-    def store(self, model_key: str, tokens: list[int], cache: PromptCache) -> None:
-        if self.enabled and tokens and cache:
-            self._lru.insert_cache(model_key, list(tokens), cache)
+    # ---- look-up --------------------------------------------------------------------
 
-    def drop(self, model_key: str) -> int:
+    def fetch(self, model: str, prompt: list[int], next_turn: int | None = None) -> Reuse:
+        """A private copy of the longest usable snapshot for `prompt`. It never holds the last
+        prompt token, which must run through the model to give the first logits."""
+        turn = Turn(prompt, next_turn or len(prompt))
+        found = self._nearest(model, prompt)
+        if found is None:
+            return Reuse(None, 0, turn)
+        snap, usable = found
+        cache = copy.deepcopy(snap.cache)
+        if snap.length > usable and trim_cache(cache, snap.length - usable) != snap.length - usable:
+            return Reuse(None, 0, turn)
+        self._lru.move_to_end(snap.key)
+        earlier = snap.turn
+        if earlier is not None and earlier.prompt == prompt:
+            return Reuse(cache, usable, earlier)  # the same prompt again: the same turn
+        if earlier is not None and _continues(prompt, earlier):
+            turn.continues = earlier
+        return Reuse(cache, usable, turn)
+
+    def reusable(self, model: str, prompt: list[int]) -> int:
+        """How many tokens of `prompt` a fetch would reuse now (0 or >= MIN_REUSE_TOKENS)."""
+        found = self._nearest(model, prompt)
+        return found[1] if found is not None else 0
+
+    def _nearest(self, model: str, prompt: list[int]) -> tuple[Snapshot, int] | None:
+        """The snapshot serving the most of prompt[:-1], and how many tokens it serves."""
+        if not self.enabled or len(prompt) <= MIN_REUSE_TOKENS:
+            return None
+        head = prompt[:-1]
+        found = self._trie.search(model, head)
+        best: tuple[Snapshot, int] | None = None
+        for tokens in (found.exact, found.shorter):
+            if tokens is not None:
+                snap: Snapshot = self._trie.get(model, tokens)
+                if best is None or snap.length > best[1]:
+                    best = (snap, snap.length)
+        if found.longer is not None and (best is None or found.common_prefix > best[1]):
+            snap = self._trie.get(model, found.longer)
+            if snap.trimmable:
+                best = (snap, found.common_prefix)
+        if best is None or best[1] < MIN_REUSE_TOKENS:
+            return None
+        return best
+
+    # ---- storing --------------------------------------------------------------------
+
+    def store(
+        self,
+        model: str,
+        tokens: list[int],
+        cache: PromptCache,
+        kind: SnapshotKind,
+        turn: Turn | None,
+    ) -> None:
+        """Keep `cache`, which holds exactly `tokens` (it is not copied: the caller gives it
+        up). A snapshot larger than the whole budget is not kept."""
+        if not self.enabled or len(tokens) < MIN_REUSE_TOKENS or not cache:
+            return
+        cache = _detach(cache)
+        nbytes = sum(int(c.nbytes) for c in cache)
+        if nbytes > self.max_bytes:
+            return
+        if turn is not None and turn.continues is not None:
+            self._prune_turn(turn.continues)  # this conversation moved on
+            turn.continues = None
+        owner = None if kind is SnapshotKind.SYSTEM else turn
+        key: Key = (model, tuple(tokens))
+        if key in self._lru:
+            self._remove(self._lru[key])
+        snap = Snapshot(key, cache, nbytes, kind, can_trim_prompt_cache(cache), owner)
+        self._trie.add(model, list(tokens), snap)
+        self._lru[key] = snap
+        self._bytes += nbytes
+        self._stored += 1
+        if owner is not None:
+            owner.keys.add(key)
+        if snap.trimmable:  # its own prefixes are redundant: it can be cut back to any of them
+            for _, older in self._trie.pop_prefixes(model, list(tokens)):
+                self._forget(older)
+                self._pruned += 1
+        while self._bytes > self.max_bytes:
+            oldest = next(iter(self._lru.values()))
+            self._remove(oldest)
+            self._evictions += 1
+
+    def _prune_turn(self, turn: Turn) -> None:
+        for key in list(turn.keys):
+            snap = self._lru.get(key)
+            if snap is not None:
+                self._remove(snap)
+                self._pruned += 1
+        turn.keys.clear()
+
+    def _remove(self, snap: Snapshot) -> None:
+        model, tokens = snap.key
+        self._trie.pop(model, list(tokens))
+        self._forget(snap)
+
+    def _forget(self, snap: Snapshot) -> None:
+        """Drop `snap` from the LRU and the byte count (the trie no longer holds it)."""
+        del self._lru[snap.key]
+        self._bytes -= snap.nbytes
+        if snap.turn is not None:
+            snap.turn.keys.discard(snap.key)
+
+    # ---- whole-model removal --------------------------------------------------------
+
+    def drop(self, model: str) -> int:
         """Forget every entry of one model (it was unloaded); returns how many went."""
-        return drop_model(self._lru, model_key)
+        gone = [snap for key, snap in self._lru.items() if key[0] == model]
+        for snap in gone:
+            self._remove(snap)
+        return len(gone)
 
     def clear(self) -> None:
-        self._lru.trim_to(n_sequences=0)
+        for snap in list(self._lru.values()):
+            self._remove(snap)
+
+
+def _continues(prompt: list[int], earlier: Turn) -> bool:
+    """`prompt` is a next turn of `earlier`: it holds earlier's prompt up to where a next turn
+    departs, and more."""
+    point = earlier.next_turn
+    return len(prompt) > point and prompt[:point] == earlier.prompt[:point]
+
+
+def _detach(cache: PromptCache) -> PromptCache:
+    """Give each array of `cache` its own buffer: a cache extracted from a batch may be a view
+    that keeps the whole batch's buffer alive (and under-reports its bytes)."""
+    for layer in cache:
+        layer.state = tree_map(_own_buffer, layer.state)  # type: ignore[attr-defined]
+    mx.async_eval([layer.state for layer in cache])  # type: ignore[attr-defined,no-untyped-call]
+    return cache
+
+
+def _own_buffer(x: object) -> object:
+    return mx.contiguous(x) if isinstance(x, mx.array) else x
+
+
+def trimmable_at(template: PromptCache, tokens: int) -> bool:
+    """Whether a cache of this model (`template`: a fresh one) can be cut back once it holds
+    `tokens` tokens: attention KV can, a rotating window only until full, a recurrent state
+    never."""
+    for layer in template:
+        if isinstance(layer, RotatingKVCache):
+            if tokens >= layer.max_size:
+                return False
+        elif not layer.is_trimmable():  # type: ignore[attr-defined]
+            return False
+    return True

@@ -20,13 +20,14 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from mlxd.chat.boundaries import prompt_boundaries
 from mlxd.chat.control_tokens import Shield, shield_messages
 from mlxd.chat.formats import detect_reasoning
 from mlxd.chat.messages import check_template_kwargs, normalize_messages, normalize_tools
 from mlxd.chat.template import render_template
 from mlxd.config import setting
 from mlxd.errors import InvalidRequest, TemplateError
-from mlxd.types import Tokenizer
+from mlxd.types import PromptBoundaries, Tokenizer
 
 __all__ = [
     "BuiltPrompt",
@@ -37,6 +38,7 @@ __all__ = [
     "render_chat_text",
 ]
 
+_FALLBACK_REPLY = "\n\nAssistant:"  # the fallback format's generation prompt
 _SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "pad_token")
 
 
@@ -47,12 +49,14 @@ class BuiltPrompt:
     reasoning_open: the prompt ends inside an open reasoning block (e.g. a template that
     appends "<think>\\n"), so the output starts in reasoning. warnings: what the caller should
     be told about the prompt (no chat template, tools the template does not show).
+    boundaries: where its parts end (prefix-cache snapshot points; chat.boundaries).
     """
 
     token_ids: list[int]
     text: str
     reasoning_open: bool = False
     warnings: tuple[str, ...] = ()
+    boundaries: PromptBoundaries = PromptBoundaries()
 
     @property
     def prompt_tokens(self) -> int:
@@ -85,11 +89,17 @@ def build_chat_prompt(
     # not, so it gets the tokenizer's special tokens like a raw prompt.
     ids = shield.encode(tokenizer, rendered, add_special_tokens=fallback)
     text = shield.restore(rendered)
+
+    def render(other: list[dict[str, Any]], generation: bool) -> list[int]:
+        text = render_chat_text(tokenizer, other, tool_list, kwargs, template, generation)
+        return shield.encode(tokenizer, text, add_special_tokens=fallback)
+
     return BuiltPrompt(
         token_ids=ids,
         text=text,
         reasoning_open=_ends_in_reasoning(tokenizer, text),
         warnings=_warnings(fallback, tool_list, text),
+        boundaries=prompt_boundaries(msgs, ids, render),
     )
 
 
@@ -122,6 +132,7 @@ def render_chat_text(
     tools: list[dict[str, Any]] | None,
     template_kwargs: dict[str, Any],
     template: str | None = None,
+    add_generation_prompt: bool = True,
 ) -> str:
     """The prompt text for already-normalized messages (`template`, else the model's template,
     mlx-lm renderer or the fallback format)."""
@@ -132,20 +143,21 @@ def render_chat_text(
             tokenizer.apply_chat_template(
                 messages,
                 tools=tools,
-                add_generation_prompt=True,
+                add_generation_prompt=add_generation_prompt,
                 tokenize=False,
                 **template_kwargs,
             )
         )
     source = template if template is not None else _template_source(tokenizer)
     if source is None:
-        return fallback_prompt(messages, tools)
+        text = fallback_prompt(messages, tools)
+        return text if add_generation_prompt else text.removesuffix(_FALLBACK_REPLY)
     context: dict[str, Any] = {
         **_special_tokens(tokenizer),
         **template_kwargs,
         "messages": messages,
         "tools": tools,
-        "add_generation_prompt": True,
+        "add_generation_prompt": add_generation_prompt,
     }
     # The size budget bounds what a template adds: a long prompt is the window's business.
     budget = int(setting("template_bytes")) + len(json.dumps([messages, tools], default=str))
@@ -169,7 +181,7 @@ def fallback_prompt(messages: list[dict[str, Any]], tools: list[dict[str, Any]] 
             text = (text + "\n" if text else "") + json.dumps(calls, ensure_ascii=False)
         label = f"Tool ({m['tool_call_id']})" if role == "tool" else role.capitalize()
         blocks.append(f"{label}: {text}")
-    blocks.append("Assistant:")
+    blocks.append(_FALLBACK_REPLY.strip())
     return "\n\n".join(blocks)
 
 

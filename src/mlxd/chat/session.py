@@ -223,6 +223,7 @@ def _submit(
         params=params,
         max_tokens_cap=cap,
         grammar=_compile(constraint, info) if constraint is not None else None,
+        boundaries=prompt.boundaries,
     )
     handle = engine.submit(request)
     return ChatStream(handle, stream_filter, prompt, warnings)

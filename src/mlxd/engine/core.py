@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from mlxd.backend.loader import LoadedModel
-from mlxd.backend.outputs import StepResult
+from mlxd.backend.outputs import PrefixCacheStats, StepResult
 from mlxd.engine.collector import Collector, StreamWaker
 from mlxd.engine.engine_config import EngineConfig
 from mlxd.engine.inbox import Cancel, LoadModel, Message, Submit
@@ -23,7 +23,7 @@ from mlxd.engine.residency import Residency
 from mlxd.engine.scheduler import Scheduler
 from mlxd.engine.stats import Counters
 from mlxd.errors import EngineFault, MlxdError, ModelNotFound, one_line
-from mlxd.types import FinishEvent, FinishReason, SamplingParams
+from mlxd.types import FinishEvent, FinishReason, PromptBoundaries, SamplingParams
 
 if TYPE_CHECKING:  # llguidance loads with the first constrained request
     from mlxd.backend.grammar import CompiledGrammar
@@ -39,9 +39,12 @@ class Runner(Protocol):
         max_new: int,
         request_id: str,
         grammar: CompiledGrammar | None = None,
+        boundaries: PromptBoundaries = ...,
     ) -> tuple[int, int]: ...  # (uid, prompt tokens served from the prefix cache)
 
     def remove(self, uids: list[int], *, keep_cache: bool = True) -> None: ...
+
+    def awaits_snapshot(self, prompt_ids: list[int]) -> bool: ...  # start it later: a hit
 
     def step(self) -> StepResult: ...
 
@@ -58,7 +61,7 @@ class Backend(Protocol):
 
     def make_runner(self, name: str, model: LoadedModel) -> Runner: ...
 
-    def cache_stats(self) -> tuple[int, int]: ...  # (prefix cache bytes, entries)
+    def cache_stats(self) -> PrefixCacheStats: ...
 
     def blas(self) -> str: ...  # which BLAS the CPU matmuls use ("mkl", "reference", ...)
 
@@ -211,7 +214,11 @@ class EngineCore:
     def _admit(self) -> None:
         if self.runner is None:
             return
+        later = []
         for request in self.scheduler.admissible(self.model):
+            if self.runner.awaits_snapshot(request.prompt_ids):
+                later.append(request)  # a running prefill is about to cache its prefix
+                continue
             request.admitted_at = time.monotonic()
             try:
                 uid, cached = self.runner.insert(
@@ -220,6 +227,7 @@ class EngineCore:
                     request.max_new,
                     request.request_id,
                     request.grammar,
+                    request.boundaries,
                 )
             except Exception as exc:  # this request cannot start; the others can
                 self.fail(request, f"request failed: {one_line(exc)}", EngineFault.code)
@@ -227,7 +235,8 @@ class EngineCore:
             self.on_dequeue()
             request.cached_tokens = cached
             self.scheduler.start(request, uid)
-            self.counters.admitted(request.prompt_len, cached)
+            self.counters.admitted(request.prompt_len, cached, self.cfg.prefix_cache_bytes > 0)
+        self.scheduler.put_back(later)
 
     def _run(self, runner: Runner) -> StepResult | None:
         """One batched step; None when it raised (its batch is failed and dropped)."""

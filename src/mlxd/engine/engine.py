@@ -180,6 +180,7 @@ class Engine:
             max_new=max_new,
             collector=Collector(),
             grammar=req.grammar,
+            boundaries=req.boundaries,
         )
 
     def _cancel(self, request_id: str) -> None:
@@ -200,7 +201,7 @@ class Engine:
 
     def stats(self) -> EngineStats:
         core, c = self._core, self._core.counters
-        cache_bytes, cache_entries = self._backend.cache_stats()
+        cache = self._backend.cache_stats()
         return EngineStats(
             running=len(core.scheduler.running),
             waiting=self._queued,
@@ -212,8 +213,12 @@ class Engine:
             prefilled_tokens_total=c.prefilled_tokens_total,
             requests_total=c.requests_total,
             steps_total=c.steps_total,
-            prefix_cache_bytes=cache_bytes,
-            prefix_cache_entries=cache_entries,
+            prefix_cache_bytes=cache.bytes,
+            prefix_cache_entries=cache.entries,
+            prefix_cache_misses=c.prefix_cache_misses,
+            prefix_cache_evictions=cache.evictions,
+            prefix_cache_pruned=cache.pruned,
+            prefix_cache_stored=cache.stored,
             kv_tokens_in_use=core.scheduler.kv_in_use,
             model=core.model,
             models_loaded=tuple(self._models.names()),

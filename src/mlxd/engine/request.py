@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from mlxd.config import LIMITS, SAMPLING_BOUNDS
 from mlxd.engine.collector import Collector
 from mlxd.errors import ContextOverflow, InvalidRequest
-from mlxd.types import FinishReason, SamplingParams, Timings, Usage
+from mlxd.types import FinishReason, PromptBoundaries, SamplingParams, Timings, Usage
 
 if TYPE_CHECKING:  # llguidance loads with the first constrained request
     from mlxd.backend.grammar import CompiledGrammar
@@ -21,13 +21,15 @@ if TYPE_CHECKING:  # llguidance loads with the first constrained request
 class EngineRequest:
     """A generation request in token ids. `max_tokens_cap` is the caller's default cap
     (the server passes half the window when the client gave no max_tokens). `grammar`, compiled
-    before submit (mlxd.backend.grammar), constrains the output token by token."""
+    before submit (mlxd.backend.grammar), constrains the output token by token; `boundaries`
+    are where the chat layer's prompt parts end (prefix-cache snapshot points)."""
 
     model: str
     prompt_ids: list[int]
     params: SamplingParams = field(default_factory=SamplingParams)
     max_tokens_cap: int | None = None
     grammar: CompiledGrammar | None = None
+    boundaries: PromptBoundaries = field(default_factory=PromptBoundaries)
 
 
 class RequestStatus(StrEnum):
@@ -48,6 +50,7 @@ class Request:
     max_new: int
     collector: Collector
     grammar: CompiledGrammar | None = None
+    boundaries: PromptBoundaries = field(default_factory=PromptBoundaries)
     status: RequestStatus = RequestStatus.WAITING
     uid: int | None = None  # the backend's sequence id once admitted
     cached_tokens: int = 0
@@ -120,6 +123,8 @@ def validate(req: EngineRequest, vocab_size: int) -> None:
         SAMPLING_BOUNDS["logit_bias"].check("logit_bias", bias)
     if req.max_tokens_cap is not None:
         _check(req.max_tokens_cap >= 1, "max_tokens_cap", ">= 1")
+    in_prompt = all(0 <= at <= len(req.prompt_ids) for at in req.boundaries.positions())
+    _check(in_prompt, "boundaries", "positions within the prompt")
     _check(all(0 <= t < vocab_size for t in p.stop_token_ids), "stop_token_ids", "in vocab")
     if req.grammar is not None and p.ignore_eos:
         # A finished answer can only be followed by EOS: it must end the sequence.

@@ -43,6 +43,10 @@ class Scheduler:
             admitted.append(self.waiting.popleft())
         return admitted
 
+    def put_back(self, requests: list[Request]) -> None:
+        """Return popped, still waiting requests to the head of the queue, in order."""
+        self.waiting.extendleft(reversed(requests))
+
     def model_to_swap_in(self, current: str | None) -> str | None:
         """The model the queue needs next, once nothing runs on the current one."""
         if self.running or not self.waiting:

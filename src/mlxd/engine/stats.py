@@ -44,6 +44,10 @@ class EngineStats:
     steps_total: int = 0
     prefix_cache_bytes: int = 0
     prefix_cache_entries: int = 0
+    prefix_cache_misses: int = 0  # prompts that reused nothing (cache on)
+    prefix_cache_evictions: int = 0  # entries dropped to stay within prefix_cache_bytes
+    prefix_cache_pruned: int = 0  # entries a newer one made redundant (same conversation)
+    prefix_cache_stored: int = 0  # snapshots stored
     kv_tokens_in_use: int = 0
     model: str | None = None
     models_loaded: tuple[str, ...] = ()
@@ -57,6 +61,7 @@ class Counters:
     requests_total: int = 0
     steps_total: int = 0
     prefix_cache_hits: int = 0
+    prefix_cache_misses: int = 0
     cached_tokens_total: int = 0
     prompt_tokens_total: int = 0
     generation_tokens_total: int = 0
@@ -64,10 +69,13 @@ class Counters:
     # Every key present from the start, so readers never see the dict change size.
     by_reason: dict[str, int] = field(default_factory=lambda: {r.value: 0 for r in FinishReason})
 
-    def admitted(self, prompt_len: int, cached: int) -> None:
-        """A request started: `cached` of its `prompt_len` tokens came from the prefix cache."""
+    def admitted(self, prompt_len: int, cached: int, cache_on: bool = True) -> None:
+        """A request started: `cached` of its `prompt_len` tokens came from the prefix cache
+        (the backend reuses no prefix shorter than a handful of tokens: 0 then)."""
         self.prompt_tokens_total += prompt_len
         self.prefilled_tokens_total += prompt_len - cached
         if cached:
             self.prefix_cache_hits += 1
             self.cached_tokens_total += cached
+        elif cache_on:
+            self.prefix_cache_misses += 1

@@ -8,7 +8,6 @@ from importlib.metadata import version
 from pathlib import Path
 
 import mlx.core as mx
-from mlx_lm.models.cache import KVCache, LRUPromptCache
 
 from mlxd.backend import mlx_lm_compat as compat
 from mlxd.backend.loader import load_checkpoint
@@ -60,28 +59,6 @@ def test_batch_generator_state_the_runner_reads_and_sets(tiny_chat_model: Path) 
         gen.close()
 
 
-def kv(tokens: int) -> list[KVCache]:
-    cache = KVCache()
-    cache.update_and_fetch(mx.zeros((1, 2, tokens, 8)), mx.zeros((1, 2, tokens, 8)))
-    return [cache]
-
-
-def test_drop_model_keeps_the_lru_prompt_cache_consistent() -> None:
-    lru = LRUPromptCache(max_size=100, max_bytes=1 << 30)
-    lru.insert_cache("a", [1, 2, 3], kv(3))
-    lru.insert_cache("b", [1, 2, 3], kv(3))
-    lru.insert_cache("a", [5, 6], kv(2), cache_type="user")
-    assert compat.drop_model(lru, "a") == 2
-    assert (len(lru), lru.nbytes) == (1, kv(3)[0].nbytes)
-    by_type = lru.stats_by_type()
-    assert sum(t["n_bytes"] for t in by_type.values()) == lru.nbytes
-    assert sum(t["n_sequences"] for t in by_type.values()) == 1
-    assert lru.fetch_nearest_cache("a", [1, 2, 3, 4])[0] is None
-    assert lru.fetch_nearest_cache("b", [1, 2, 3, 4])[1] == [4]
-    lru.insert_cache("a", [1, 2], kv(2))  # the model's trie starts afresh
-    assert lru.fetch_nearest_cache("a", [1, 2, 9])[1] == [9]
-
-
 def test_logits_processor_calls_see_the_prompt_then_each_sampled_token(
     tiny_chat_model: Path,
 ) -> None:
@@ -104,5 +81,38 @@ def test_logits_processor_calls_see_the_prompt_then_each_sampled_token(
         assert seen[0] == 13  # the prompt's last token
         assert seen[1:] == sampled[: len(seen) - 1]  # then each token sampled before the call
         assert len(seen) >= 5
+    finally:
+        gen.close()
+
+
+def test_segments_end_where_inserted_and_their_cache_is_the_prefix(tiny_hybrid_model: Path) -> None:
+    """A segment end is reported once the cache holds exactly the tokens before it, and the
+    cache extracted then continues like a fresh prefill of that prefix (a recurrent model)."""
+    model = load_checkpoint(tiny_hybrid_model).model
+    prompt = [(7 * i) % 300 + 10 for i in range(40)]
+    gen = compat.new_batch_generator(
+        model, completion_batch_size=2, prefill_batch_size=2, prefill_step_size=8
+    )
+    try:
+        (uid,) = gen.insert_segments([[prompt[:13], prompt[13:]]], max_tokens=[4])
+        assert list(compat.first_segments(gen, 1)) == [(uid, 13)]
+        ends, snapshot, answer = [], None, []
+        while len(answer) < 4:
+            prefilled, generated = gen.next()
+            for r in prefilled:
+                if compat.segment_ended(r):
+                    cache, tokens = gen.extract_cache([uid])[uid]
+                    ends.append(len(tokens))
+                    snapshot = snapshot or (cache, list(tokens))
+            answer += [g.token for g in generated]
+        assert ends == [13, 39]  # the inserted end, then the one before the last token
+        assert snapshot is not None and snapshot[1] == prompt[:13]
+        (again,) = gen.insert(
+            [prompt[13:]], max_tokens=[4], caches=[snapshot[0]], all_tokens=[prompt[:13]]
+        )
+        resumed: list[int] = []
+        while len(resumed) < 4:
+            resumed += [g.token for g in gen.next()[1] if g.uid == again]
+        assert resumed == answer
     finally:
         gen.close()

@@ -12,7 +12,7 @@ import mlx.core as mx
 import pytest
 from mlx_lm.models.cache import KVCache
 
-from mlxd.backend.prefix import PrefixCache
+from mlxd.backend.prefix import PrefixCache, SnapshotKind
 from mlxd.engine import Engine, ModelInfo
 from mlxd.errors import ModelNotFound
 from mlxd.types import FinishReason, TokenEvent
@@ -125,15 +125,16 @@ def test_prefix_cache_drop_forgets_one_model_only() -> None:
         return [cache]
 
     pc = PrefixCache(1 << 20)
-    pc.store("a", [1, 2, 3, 4], kv(4))
-    pc.store("a", [7, 8, 9], kv(3))
-    pc.store("b", [1, 2, 3, 4], kv(4))
-    b_bytes = kv(4)[0].nbytes
+    prompt, other = list(range(100, 140)), list(range(200, 230))
+    pc.store("a", prompt, kv(40), SnapshotKind.ANSWER, None)
+    pc.store("a", other, kv(30), SnapshotKind.ANSWER, None)
+    pc.store("b", prompt, kv(40), SnapshotKind.ANSWER, None)
+    b_bytes = kv(40)[0].nbytes
     assert pc.drop("a") == 2
     assert (len(pc), pc.nbytes) == (1, b_bytes)
-    assert pc.fetch("a", [1, 2, 3, 4, 5])[0] is None
-    cache, rest = pc.fetch("b", [1, 2, 3, 4, 5])
-    assert cache is not None and rest == [5]
+    assert pc.fetch("a", [*prompt, 5]).cache is None
+    reuse = pc.fetch("b", [*prompt, 5])
+    assert reuse.cache is not None and reuse.tokens == len(prompt)
     assert pc.drop("missing") == 0 and len(pc) == 1
 
 

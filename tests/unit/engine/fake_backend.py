@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlxd.backend.loader import LoadedModel
-from mlxd.backend.outputs import StepOutput, StepResult
-from mlxd.types import SamplingParams
+from mlxd.backend.outputs import PrefixCacheStats, StepOutput, StepResult
+from mlxd.types import PromptBoundaries, SamplingParams
 
 VOCAB = 1000
+_NO_BOUNDARIES = PromptBoundaries()
 
 
 def fake_model(path: Path, context_window: int = 64) -> LoadedModel:
@@ -47,6 +48,7 @@ class FakeRunner:
         max_new: int,
         request_id: str,
         grammar: object = None,
+        boundaries: PromptBoundaries = _NO_BOUNDARIES,
     ) -> tuple[int, int]:
         if prompt_ids[0] == 666:
             raise ValueError("fake insert failure")
@@ -57,6 +59,9 @@ class FakeRunner:
     def remove(self, uids: list[int], *, keep_cache: bool = True) -> None:
         for uid in uids:
             self.seqs.pop(uid, None)
+
+    def awaits_snapshot(self, prompt_ids: list[int]) -> bool:
+        return False
 
     @property
     def prefill_pending(self) -> bool:
@@ -107,8 +112,8 @@ class FakeBackend:
         self.runners.append(runner)
         return runner
 
-    def cache_stats(self) -> tuple[int, int]:
-        return 0, 0
+    def cache_stats(self) -> PrefixCacheStats:
+        return PrefixCacheStats()
 
     def blas(self) -> str:
         return "none"
