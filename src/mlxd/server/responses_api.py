@@ -22,9 +22,9 @@ from mlxd.server.responses_schemas import (
     FunctionCallItem,
     FunctionCallOutputItem,
     MessageItem,
-    NamedFunction,
     ReasoningItem,
     ResponsesRequest,
+    ToolChoiceFunction,
 )
 from mlxd.server.responses_wire import ResponsesWire
 from mlxd.server.state import server_state
@@ -54,7 +54,7 @@ def chat_inputs(req: ResponsesRequest) -> ChatInputs:
         _ItemsToMessages(messages).add_all(req.input)
     tools = [t.to_chat() for t in req.tools] if req.tools else None
     choice = req.tool_choice
-    if isinstance(choice, NamedFunction):
+    if isinstance(choice, ToolChoiceFunction):
         tools = apply_tool_choice(messages, tools, ToolChoice.NAMED, choice.name)
     elif choice is not None:
         tools = apply_tool_choice(messages, tools, ToolChoice(choice))

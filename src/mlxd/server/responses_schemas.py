@@ -176,7 +176,7 @@ class FunctionTool(BaseModel):
         return {"type": "function", "function": fn}
 
 
-class NamedFunction(BaseModel):
+class ToolChoiceFunction(BaseModel):
     model_config = _CFG
     type: Literal["function"]
     name: FunctionName
@@ -227,7 +227,7 @@ class ResponsesRequest(BaseModel):
     input: StrictStr | Annotated[list[InputItem], Field(min_length=1, max_length=MAX_ITEMS)]
     instructions: StrictStr | None = None
     tools: Annotated[list[FunctionTool], Field(max_length=MAX_TOOLS)] | None = None
-    tool_choice: Literal["none", "auto", "required"] | NamedFunction | None = None
+    tool_choice: Literal["none", "auto", "required"] | ToolChoiceFunction | None = None
     parallel_tool_calls: StrictBool | None = None
     max_output_tokens: MaxTokens | None = None
     temperature: Temperature | None = None
@@ -269,7 +269,7 @@ class ResponsesRequest(BaseModel):
     @model_validator(mode="after")
     def _tool_choice_names_a_tool(self) -> ResponsesRequest:
         names = {t.name for t in self.tools or []}
-        if isinstance(self.tool_choice, NamedFunction) and self.tool_choice.name not in names:
+        if isinstance(self.tool_choice, ToolChoiceFunction) and self.tool_choice.name not in names:
             raise ValueError(f"tool_choice names '{self.tool_choice.name}', which is not in tools")
         if self.tool_choice == "required" and not names:
             raise ValueError("tool_choice 'required' needs tools")
@@ -291,7 +291,7 @@ class ResponsesRequest(BaseModel):
 
     def forced_tool_choice(self) -> str | dict[str, Any] | None:
         """A tool_choice that forces a call, as the chat layer takes it (else None)."""
-        if isinstance(self.tool_choice, NamedFunction):
+        if isinstance(self.tool_choice, ToolChoiceFunction):
             return {"type": "function", "function": {"name": self.tool_choice.name}}
         return self.tool_choice if self.tool_choice == "required" else None
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mlxd.errors import MlxdError
-from mlxd.server.responses_schemas import NamedFunction, ResponsesRequest
+from mlxd.server.responses_schemas import ResponsesRequest, ToolChoiceFunction
 from mlxd.server.sse import named_event
 from mlxd.types import (
     ChatEvent,
@@ -247,7 +247,7 @@ class ResponsesWire:
             "temperature": req.temperature,
             "text": {"format": self._format()},
             "tool_choice": choice.model_dump()
-            if isinstance(choice, NamedFunction)
+            if isinstance(choice, ToolChoiceFunction)
             else (choice or "auto"),
             "tools": [t.model_dump() for t in req.tools or []],
             "top_p": req.top_p,

@@ -169,3 +169,17 @@ def test_the_checker_finds_an_upward_import_and_an_undeclared_library() -> None:
     found = violations([batch], {"backend": [BASE], BASE: []}, libs)
     assert any("mlx_lm ◀── backend" in v for v in found)
     assert not any(v.endswith("mlx ◀── backend is not in the map") for v in found)
+
+
+def test_names_are_unique_across_the_tree() -> None:
+    """STYLE.md habit 18: no two modules share a file name, no two classes a name."""
+    modules = [f.name for f in FILES if f.name != "__init__.py"]
+    assert sorted(m for m in set(modules) if modules.count(m) > 1) == []
+    classes = [
+        f"{node.name} ({f.relative_to(SRC)})"
+        for f in FILES
+        for node in ast.parse(f.read_text(encoding="utf-8")).body
+        if isinstance(node, ast.ClassDef)
+    ]
+    names = [c.split(" ")[0] for c in classes]
+    assert sorted(c for c in classes if names.count(c.split(" ")[0]) > 1) == []
