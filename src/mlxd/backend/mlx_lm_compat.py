@@ -13,6 +13,9 @@ Nothing else in mlxd reads or writes mlx-lm's private state. What we rely on:
   and `extract_cache` then returns that cache and its tokens (mlx-lm's server saves its
   prompt caches this way). `first_segments` reads the segments of `_unprocessed_sequences`.
 - `trim_prompt_cache` returns the number of tokens trimmed (annotated `List[Any]`).
+- `TokenizerWrapper._detokenizer` is the prototype `detokenizer` copies; the BPE one drops
+  the first token's leading space in `_maybe_trim_space`: `keep_leading_space` turns that off,
+  so that streamed text equals `tokenizer.decode(ids)`.
 - A sequence's logits processors are called once per decode step with its tokens so far: the
   first call's last token is the prompt's last token, each later call's last token is the
   one sampled at the previous call (backend/grammar_mask.py feeds it to its grammar).
@@ -37,7 +40,7 @@ from typing import TYPE_CHECKING, Protocol
 from mlx_lm import tokenizer_utils, utils
 from mlx_lm.generate import BatchGenerator, StopSequences
 from mlx_lm.models.cache import trim_prompt_cache
-from mlx_lm.tokenizer_utils import TokenizerWrapper
+from mlx_lm.tokenizer_utils import BPEStreamingDetokenizer, TokenizerWrapper
 
 from mlxd.backend import lazy_transformers
 from mlxd.backend.tokenizer import CheckpointTokenizer
@@ -220,4 +223,20 @@ def load_tokenizer(
         tokenizer.has_chat_template = (
             inner.chat_template is not None or tokenizer._chat_template is not None
         )
+    keep_leading_space(tokenizer)
     return tokenizer
+
+
+class _ExactBPEDetokenizer(BPEStreamingDetokenizer):
+    """mlx-lm's BPE streaming detokenizer without the first token's space trim."""
+
+    def _maybe_trim_space(self, current_text: str) -> str:
+        return current_text
+
+
+def keep_leading_space(tokenizer: TokenizerWrapper) -> None:
+    """Streamed text keeps a leading space of the first token (as `decode` does): the model's
+    exact text, which a client sending an answer back re-tokenizes to the same ids."""
+    detokenizer = tokenizer._detokenizer
+    if type(detokenizer) is BPEStreamingDetokenizer:
+        detokenizer.__class__ = _ExactBPEDetokenizer  # same state, one method less

@@ -54,6 +54,7 @@ def load_both(path: Path) -> tuple[TokenizerWrapper, TokenizerWrapper]:
     eos = load_config(path).get("eos_token_id")
     ours = compat.load_tokenizer(path, eos)
     theirs = load_tokenizer(path, eos_token_ids=eos)
+    compat.keep_leading_space(theirs)  # mlxd streams the exact text (docs/prefix-cache.md)
     assert tokenizer_route(path).loader is TokenizerLoader.TOKENIZERS
     assert isinstance(ours._tokenizer, CheckpointTokenizer)
     assert type(theirs._tokenizer).__name__ == "TokenizersBackend"

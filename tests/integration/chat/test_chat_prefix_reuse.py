@@ -251,3 +251,26 @@ def test_a_small_budget_evicts_and_stays_within_bytes(
         assert turns[1].usage.cached_tokens > 0  # its own first turn is still there
         assert engine.stats().prefix_cache_bytes <= budget
     assert engine.stats().prefix_cache_evictions > 0
+
+
+@pytest.mark.parametrize("kind", ["chat", "hybrid"])
+def test_an_answer_sent_back_exactly_is_reused_with_its_leading_space(
+    kind: str, request: pytest.FixtureRequest, engines: Any
+) -> None:
+    """`content` is the model's exact text: its first token's leading space included, so the
+    answer a client sends back tokenizes to the generated ids and the next turn reuses them
+    too (even where the cache cannot be cut back)."""
+    engine = engines()
+    info = engine.load_model(model_path(request, kind))
+    (the,) = info.tokenizer.encode(" the", add_special_tokens=False)
+    options = {"max_tokens": 6, "temperature": 0.0, "logit_bias": {str(the): 100}}
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": USERS[0]},
+    ]
+    first = collect(start_chat(engine, info, messages, options=options))
+    assert first.content == " the" * 6
+    messages += [{"role": "assistant", "content": first.content}, {"role": "user", "content": "?"}]
+    second = collect(start_chat(engine, info, messages, options=options))
+    # The first prompt and the answer (all but its last token, which never ran).
+    assert second.usage.cached_tokens >= first.prompt.prompt_tokens + 6 - 1

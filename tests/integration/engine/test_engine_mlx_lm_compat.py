@@ -116,3 +116,13 @@ def test_segments_end_where_inserted_and_their_cache_is_the_prefix(tiny_hybrid_m
         assert resumed == answer
     finally:
         gen.close()
+
+
+def test_streamed_text_keeps_the_first_tokens_leading_space(tiny_chat_model: Path) -> None:
+    tokenizer = load_checkpoint(tiny_chat_model).tokenizer
+    ids = tokenizer.encode(" the quick fox", add_special_tokens=False)
+    detok = tokenizer.detokenizer
+    for token in ids:
+        detok.add_token(token)
+    detok.finalize()
+    assert detok.text == tokenizer.decode(ids) == " the quick fox"
