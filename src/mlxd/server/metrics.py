@@ -22,8 +22,16 @@ ENGINE_GAUGES = (
     ("running", "mlxd_running_requests", "gauge", "requests decoding or prefilling now"),
     ("waiting", "mlxd_queue_depth", "gauge", "requests waiting for a batch slot"),
     ("prefix_cache_hits", "mlxd_prefix_cache_hits_total", "counter", "prompts that reused KV"),
+    ("prefix_cache_misses", "mlxd_prefix_cache_misses_total", "counter",
+     "prompts that reused no KV (a handful of shared tokens is a miss)"),
     ("cached_tokens_total", "mlxd_cached_prompt_tokens_total", "counter", "prompt tokens reused"),
-)
+    ("prefix_cache_evictions", "mlxd_prefix_cache_evictions_total", "counter",
+     "prefix cache snapshots dropped to stay within its byte budget"),
+    ("prefix_cache_pruned", "mlxd_prefix_cache_pruned_total", "counter",
+     "prefix cache snapshots a newer one made redundant (same conversation)"),
+    ("prefix_cache_bytes", "mlxd_prefix_cache_bytes", "gauge", "bytes the prefix cache holds"),
+    ("prefix_cache_entries", "mlxd_prefix_cache_entries", "gauge", "prefix cache snapshots"),
+)  # fmt: skip
 
 
 @dataclass(slots=True)

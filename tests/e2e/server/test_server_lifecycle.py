@@ -130,6 +130,10 @@ def test_metrics_exposition(http: httpx.Client) -> None:
         "mlxd_time_to_first_token_seconds_count",
         "mlxd_inter_token_latency_seconds_count",
         "mlxd_prefix_cache_hits_total",
+        "mlxd_prefix_cache_misses_total",
+        "mlxd_prefix_cache_evictions_total",
+        "mlxd_prefix_cache_bytes",
+        "mlxd_prefix_cache_entries",
     ):
         assert f"\n{name} " in text, name
     assert 'mlxd_http_requests_total{route="/v1/chat/completions",status="200"}' in text

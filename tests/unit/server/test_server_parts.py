@@ -73,6 +73,8 @@ def test_histogram_is_cumulative() -> None:
 
 class _Stats:
     running, waiting, prefix_cache_hits, cached_tokens_total = 2, 5, 7, 70
+    prefix_cache_misses, prefix_cache_evictions, prefix_cache_pruned = 3, 4, 6
+    prefix_cache_bytes, prefix_cache_entries = 4096, 2
     requests_by_finish_reason = {"stop": 3, "cancelled": 1}
 
 
@@ -86,6 +88,10 @@ def test_metrics_text() -> None:
     assert "\nmlxd_running_requests 2\n" in text and "\nmlxd_queue_depth 5\n" in text
     assert 'mlxd_requests_finished_total{reason="cancelled"} 1' in text
     assert "\nmlxd_prompt_tokens_total 10\n" in text
+    for name, value in [("hits_total", 7), ("misses_total", 3), ("evictions_total", 4),
+                        ("pruned_total", 6), ("bytes", 4096), ("entries", 2)]:  # fmt: skip
+        assert f"\nmlxd_prefix_cache_{name} {value}\n" in text
+    assert "\nmlxd_cached_prompt_tokens_total 70\n" in text
     assert "# TYPE mlxd_time_to_first_token_seconds histogram" in text
     assert text.endswith("\n")
 
