@@ -72,6 +72,14 @@ def tiny_gated_model(checkpoints_dir: Path) -> Path:
     return make_checkpoint(checkpoints_dir / "tiny-gated", "gated")
 
 
+@pytest.fixture(scope="session")
+def tiny_vision_model(checkpoints_dir: Path) -> Path:
+    """mlx-vlm llava: CLIP tower + llama text model, real processor files; 4 positions/image."""
+    from tests.vision_checkpoints import make_vision_checkpoint
+
+    return make_vision_checkpoint(checkpoints_dir / "tiny-vision")
+
+
 @pytest.fixture
 def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Empty HF cache and mlxd store; nothing reaches the network."""

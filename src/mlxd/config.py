@@ -119,6 +119,27 @@ SETTINGS: dict[str, Setting] = {
     "template_bytes": Setting(
         "MLXD_TEMPLATE_BYTES", str(8 << 20), "chat template render output-size budget"
     ),
+    "max_images": Setting(
+        "MLXD_MAX_IMAGES", "8", "most images in one chat request (all its messages together)"
+    ),
+    "image_max_bytes": Setting(
+        "MLXD_IMAGE_MAX_BYTES", str(16 << 20), "largest encoded image (bytes, after base64)"
+    ),
+    "image_max_pixels": Setting(
+        "MLXD_IMAGE_MAX_PIXELS",
+        str(40_000_000),
+        "largest image (width x height, as its header declares it, checked before decoding: "
+        "a decompression bomb is refused unread)",
+    ),
+    "allow_image_urls": Setting(
+        "MLXD_ALLOW_IMAGE_URLS",
+        "0",
+        "1: `mlxd serve` fetches http(s) image URLs in requests (`--allow-image-urls`); "
+        "0: only data: URLs, remote URLs get 400",
+    ),
+    "image_url_seconds": Setting(
+        "MLXD_IMAGE_URL_SECONDS", "10", "time budget for fetching one remote image URL"
+    ),
 }
 
 

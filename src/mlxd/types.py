@@ -205,3 +205,43 @@ class Tokenizer(Protocol):
         tokenize: bool = True,
         **kwargs: object,
     ) -> str | list[int]: ...
+
+
+# ---- the image seam (vision models) -------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class PreparedImage:
+    """One image as the model's processor made it: its arrays (numpy; `pixel_values` and any
+    per-image extras the vision tower takes), how many prompt positions its features fill,
+    and a digest of those arrays (what the prefix cache keys on)."""
+
+    arrays: dict[str, Any]
+    tokens: int
+    digest: str
+
+
+class ImageProcessor(Protocol):
+    """A vision model's image preprocessing (backend.vision.VisionProcessor); thread-safe."""
+
+    @property
+    def image_token(self) -> str: ...  # the placeholder text a chat template writes
+
+    @property
+    def image_token_id(self) -> int: ...
+
+    def prepare(self, image: Any) -> PreparedImage: ...  # a decoded RGB PIL image
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ImageInputs:
+    """The images of one request in prompt order. Each fills a run of `token_id` positions
+    of the prompt (image.tokens long); the engine merges their features there at prefill."""
+
+    images: tuple[PreparedImage, ...]
+    token_id: int
+
+    @property
+    def key(self) -> str:
+        """Identity of the images together (the same images, in order, give the same key)."""
+        return ",".join(image.digest for image in self.images)

@@ -22,6 +22,7 @@ from mlx_lm.generate import StopSequences
 from mlx_lm.models.cache import make_prompt_cache
 
 from mlxd.backend import mlx_lm_compat as compat
+from mlxd.backend import vision
 from mlxd.backend.grammar import CompiledGrammar
 from mlxd.backend.grammar_mask import GrammarMask
 from mlxd.backend.loader import LoadedModel
@@ -42,7 +43,7 @@ from mlxd.backend.sampling import (
     make_sampler,
     token_logprob,
 )
-from mlxd.types import PromptBoundaries, SamplingParams
+from mlxd.types import ImageInputs, PromptBoundaries, SamplingParams
 
 _NO_BOUNDARIES = PromptBoundaries()
 
@@ -68,6 +69,7 @@ class BatchRunner:
         self.fault_hook = fault_hook
         self.vocab_size = loaded.vocab_size
         self.max_prefill_batch = max(1, min(prefill_batch, max_batch))
+        self.prefill_chunk = prefill_chunk
         self.prefill_group_tokens = prefill_group_tokens
         self._planner = (
             PrefillPlanner(self.max_prefill_batch, prefill_group_tokens, prefill_chunk)
@@ -95,13 +97,21 @@ class BatchRunner:
         request_id: str,
         grammar: CompiledGrammar | None = None,
         boundaries: PromptBoundaries = _NO_BOUNDARIES,
+        images: ImageInputs | None = None,
     ) -> tuple[int, int]:
         """Queue one sequence; returns (uid, cached prompt tokens reused from the prefix cache).
         A `grammar` masks its logits last. A sampler or logits processor that raises is
-        reported in the next StepResult."""
-        reuse = self.prefix_cache.fetch(self.model_key, prompt_ids, boundaries.next_turn)
-        cached = reuse.tokens
-        plan = self._plan(prompt_ids, boundaries, reuse.turn, cached)
+        reported in the next StepResult. An image prompt is prefilled here, its images'
+        features in the embeddings (backend.vision), and joins the batch for its last token;
+        the prefix cache sees it under vision.cache_key."""
+        key = prompt_ids if images is None else vision.cache_key(prompt_ids, images)
+        reuse = self.prefix_cache.fetch(self.model_key, key, boundaries.next_turn)
+        cached = start = reuse.tokens
+        cache = reuse.cache
+        if images is not None and vision.needs_image_prefill(prompt_ids, images, cached):
+            cache = self._prefill_images(prompt_ids, images, cache, cached)
+            start = len(prompt_ids) - 1
+        plan = self._plan(prompt_ids, key, boundaries, reuse.turn, start)
         report = _FailureReport(self._failed)
         sampler = make_sampler(params, self.vocab_size)
         if sampler is not GREEDY or self.fault_hook is not None:
@@ -113,10 +123,10 @@ class BatchRunner:
         if not params.ignore_eos:
             stops |= self.loaded.eos_token_ids
         (uid,) = self._gen.insert_segments(
-            [plan.segments(cached)],
+            [plan.segments(start)],
             max_tokens=[max_new],
-            caches=[reuse.cache] if reuse.cache is not None else None,
-            all_tokens=[prompt_ids[:cached]],
+            caches=[cache] if cache is not None else None,
+            all_tokens=[prompt_ids[:start]],
             samplers=[sampler],
             logits_processors=[procs],
             stop_sequences=[StopSequences([[t] for t in sorted(stops)] or None)],
@@ -129,7 +139,12 @@ class BatchRunner:
         return uid, cached
 
     def _plan(
-        self, prompt: list[int], boundaries: PromptBoundaries, turn: Turn, cached: int
+        self,
+        prompt: list[int],
+        key: list[int],
+        boundaries: PromptBoundaries,
+        turn: Turn,
+        cached: int,
     ) -> _SnapshotPlan:
         """Where this prompt's cache is copied. BatchGenerator always ends a segment before
         the last prompt token; the other ends are the chat layer's boundaries."""
@@ -147,7 +162,7 @@ class BatchRunner:
             if cached < at <= last and (at == last or at >= MIN_REUSE_TOKENS)
         )
         answer = self._always_trimmable or turn.next_turn >= len(prompt)
-        return _SnapshotPlan(prompt, turn, points, answer)
+        return _SnapshotPlan(prompt, key, turn, points, answer)
 
     def remove(self, uids: list[int], *, keep_cache: bool = True) -> None:
         """Drop sequences in any stage; their KV so far goes to the prefix cache."""
@@ -164,7 +179,7 @@ class BatchRunner:
                 cache, tokens = caches[uid]
                 within = len(tokens) < len(plan.prompt)
                 kind = SnapshotKind.PROMPT if within else SnapshotKind.ANSWER
-                self._store(tokens, cache, kind, plan.turn)
+                self._store(plan.keyed(tokens), cache, kind, plan.turn)
 
     def awaits_snapshot(self, prompt_ids: list[int]) -> bool:
         """A sequence of this batch is about to store a snapshot holding more of this prompt
@@ -175,7 +190,7 @@ class BatchRunner:
         coming = 0
         for plan in self._snapshots.values():
             for at, kind in plan.points:
-                if kind is not None and at > coming and prompt_ids[:at] == plan.prompt[:at]:
+                if kind is not None and at > coming and prompt_ids[:at] == plan.key[:at]:
                     coming = at
         if coming < MIN_REUSE_TOKENS:
             return False
@@ -219,7 +234,8 @@ class BatchRunner:
                 top_n.pop(r.uid, None)
                 plan = self._snapshots.pop(r.uid, None)
                 if plan is not None and plan.answer:
-                    self._store(r.all_tokens, r.prompt_cache, SnapshotKind.ANSWER, plan.turn)
+                    tokens = plan.keyed(r.all_tokens)
+                    self._store(tokens, r.prompt_cache, SnapshotKind.ANSWER, plan.turn)
         if not self._failed:
             return StepResult(outputs)
         failed = dict(self._failed)
@@ -234,13 +250,13 @@ class BatchRunner:
             if plan is not None and plan.points:
                 _, kind = plan.points.popleft()
                 if kind is not None:
-                    keep.append((uid, kind, plan.turn))
+                    keep.append((uid, kind, plan))
         if not keep:
             return
         caches = self._gen.extract_cache([uid for uid, _, _ in keep])
-        for uid, kind, turn in keep:
+        for uid, kind, plan in keep:
             cache, tokens = caches[uid]
-            self._store(list(tokens), cache, kind, turn)
+            self._store(plan.keyed(list(tokens)), cache, kind, plan.turn)
 
     def close(self) -> None:
         self._gen.close()
@@ -280,16 +296,38 @@ class BatchRunner:
         if tokens and cache:
             self.prefix_cache.store(self.model_key, tokens, cache, kind, turn)
 
+    def _prefill_images(
+        self,
+        prompt_ids: list[int],
+        images: ImageInputs,
+        cache: compat.PromptCache | None,
+        cached: int,
+    ) -> compat.PromptCache:
+        parts, model = self.loaded.vision, self.loaded.model
+        if parts is None or not isinstance(model, vision.TextModel):
+            raise ValueError("this model takes text only")
+        return vision.prefill_images(
+            parts, model, prompt_ids, images, cache, cached, self.prefill_chunk
+        )
+
 
 @dataclass(slots=True)
 class _SnapshotPlan:
     """One sequence's snapshot points still ahead (prompt position, kind; None: a segment end
-    that is not kept), and whether its final cache (prompt + answer) is kept."""
+    that is not kept), and whether its final cache (prompt + answer) is kept. `key` is the
+    prompt as the prefix cache sees it (an image prompt's runs carry the image digests)."""
 
     prompt: list[int]
+    key: list[int]
     turn: Turn
     points: deque[tuple[int, SnapshotKind | None]]
     answer: bool
+
+    def keyed(self, tokens: list[int] | None) -> list[int] | None:
+        """`tokens` (the prompt, then generated ones) as the prefix cache keys them."""
+        if tokens is None or self.key is self.prompt:
+            return tokens
+        return self.key[: len(tokens)] + tokens[len(self.key) :]
 
     def segments(self, cached: int) -> list[list[int]]:
         """The prompt after the cached tokens, cut at each point."""

@@ -19,6 +19,8 @@ if TYPE_CHECKING:  # importing this module must not import mlx (the engine impor
     from mlx.nn.layers.base import Module
     from mlx_lm.tokenizer_utils import TokenizerWrapper
 
+    from mlxd.backend.vision import VisionParts
+
 # The context window of a checkpoint whose files do not say.
 DEFAULT_CONTEXT_WINDOW = 4096
 
@@ -26,7 +28,8 @@ DEFAULT_CONTEXT_WINDOW = 4096
 @dataclass(frozen=True, slots=True)
 class LoadedModel:
     """A model ready to run: the mlx module, its TokenizerWrapper and what we read about it.
-    What `Backend.load` returns; the engine builds its ModelInfo from it."""
+    What `Backend.load` returns; the engine builds its ModelInfo from it. A vision checkpoint
+    has `vision` (mlx-vlm's model and processor); `model` is then its language model."""
 
     path: Path
     model: Module
@@ -36,6 +39,7 @@ class LoadedModel:
     vocab_size: int
     generation_defaults: dict[str, Any] = field(default_factory=dict)
     eos_token_ids: set[int] = field(default_factory=set)
+    vision: VisionParts | None = None
 
 
 def load_checkpoint(path: Path | str, *, trust_remote_code: bool = False) -> LoadedModel:
@@ -46,10 +50,16 @@ def load_checkpoint(path: Path | str, *, trust_remote_code: bool = False) -> Loa
     config = _read_json(path / "config.json", required=True)
     if not trust_remote_code:
         _refuse_remote_code(path, config)
+    vision = None
     try:
-        from mlxd.backend.mlx_lm_compat import load
+        if "vision_config" in config:
+            model, tokenizer, vision = _load_vision(path, config, trust_remote_code)
+        else:
+            from mlxd.backend.mlx_lm_compat import load
 
-        model, tokenizer = load(path, trust_remote_code=trust_remote_code)
+            model, tokenizer = load(path, trust_remote_code=trust_remote_code)
+    except ModelBroken:
+        raise
     except Exception as exc:  # any loader failure is a broken model, said in one line
         raise ModelBroken(f"cannot load {path.name}: {one_line(exc)}") from exc
     return LoadedModel(
@@ -62,7 +72,24 @@ def load_checkpoint(path: Path | str, *, trust_remote_code: bool = False) -> Loa
         vocab_size=vocab_size(config, tokenizer),
         generation_defaults=generation_defaults(path),
         eos_token_ids=set(tokenizer.eos_token_ids or ()),
+        vision=vision,
     )
+
+
+def _load_vision(
+    path: Path, config: dict[str, Any], trust_remote_code: bool
+) -> tuple[Module, TokenizerWrapper, VisionParts]:
+    """mlx-vlm's model and processor; mlxd's own tokenizer for the text (as for text models)."""
+    from mlxd.backend.mlx_lm_compat import load_tokenizer
+    from mlxd.backend.vision import load_vision
+
+    text_model, vision = load_vision(path, trust_remote_code=trust_remote_code)
+    eos = config.get("eos_token_id") or (config.get("text_config") or {}).get("eos_token_id")
+    tokenizer = load_tokenizer(path, eos, trust_remote_code=trust_remote_code)
+    token = vision.processor.image_token
+    if tokenizer.get_vocab().get(token) != vision.processor.image_token_id:
+        raise ModelBroken(f"{path.name}: the tokenizer and the processor disagree on {token!r}")
+    return text_model, tokenizer, vision
 
 
 def vocab_size(config: dict[str, Any], tokenizer: TokenizerWrapper) -> int:

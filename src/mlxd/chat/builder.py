@@ -23,17 +23,23 @@ from typing import Any
 from mlxd.chat.boundaries import prompt_boundaries
 from mlxd.chat.control_tokens import Shield, shield_messages
 from mlxd.chat.formats import detect_reasoning
-from mlxd.chat.messages import check_template_kwargs, normalize_messages, normalize_tools
+from mlxd.chat.messages import (
+    check_template_kwargs,
+    join_text,
+    normalize_messages,
+    normalize_tools,
+)
 from mlxd.chat.template import render_template
 from mlxd.config import setting
 from mlxd.errors import InvalidRequest, TemplateError
-from mlxd.types import PromptBoundaries, Tokenizer
+from mlxd.types import ImageInputs, PromptBoundaries, Tokenizer
 
 __all__ = [
     "BuiltPrompt",
     "build_chat_prompt",
     "build_text_prompt",
     "ends_in_reasoning",
+    "expand_images",
     "fallback_prompt",
     "render_chat_text",
 ]
@@ -46,6 +52,7 @@ _SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "pad_token")
 class BuiltPrompt:
     """A rendered prompt: the ids the engine prefills and the text they came from.
 
+    images: a vision request's images; token_ids hold one run of the image token per image.
     reasoning_open: the prompt ends inside an open reasoning block (e.g. a template that
     appends "<think>\\n"), so the output starts in reasoning. warnings: what the caller should
     be told about the prompt (no chat template, tools the template does not show).
@@ -57,6 +64,7 @@ class BuiltPrompt:
     reasoning_open: bool = False
     warnings: tuple[str, ...] = ()
     boundaries: PromptBoundaries = PromptBoundaries()
+    images: ImageInputs | None = None  # the request's images; each fills its token run
 
     @property
     def prompt_tokens(self) -> int:
@@ -69,9 +77,12 @@ def build_chat_prompt(
     tools: list[dict[str, Any]] | None = None,
     template_kwargs: dict[str, Any] | None = None,
     template: str | None = None,
+    images: ImageInputs | None = None,
 ) -> BuiltPrompt:
     """Validate, render and tokenize a chat request. `template`: a Jinja chat template to use
-    instead of the model's (the server allows it only when its operator does).
+    instead of the model's (the server allows it only when its operator does). `images`: the
+    messages' images in order (chat.images.load_images); the template writes one image token
+    per image part, which becomes that image's run of positions.
 
     Control tokens written in messages tokenize as text unless MLXD_CONTENT_CONTROL_TOKENS=1
     (mlxd.chat.control_tokens). Raises InvalidRequest(param="messages[...]") for malformed
@@ -94,13 +105,60 @@ def build_chat_prompt(
         text = render_chat_text(tokenizer, other, tool_list, kwargs, template, generation)
         return shield.encode(tokenizer, text, add_special_tokens=fallback)
 
+    boundaries = prompt_boundaries(msgs, ids, render)
+    if images is not None:
+        boundaries = _past_images(boundaries, ids, images)
+        ids = expand_images(ids, images)
     return BuiltPrompt(
         token_ids=ids,
         text=text,
         reasoning_open=_ends_in_reasoning(tokenizer, text),
         warnings=_warnings(fallback, tool_list, text),
-        boundaries=prompt_boundaries(msgs, ids, render),
+        boundaries=boundaries,
+        images=images,
     )
+
+
+def _past_images(
+    boundaries: PromptBoundaries, ids: list[int], images: ImageInputs
+) -> PromptBoundaries:
+    """Boundaries found in the rendered ids, moved to where they fall once images expand."""
+    runs = iter(image.tokens for image in images.images)
+    shift, shifted_at = 0, [0] * (len(ids) + 1)
+    for at, token in enumerate(ids):
+        shifted_at[at] = at + shift
+        if token == images.token_id:
+            shift += next(runs, 1) - 1
+    shifted_at[len(ids)] = len(ids) + shift
+
+    def moved(at: int) -> int:
+        return shifted_at[at] if 0 <= at <= len(ids) else at
+
+    return PromptBoundaries(
+        system=moved(boundaries.system),
+        history=moved(boundaries.history),
+        next_turn=moved(boundaries.next_turn),
+    )
+
+
+def expand_images(ids: list[int], images: ImageInputs) -> list[int]:
+    """Each image token the template wrote becomes its image's run of positions; the count
+    must match the images sent (control tokens typed in content never count: they are text)."""
+    found = ids.count(images.token_id)
+    if found != len(images.images):
+        raise InvalidRequest(
+            f"the chat template placed {found} image(s) for the {len(images.images)} sent: "
+            f"this model's template does not show images where the messages have them",
+            param="messages",
+        )
+    runs = iter(images.images)
+    out: list[int] = []
+    for token in ids:
+        if token == images.token_id:
+            out += [token] * next(runs).tokens
+        else:
+            out.append(token)
+    return out
 
 
 def _warnings(fallback: bool, tools: list[dict[str, Any]] | None, text: str) -> tuple[str, ...]:
@@ -176,6 +234,8 @@ def fallback_prompt(messages: list[dict[str, Any]], tools: list[dict[str, Any]] 
     for m in messages:
         role = m["role"]
         text = m["content"]
+        if isinstance(text, list):  # parts with images: the plain format shows the text
+            text = join_text(p["text"] for p in text if p["type"] == "text")
         if m.get("tool_calls"):
             calls = [tc["function"] for tc in m["tool_calls"]]
             text = (text + "\n" if text else "") + json.dumps(calls, ensure_ascii=False)

@@ -1,8 +1,10 @@
 """Validate OpenAI-shaped messages and tools, and normalize them for chat templates.
 
-Content parts are joined into one string (templates differ in what they accept; every
-template accepts a string), tool-call arguments become objects (HF templates apply `tojson`
-to them), and `developer` becomes `system` (few templates know the developer role).
+Text content parts are joined into one string (templates differ in what they accept; every
+template accepts a string); a message with images keeps its parts, each image as
+`{"type": "image"}` (what vision templates iterate). Tool-call arguments become objects (HF
+templates apply `tojson` to them), and `developer` becomes `system` (few templates know the
+developer role).
 """
 
 from __future__ import annotations
@@ -11,18 +13,22 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from mlxd.chat.images import ImageRef, image_url
 from mlxd.config import LIMITS
 from mlxd.errors import InvalidRequest
 
 __all__ = [
     "TEMPLATE_KWARGS_ALLOWED",
+    "IMAGE_PART_TYPES",
     "check_template_kwargs",
+    "image_refs",
     "join_text",
     "normalize_messages",
     "normalize_tools",
 ]
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
+IMAGE_PART_TYPES = ("image_url",)  # OpenAI's image content part
 
 # chat_template_kwargs a request may set: switches templates read, never ones that rename
 # the template or change tokenization (chat_template, tokenize, add_special_tokens, ...).
@@ -92,7 +98,7 @@ def _message(m: object, where: str) -> dict[str, Any]:
     if role not in ROLES:
         raise InvalidRequest(f"role must be one of {', '.join(ROLES)}", param=f"{where}.role")
     out: dict[str, Any] = {"role": "system" if role == "developer" else role}
-    content = _content(m.get("content"), f"{where}.content")
+    content = _content(m.get("content"), f"{where}.content", role)
     tool_calls = m.get("tool_calls")
     if tool_calls is not None and role != "assistant":
         raise InvalidRequest("only assistant messages carry tool_calls", param=f"{where}")
@@ -122,20 +128,49 @@ def _message(m: object, where: str) -> dict[str, Any]:
     return out
 
 
-def _content(content: object, where: str) -> str | None:
+def _content(content: object, where: str, role: object) -> str | list[dict[str, str]] | None:
+    """A string; or, when the parts hold images, the parts as templates take them
+    (`{"type": "text", "text": ...}`, `{"type": "image"}`); the images themselves are read by
+    `image_refs`."""
     if content is None or isinstance(content, str):
         return content
     if not isinstance(content, list):
         raise InvalidRequest("content must be a string or a list of parts", param=where)
-    texts = []
+    parts: list[dict[str, str]] = []
     for j, part in enumerate(content):
-        if not isinstance(part, Mapping) or part.get("type") != "text":
-            raise InvalidRequest("only text content parts are supported", param=f"{where}[{j}]")
+        kind = part.get("type") if isinstance(part, Mapping) else None
+        if kind in IMAGE_PART_TYPES:
+            if role != "user":
+                raise InvalidRequest("only user messages carry images", param=f"{where}[{j}]")
+            image_url(part, f"{where}[{j}]")  # its URL is read later (image_refs); check it now
+            parts.append({"type": "image"})
+            continue
+        if kind != "text":
+            raise InvalidRequest(
+                "content parts must be text or image_url parts", param=f"{where}[{j}]"
+            )
         text = part.get("text")
         if not isinstance(text, str):
             raise InvalidRequest("text part needs a string 'text'", param=f"{where}[{j}].text")
-        texts.append(text)
-    return join_text(texts)
+        parts.append({"type": "text", "text": text})
+    if any(p["type"] == "image" for p in parts):
+        return parts
+    return join_text(p["text"] for p in parts)
+
+
+def image_refs(messages: object) -> list[ImageRef]:
+    """The image parts of (raw) `messages`, in prompt order, with their request params."""
+    refs: list[ImageRef] = []
+    if not isinstance(messages, list):
+        return refs
+    for i, m in enumerate(messages):
+        content = m.get("content") if isinstance(m, Mapping) else None
+        if not isinstance(content, list):
+            continue
+        for j, part in enumerate(content):
+            if isinstance(part, Mapping) and part.get("type") in IMAGE_PART_TYPES:
+                refs.append(image_url(part, f"messages[{i}].content[{j}]"))
+    return refs
 
 
 def join_text(parts: Iterable[str]) -> str:

@@ -22,7 +22,8 @@ from mlxd.chat.builder import (
 from mlxd.chat.constraints import chat_constraint, forced_tool
 from mlxd.chat.filter import StreamFilter
 from mlxd.chat.formats import Formats, detect_formats, explicit_markers
-from mlxd.chat.messages import normalize_tools
+from mlxd.chat.images import load_images
+from mlxd.chat.messages import image_refs, normalize_tools
 from mlxd.chat.options import response_schema, sampling_params, stop_strings
 from mlxd.config import SERVER_DEFAULT_MAX_TOKENS_FRACTION
 from mlxd.types import (
@@ -145,6 +146,7 @@ def start_chat(
     server_defaults: bool = False,
     reasoning: object = "auto",
     template: str | None = None,
+    allow_image_urls: bool = False,
 ) -> ChatStream:
     """Build the chat prompt and start generating; raises InvalidRequest/TemplateError early.
 
@@ -152,9 +154,15 @@ def start_chat(
     ...}}; the last two force a call, enforced by a grammar where the model's tool format
     allows. reasoning: "auto" (markers detected from the tokenizer), None (no reasoning split)
     or a custom (start, end) marker pair. template: a chat template instead of the model's.
+    Images (image_url content parts) are read, checked and preprocessed here (chat.images);
+    allow_image_urls lets them be http(s) URLs the server fetches.
     """
     tool_list = normalize_tools(tools)
-    prompt = build_chat_prompt(info.tokenizer, messages, tool_list, template_kwargs, template)
+    refs = image_refs(messages)
+    images = load_images(refs, info.image_processor, allow_urls=allow_image_urls) if refs else None
+    prompt = build_chat_prompt(
+        info.tokenizer, messages, tool_list, template_kwargs, template, images=images
+    )
     reasoning_open = prompt.reasoning_open
     if isinstance(reasoning, tuple | list):  # custom markers: is the prompt inside them?
         reasoning_open = ends_in_reasoning(prompt.text, explicit_markers(reasoning))
@@ -224,6 +232,7 @@ def _submit(
         max_tokens_cap=cap,
         grammar=_compile(constraint, info) if constraint is not None else None,
         boundaries=prompt.boundaries,
+        images=prompt.images,
     )
     handle = engine.submit(request)
     return ChatStream(handle, stream_filter, prompt, warnings)

@@ -23,7 +23,7 @@ from mlxd.engine.residency import Residency
 from mlxd.engine.scheduler import Scheduler
 from mlxd.engine.stats import Counters
 from mlxd.errors import EngineFault, MlxdError, ModelNotFound, one_line
-from mlxd.types import FinishEvent, FinishReason, PromptBoundaries, SamplingParams
+from mlxd.types import FinishEvent, FinishReason, ImageInputs, PromptBoundaries, SamplingParams
 
 if TYPE_CHECKING:  # llguidance loads with the first constrained request
     from mlxd.backend.grammar import CompiledGrammar
@@ -40,6 +40,7 @@ class Runner(Protocol):
         request_id: str,
         grammar: CompiledGrammar | None = None,
         boundaries: PromptBoundaries = ...,
+        images: ImageInputs | None = None,
     ) -> tuple[int, int]: ...  # (uid, prompt tokens served from the prefix cache)
 
     def remove(self, uids: list[int], *, keep_cache: bool = True) -> None: ...
@@ -228,6 +229,7 @@ class EngineCore:
                     request.request_id,
                     request.grammar,
                     request.boundaries,
+                    request.images,
                 )
             except Exception as exc:  # this request cannot start; the others can
                 self.fail(request, f"request failed: {one_line(exc)}", EngineFault.code)

@@ -164,7 +164,7 @@ class Engine:
         return RequestHandle(request, self._cancel)
 
     def _make_request(self, req: EngineRequest, info: ModelInfo) -> Request:
-        validate(req, info.vocab_size)
+        validate(req, info.vocab_size, takes_images=info.image_processor is not None)
         max_new = budget(
             len(req.prompt_ids),
             info.context_window,
@@ -181,6 +181,7 @@ class Engine:
             collector=Collector(),
             grammar=req.grammar,
             boundaries=req.boundaries,
+            images=req.images,
         )
 
     def _cancel(self, request_id: str) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mlxd.backend.loader import LoadedModel
-from mlxd.types import Tokenizer
+from mlxd.types import ImageProcessor, Tokenizer
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +33,7 @@ class ModelInfo:
     config: dict[str, Any] = field(default_factory=dict)
     eos_token_ids: set[int] = field(default_factory=set)
     vocab_size: int = 0
+    image_processor: ImageProcessor | None = None  # vision models: their image preprocessing
 
 
 @dataclass(slots=True)
@@ -73,6 +74,7 @@ class ModelEntry:
             config=dict(loaded.config),
             eos_token_ids=set(loaded.eos_token_ids),
             vocab_size=loaded.vocab_size,
+            image_processor=loaded.vision.processor if loaded.vision is not None else None,
         )
         return cls(info, loaded)
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from mlxd.config import LIMITS, SAMPLING_BOUNDS
 from mlxd.engine.collector import Collector
 from mlxd.errors import ContextOverflow, InvalidRequest
-from mlxd.types import FinishReason, PromptBoundaries, SamplingParams, Timings, Usage
+from mlxd.types import FinishReason, ImageInputs, PromptBoundaries, SamplingParams, Timings, Usage
 
 if TYPE_CHECKING:  # llguidance loads with the first constrained request
     from mlxd.backend.grammar import CompiledGrammar
@@ -22,7 +22,8 @@ class EngineRequest:
     """A generation request in token ids. `max_tokens_cap` is the caller's default cap
     (the server passes half the window when the client gave no max_tokens). `grammar`, compiled
     before submit (mlxd.backend.grammar), constrains the output token by token; `boundaries`
-    are where the chat layer's prompt parts end (prefix-cache snapshot points)."""
+    are where the chat layer's prompt parts end (prefix-cache snapshot points). `images`
+    (vision models) are merged into the prompt's embeddings at prefill."""
 
     model: str
     prompt_ids: list[int]
@@ -30,6 +31,7 @@ class EngineRequest:
     max_tokens_cap: int | None = None
     grammar: CompiledGrammar | None = None
     boundaries: PromptBoundaries = field(default_factory=PromptBoundaries)
+    images: ImageInputs | None = None
 
 
 class RequestStatus(StrEnum):
@@ -51,6 +53,7 @@ class Request:
     collector: Collector
     grammar: CompiledGrammar | None = None
     boundaries: PromptBoundaries = field(default_factory=PromptBoundaries)
+    images: ImageInputs | None = None
     status: RequestStatus = RequestStatus.WAITING
     uid: int | None = None  # the backend's sequence id once admitted
     cached_tokens: int = 0
@@ -105,12 +108,15 @@ def budget(
     return int(min(math.inf if v is None else v for v in limits))
 
 
-def validate(req: EngineRequest, vocab_size: int) -> None:
+def validate(req: EngineRequest, vocab_size: int, takes_images: bool = False) -> None:
     """Raise InvalidRequest naming the first bad field. Sampling values must lie in
-    config.SAMPLING_BOUNDS: the ranges the option table (CLI flags, HTTP fields) accepts."""
+    config.SAMPLING_BOUNDS: the ranges the option table (CLI flags, HTTP fields) accepts.
+    Images need a vision model (`takes_images`) and one run of positions each."""
     p = req.params
     if not req.prompt_ids:
         raise InvalidRequest("prompt is empty", param="prompt")
+    if req.images is not None:
+        _check_images(req.images, req.prompt_ids, takes_images)
     if any(not isinstance(t, int) or t < 0 or t >= vocab_size for t in req.prompt_ids):
         raise InvalidRequest(f"prompt token ids must be in [0, {vocab_size})", param="prompt")
     for name, bounds in SAMPLING_BOUNDS.items():
@@ -131,6 +137,14 @@ def validate(req: EngineRequest, vocab_size: int) -> None:
         raise InvalidRequest(
             f"ignore_eos cannot be combined with {req.grammar.param}", param="ignore_eos"
         )
+
+
+def _check_images(images: ImageInputs, prompt_ids: list[int], takes_images: bool) -> None:
+    if not takes_images:
+        raise InvalidRequest("this model takes text only: it cannot read images", param="messages")
+    want = sum(image.tokens for image in images.images)
+    if prompt_ids.count(images.token_id) != want or prompt_ids[-1] == images.token_id:
+        raise InvalidRequest("the prompt does not hold its images' positions", param="messages")
 
 
 def _check(ok: bool, param: str, rule: str) -> None:

@@ -69,9 +69,19 @@ BAD_MESSAGES = [
     ([{"role": "user"}], "messages[0].content", "required"),
     ([{"role": "user", "content": 5}], "messages[0].content", "string or a list"),
     (
-        [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}],
+        [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}],
         "messages[0].content[0]",
-        "only text",
+        "text or image_url",
+    ),
+    (
+        [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}],
+        "messages[0].content[0].image_url",
+        "string 'url'",
+    ),
+    (
+        [{"role": "assistant", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
+        "messages[0].content[0]",
+        "only user messages",
     ),
     (
         [{"role": "user", "content": [{"type": "text", "text": 1}]}],

@@ -49,6 +49,7 @@ class FakeRunner:
         request_id: str,
         grammar: object = None,
         boundaries: PromptBoundaries = _NO_BOUNDARIES,
+        images: object = None,
     ) -> tuple[int, int]:
         if prompt_ids[0] == 666:
             raise ValueError("fake insert failure")
