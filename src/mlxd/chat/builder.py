@@ -240,7 +240,9 @@ def fallback_prompt(messages: list[dict[str, Any]], tools: list[dict[str, Any]] 
             calls = [tc["function"] for tc in m["tool_calls"]]
             text = (text + "\n" if text else "") + json.dumps(calls, ensure_ascii=False)
         label = f"Tool ({m['tool_call_id']})" if role == "tool" else role.capitalize()
-        blocks.append(f"{label}: {text}")
+        # An answer's own leading space (the model wrote " Paris" after "Assistant:") stands
+        # for the separator: the history then tokenizes as the model generated it.
+        blocks.append(f"{label}:{text}" if text[:1] == " " else f"{label}: {text}")
     blocks.append(_FALLBACK_REPLY.strip())
     return "\n\n".join(blocks)
 

@@ -253,7 +253,7 @@ def test_a_small_budget_evicts_and_stays_within_bytes(
     assert engine.stats().prefix_cache_evictions > 0
 
 
-@pytest.mark.parametrize("kind", ["chat", "hybrid"])
+@pytest.mark.parametrize("kind", ["chat", "hybrid", "base"])  # base: the fallback format
 def test_an_answer_sent_back_exactly_is_reused_with_its_leading_space(
     kind: str, request: pytest.FixtureRequest, engines: Any
 ) -> None:

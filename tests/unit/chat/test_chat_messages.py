@@ -164,6 +164,9 @@ def test_chat_messages_fallback_format():
         'Tools (reply with JSON {"name": ..., "arguments": ...}):\n{"name": "get_weather"'
     )
     assert with_tools.endswith("User: U\n\nAssistant:")
+    answered = normalize_messages([{"role": "user", "content": "U"},
+                                   {"role": "assistant", "content": " Paris"}])  # fmt: skip
+    assert fallback_prompt(answered, None) == "User: U\n\nAssistant: Paris\n\nAssistant:"
 
 
 class _BosTokenizer:
