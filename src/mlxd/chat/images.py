@@ -27,7 +27,16 @@ if TYPE_CHECKING:
 
     from mlxd.types import ImageInputs, ImageProcessor
 
-__all__ = ["FORMATS", "ImageRef", "data_url", "image_url", "load_images", "read_image"]
+__all__ = [
+    "FORMATS",
+    "ImageRef",
+    "data_url",
+    "file_part",
+    "image_bytes",
+    "image_url",
+    "load_images",
+    "read_image",
+]
 
 # What Pillow decodes that a chat client sends; others (TIFF, PSD, ICO, ...) are refused.
 FORMATS = frozenset({"PNG", "JPEG", "WEBP", "GIF", "BMP"})
@@ -55,9 +64,30 @@ def image_url(part: Mapping[str, Any], param: str) -> ImageRef:
 def data_url(data: bytes) -> str:
     """`data:image/...;base64,...` for raw image bytes (the CLI's --image and /image)."""
     kind = _sniff(data)
-    return f"data:{_MEDIA_TYPES.get(kind or '', 'application/octet-stream')};base64," + (
+    return f"data:{_MEDIA_TYPES.get(kind or '', 'image/unknown')};base64," + (
         base64.b64encode(data).decode("ascii")
     )
+
+
+def file_part(path: str) -> dict[str, Any]:
+    """An image_url content part holding the image file at `path` (the CLI's --image and
+    /image): the file goes through the same checks as a request's data: URL."""
+    from pathlib import Path
+
+    param = f"image {path}"
+    file = Path(path).expanduser()
+    try:
+        _check_size(file.stat().st_size, param)
+        data = file.read_bytes()
+    except OSError as exc:
+        raise InvalidRequest(f"cannot read {path}: {exc.strerror}", param="image") from None
+    return {"type": "image_url", "image_url": {"url": data_url(data)}}
+
+
+def image_bytes(part: Mapping[str, Any]) -> bytes:
+    """The bytes of an image part holding a data: URL (file_part's)."""
+    ref = image_url(part, "image")
+    return _decode_data_url(ref.url, ref.param)
 
 
 def load_images(

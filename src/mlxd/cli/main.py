@@ -87,6 +87,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _options(words: list[str]) -> list[str]:
+    return [w for w in words if w.startswith("-") and w != "-"]
+
+
 def main(argv: list[str] | None = None) -> int:
     # Errors are one line: transformers' own warnings (e.g. "Token indices sequence length is
     # longer than ...", before our clearer context-window error) stay out of stderr.
@@ -100,7 +104,11 @@ def main(argv: list[str] | None = None) -> int:
         print_error(bad, json_mode=OneLineParser.json_mode)
         return bad.exit_code
     parser = build_parser(argv)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and isinstance(getattr(args, "words", None), list) and not _options(extra):
+        args.words += extra  # prompt words after an option: `run M --image X "question"`
+    elif extra:
+        parser.parse_args(argv)  # the usual one-line error for what is left over
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

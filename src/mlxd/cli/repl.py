@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from mlxd.chat.images import file_part, image_bytes, read_image
 from mlxd.cli.render import print_error
 from mlxd.cli.repl_engine import InProcessModel, drain, open_model, resolve_model
 from mlxd.cli.repl_input import MessageReader, PipeReader, TerminalReader
@@ -34,6 +35,7 @@ prompt leaves.
   /clear            start a new conversation (keeps the system prompt)
   /system TEXT      set the system prompt (and start a new conversation); /system alone clears it
   /reasoning on|off show or hide reasoning (off also asks the template not to think)
+  /image PATH       attach an image to your next message (vision models); /image alone drops them
   /stats            tokens, speed and prefix-cache hits of the last answer and the session
   /help             this text
   /bye              leave"""
@@ -52,10 +54,15 @@ class Conversation:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
+    images: list[dict[str, Any]] = field(default_factory=list)  # parts for the next message
 
     def messages(self, user_text: str) -> list[dict[str, Any]]:
         head = [{"role": "system", "content": self.system}] if self.system else []
-        return head + self.turns + [{"role": "user", "content": user_text}]
+        return head + self.turns + [{"role": "user", "content": self.user_content(user_text)}]
+
+    def user_content(self, text: str) -> str | list[dict[str, Any]]:
+        """The next user message's content: the attached images (/image), then the text."""
+        return [*self.images, {"type": "text", "text": text}] if self.images else text
 
     def template_kwargs(self) -> dict[str, object] | None:
         return None if self.think is None else {"enable_thinking": self.think}
@@ -66,7 +73,8 @@ class Conversation:
             from mlxd.cli.stream_render import tool_call_json
 
             reply["tool_calls"] = [tool_call_json(c) for c in answer.tool_calls]
-        self.turns += [{"role": "user", "content": user_text}, reply]
+        self.turns += [{"role": "user", "content": self.user_content(user_text)}, reply]
+        self.images = []  # they stay in the history; the next message has none of its own
         self.last = answer
         if answer.finish:
             usage = answer.finish.usage
@@ -85,6 +93,8 @@ def run_repl(args: argparse.Namespace, model: ModelRef | str | None) -> int:
     conv = Conversation(system=args.system, show_reasoning=not args.hide_reasoning)
     if args.no_think:
         conv.think = False
+    for path in getattr(args, "image", None) or ():  # `mlxd run MODEL --image X` on a terminal
+        conv.images.append(file_part(path))
     interactive = sys.stdin.isatty() and sys.stdout.isatty()
     with open_model(ref, trust_remote_code=args.trust_remote_code) as loaded:
         reader: MessageReader = (
@@ -128,6 +138,9 @@ class Repl:
             )
         except MlxdError as e:  # refused before generation (e.g. too long): keep chatting
             print_error(e)
+            if self.conv.images:
+                self.conv.images = []  # a refused image must not refuse every next message
+                sys.stderr.write("[attached images dropped]\n")
             return
         try:
             renderer.consume(stream)
@@ -191,6 +204,27 @@ def _reasoning(repl: Repl, arg: str) -> bool:
     return True
 
 
+def _image(repl: Repl, arg: str) -> bool:
+    if not arg:
+        dropped = len(repl.conv.images)
+        repl.conv.images = []
+        print(f"{dropped} attached image(s) dropped." if dropped else "no image attached")
+        return True
+    if repl.loaded.info.image_processor is None:
+        print_error(InvalidRequest(f"{repl.loaded.name} takes text only: it cannot read images"))
+        return True
+    try:
+        part = file_part(arg)
+        read_image(image_bytes(part), f"image {arg}")  # refuse a bad file now, not next turn
+    except MlxdError as e:
+        print_error(e)
+        return True
+    repl.conv.images.append(part)
+    count = len(repl.conv.images)
+    print(f"Image attached to your next message ({count} image{'' if count == 1 else 's'}).")
+    return True
+
+
 def _stats(repl: Repl, arg: str) -> bool:
     print(stats_text(repl.conv))
     return True
@@ -228,6 +262,7 @@ COMMANDS: dict[str, Callable[[Repl, str], bool]] = {
     "/system": _system,
     "/reasoning": _reasoning,
     "/stats": _stats,
+    "/image": _image,
     "/help": _help,
     "/bye": _bye,
     "/exit": _bye,

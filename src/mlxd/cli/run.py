@@ -56,6 +56,13 @@ def add_parser(subparsers: Subparsers) -> None:
         metavar="JSON|FILE",
         help="OpenAI tool definitions (a JSON list, inline or in a file) [request field: tools]",
     )
+    parser.add_argument(
+        "--image",
+        action="append",
+        metavar="PATH",
+        help="an image for a vision model (PNG, JPEG, WebP, GIF, BMP); repeat for several "
+        "[request field: an image_url content part]",
+    )
     add_generation_flags(parser)
     parser.set_defaults(func=run)
 
@@ -123,9 +130,22 @@ def read_prompt(inv: Invocation, stdin: IO[str]) -> str | None:
     return text
 
 
-def messages_for(prompt: str, system: str | None) -> list[dict[str, Any]]:
+def messages_for(
+    prompt: str, system: str | None, images: list[str] | None = None
+) -> list[dict[str, Any]]:
+    """The request's messages: the system prompt, then the user turn (its images first, as
+    the server receives them from an OpenAI client: image_url parts with data: URLs)."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
-    return messages + [{"role": "user", "content": prompt}]
+    return messages + [{"role": "user", "content": user_content(prompt, images)}]
+
+
+def user_content(text: str, images: list[str] | None) -> str | list[dict[str, Any]]:
+    """A user message's content: the text, or image parts (files read now) then the text."""
+    if not images:
+        return text
+    from mlxd.chat.images import file_part
+
+    return [*(file_part(path) for path in images), {"type": "text", "text": text}]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -137,11 +157,12 @@ def run(args: argparse.Namespace) -> int:
         from mlxd.cli.repl import run_repl
 
         return run_repl(args, inv.model_ref or inv.model)
+    messages = messages_for(prompt, args.system, args.image)  # image files: read before loading
     from mlxd.cli.repl_engine import open_model, resolve_model
 
     ref = inv.model_ref or resolve_model(inv.model, quiet=args.json)
     with open_model(ref, trust_remote_code=args.trust_remote_code) as loaded:
-        answer = ask_once(loaded, messages_for(prompt, args.system), options, args, tools)
+        answer = ask_once(loaded, messages, options, args, tools)
     if args.json:
         _print_json_line(answer.to_json())
     return 0

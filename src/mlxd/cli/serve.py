@@ -58,6 +58,12 @@ def add_parser(subparsers: Subparsers) -> None:
         action="store_true",
         help="allow models that ship code (never executed otherwise)",
     )
+    p.add_argument(
+        "--allow-image-urls",
+        action="store_true",
+        help="fetch http(s) image URLs in chat requests (default: only inline data: URLs; "
+        f"{_env('allow_image_urls')}=1)",
+    )
     p.add_argument("--json", action="store_true", help="errors as one JSON line on stderr")
     p.set_defaults(func=run)
 
@@ -77,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
         allowed_origins=_origins(args.allowed_origins),
         drain_seconds=args.drain_seconds,
         trust_remote_code=args.trust_remote_code or None,
+        allow_image_urls=args.allow_image_urls or None,
     )
     overrides: dict[str, Any] = {"trust_remote_code": args.trust_remote_code}
     for name in ("max_batch", "max_queue", "max_tokens_ceiling", "max_models"):

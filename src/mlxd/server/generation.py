@@ -124,6 +124,7 @@ async def start_chat_stream(
             template_kwargs=inputs.template_kwargs,
             server_defaults=True,
             template=template,
+            allow_image_urls=st.settings.allow_image_urls,
         )
     )
 

@@ -151,6 +151,23 @@ class TextPart(BaseModel):
     text: StrictStr
 
 
+class ImageURL(BaseModel):
+    model_config = _CFG
+    url: Annotated[StrictStr, Field(min_length=1)]
+    detail: Literal["auto", "low", "high"] | None = None  # accepted; the processor decides
+
+
+class ImagePart(BaseModel):
+    """OpenAI's image content part: a data: URL (http(s) only if the server allows)."""
+
+    model_config = _CFG
+    type: Literal["image_url"]
+    image_url: ImageURL
+
+
+ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
+
+
 class FunctionCall(BaseModel):
     model_config = _CFG
     name: FunctionName
@@ -165,11 +182,12 @@ class MessageToolCall(BaseModel):
 
 
 class Message(BaseModel):
-    """One chat message; roles and content shapes OpenAI defines, text content only."""
+    """One chat message; roles and content shapes OpenAI defines: text, and images in user
+    messages (read by the chat layer, chat.images)."""
 
     model_config = _CFG
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: StrictStr | list[TextPart] | None = None
+    content: StrictStr | list[ContentPart] | None = None
     name: StrictStr | None = None
     tool_calls: list[MessageToolCall] | None = None
     tool_call_id: StrictStr | None = None
@@ -183,10 +201,13 @@ class Message(BaseModel):
         return self
 
     def to_template(self) -> dict[str, Any]:
-        """The dict the chat template sees: text parts joined, reasoning under one name."""
+        """The chat layer's message: text parts joined (parts kept when there are images),
+        reasoning under one name."""
         msg: dict[str, Any] = {"role": self.role}
-        if isinstance(self.content, list):
-            msg["content"] = join_text(p.text for p in self.content)
+        if isinstance(self.content, list) and any(isinstance(p, ImagePart) for p in self.content):
+            msg["content"] = [p.model_dump(exclude_none=True) for p in self.content]
+        elif isinstance(self.content, list):
+            msg["content"] = join_text(p.text for p in self.content if isinstance(p, TextPart))
         elif self.content is not None:
             msg["content"] = self.content
         if self.name is not None:

@@ -29,6 +29,7 @@ def _setting_values(text: Callable[[str], str]) -> dict[str, Any]:
         "max_connections": int(text("max_connections")),
         "drain_seconds": float(text("drain_seconds")),
         "request_chat_template": text("request_chat_template") == "1",
+        "allow_image_urls": text("allow_image_urls") == "1",
     }
 
 
@@ -52,6 +53,7 @@ class ServerSettings:
     drain_seconds: float = _DEFAULTS["drain_seconds"]
     trust_remote_code: bool = False
     request_chat_template: bool = _DEFAULTS["request_chat_template"]
+    allow_image_urls: bool = _DEFAULTS["allow_image_urls"]  # fetch http(s) image URLs
 
     @classmethod
     def from_config(cls, **overrides: object) -> ServerSettings:

@@ -97,7 +97,7 @@ def check(path: Path, deep: bool = False, verify: bool = False) -> HealthReport:
     config = _load_json(path / "config.json", problems, skip, required=True)
     tok_config = _load_json(path / "tokenizer_config.json", problems, skip, required=False)
     if config is not None:
-        problems += _check_config(config)
+        problems += _check_vision(path, config) if _is_vision(config) else _check_config(config)
     problems += _check_remote_code(config, tok_config)
     headers, weight_problems = _check_weights(path, names, skip)
     problems += weight_problems
@@ -105,7 +105,8 @@ def check(path: Path, deep: bool = False, verify: bool = False) -> HealthReport:
         problems += architecture_problems(config, headers)
         problems += memory_problems(headers)
     problems += _check_tokenizer(path, skip, deep)
-    if deep and not problems:  # only a sound model is built: its config passed store.limits
+    # Only a sound model is built (its config passed store.limits); mlx-vlm builds vision ones.
+    if deep and not problems and not (config and _is_vision(config)):
         problems += _check_binding(path)
     if verify:
         problems += verify_problems(path)
@@ -153,6 +154,31 @@ def _check_config(config: dict[str, Any]) -> list[Problem]:
         return [_broken("no_model_type", "config.json has no model_type")]
     if not model_type_supported(model_type):
         return [_broken("unsupported", f"model_type {model_type!r} is not supported by mlx-lm")]
+    return []
+
+
+def _is_vision(config: dict[str, Any]) -> bool:
+    return isinstance(config.get("vision_config"), dict)  # as backend.vision reads it
+
+
+PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
+
+
+def _check_vision(root: Path, config: dict[str, Any]) -> list[Problem]:
+    """A vision checkpoint runs through mlx-vlm (the `vision` extra) with its processor files."""
+    model_type = config.get("model_type")
+    if not isinstance(model_type, str) or not model_type:
+        return [_broken("no_model_type", "config.json has no model_type")]
+    vlm = _package_dir("mlx_vlm")
+    if vlm is None:
+        return [
+            _broken("no_vision_extra", "a vision model needs mlx-vlm: pip install 'mlxd[vision]'")
+        ]
+    if not (vlm / "models" / model_type.replace("-", "_")).is_dir():
+        return [_broken("unsupported", f"model_type {model_type!r} is not supported by mlx-vlm")]
+    if not any((root / name).is_file() for name in PROCESSOR_FILES):
+        names = " or ".join(PROCESSOR_FILES)
+        return [_broken("no_processor", f"a vision model without its image processor ({names})")]
     return []
 
 
@@ -305,10 +331,15 @@ def model_type_supported(model_type: str) -> bool:
 
 @lru_cache(maxsize=1)
 def _mlx_lm_dir() -> Path:
+    return _package_dir("mlx_lm") or Path("/nonexistent")
+
+
+@lru_cache(maxsize=4)
+def _package_dir(name: str) -> Path | None:
     # find_spec locates the package without importing it (importing mlx_lm takes seconds).
-    spec = importlib.util.find_spec("mlx_lm")
+    spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
-        return Path("/nonexistent")
+        return None
     return Path(next(iter(spec.submodule_search_locations)))
 
 
