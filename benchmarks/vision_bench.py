@@ -1,0 +1,214 @@
+"""Images and text together: `mlxd serve` against mlx-vlm's own server on the same tiny vision
+checkpoint (tests/vision_checkpoints.py: llava, CLIP tower, llama text model).
+
+Closed loop: --clients streaming clients (8), half sending image turns (a distinct PNG per
+request, as a data: URL) and half text turns (distinct prompts), each --per-client requests
+one after another, greedy, EOS suppressed with logit_bias so every answer is --max-tokens
+long. Per server: aggregate completion tokens/s, time to first token (p50/p99) of image and
+text turns, and failed requests; --rounds alternates the server order. JSON on stdout.
+
+mlx-vlm 0.7.10's llava processor passes the tokenizer's `padding` to the image processor,
+which transformers 5.24 refuses (every image request fails in mlx-vlm's own server and its
+generate CLI); the peer runs with a shim that drops those keyword arguments for the image
+processor only (`--no-shim` measures it as shipped).
+
+    python benchmarks/vision_bench.py                              # 8 clients, 2 rounds
+    python benchmarks/vision_bench.py --max-tokens 64 --per-client 4 --size small
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.server_bench import Sample, free_port, one_request, pct  # noqa: E402
+
+# Runs mlx-vlm's server with its llava processor's text keyword arguments kept away from the
+# image processor (see the module docstring).
+PEER_SHIM = """
+import runpy, sys
+from mlx_vlm.models.llava import processing_llava
+
+_call = processing_llava.LlavaProcessor.__call__
+
+def _images_only(image_processor):
+    def call(images, **kwargs):
+        return image_processor(images)
+    return call
+
+def __call__(self, images=None, text=None, **kwargs):
+    real = self.image_processor
+    self.image_processor = _images_only(real)
+    try:
+        return _call(self, images=images, text=text, **kwargs)
+    finally:
+        self.image_processor = real
+
+processing_llava.LlavaProcessor.__call__ = __call__
+sys.argv[0] = "mlx_vlm.server"
+runpy.run_module("mlx_vlm.server", run_name="__main__", alter_sys=True)
+"""
+
+
+def server_command(kind: str, model: Path, port: int, shim: bool) -> list[str]:
+    if kind == "mlxd":
+        return [sys.executable, "-m", "mlxd.cli.main", "serve", "--model", str(model),
+                "--port", str(port)]  # fmt: skip
+    head = [sys.executable, "-c", PEER_SHIM] if shim else [sys.executable, "-m", "mlx_vlm.server"]
+    return [*head, "--model", str(model), "--host", "127.0.0.1", "--port", str(port)]
+
+
+def start(kind: str, model: Path, shim: bool) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    cmd = server_command(kind, model, port, shim)
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/v1/models", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.TransportError:
+            pass
+        if proc.poll() is not None:
+            break
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError(f"{kind} server did not start: {' '.join(cmd[:3])}")
+
+
+def body_for(client: int, n: int, image: bool, args: argparse.Namespace, eos: int) -> dict:
+    from tests.vision_checkpoints import png_bytes
+
+    if image:
+        url = "data:image/png;base64," + base64.b64encode(png_bytes(1000 * client + n)).decode()
+        content: object = [
+            {"type": "image_url", "image_url": {"url": url}},
+            {"type": "text", "text": f"Describe picture {n} for client {client}."},
+        ]
+    else:
+        content = f"Client {client} request {n}: the quick brown fox jumps over the lazy dog."
+    return {
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": args.max_tokens,
+        "temperature": 0.0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "logit_bias": {str(eos): -100.0},
+    }
+
+
+async def run_load(url: str, model: str, args: argparse.Namespace, eos: int) -> dict:
+    limits = httpx.Limits(max_connections=args.clients + 4)
+    images: list[Sample] = []
+    texts: list[Sample] = []
+    failed = 0
+    async with httpx.AsyncClient(timeout=900, limits=limits) as client:
+
+        async def worker(cid: int) -> None:
+            nonlocal failed
+            image = cid < args.clients // 2
+            for n in range(args.per_client):
+                body = dict(body_for(cid, n, image, args, eos), model=model)
+                try:
+                    sample = await one_request(client, url, body)
+                except httpx.HTTPError:
+                    failed += 1
+                    continue
+                (images if image else texts).append(sample)
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker(c) for c in range(args.clients)))
+        wall = time.perf_counter() - t0
+    tokens = sum(s.tokens for s in images + texts)
+    ttft = sorted(s.ttft for s in images + texts)
+    return {
+        "requests": len(images) + len(texts),
+        "failed_requests": failed,
+        "tokens": tokens,
+        "wall_s": round(wall, 3),
+        "agg_tok_s": round(tokens / wall, 1) if wall else 0.0,
+        "ttft_p50_ms": round(1000 * pct(ttft, 50), 1),
+        "ttft_p99_ms": round(1000 * pct(ttft, 99), 1),
+        "image_ttft_p99_ms": round(1000 * pct(sorted(s.ttft for s in images), 99), 1),
+        "text_ttft_p99_ms": round(1000 * pct(sorted(s.ttft for s in texts), 99), 1),
+    }
+
+
+def bench(kind: str, model_dir: Path, args: argparse.Namespace, eos: int) -> dict:
+    proc, url = start(kind, model_dir, not args.no_shim)
+    model = "default" if kind == "mlxd" else str(model_dir)
+    try:
+        warm = argparse.Namespace(**{**vars(args), "clients": 2, "per_client": 1})
+        asyncio.run(run_load(url, model, warm, eos))  # warm-up: one image and one text turn
+        result = asyncio.run(run_load(url, model, args, eos))
+        print(f"{kind}: {json.dumps(result)}", file=sys.stderr, flush=True)
+        return result
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--per-client", type=int, default=4)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--size", default="tiny", choices=["tiny", "small", "big"])
+    parser.add_argument("--no-shim", action="store_true", help="run mlx-vlm's server as shipped")
+    args = parser.parse_args()
+
+    from tests.vision_checkpoints import make_vision_checkpoint
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = make_vision_checkpoint(Path(tmp) / "tiny-vision", size=args.size)
+        eos = int(json.loads((model_dir / "config.json").read_text())["eos_token_id"])
+        runs: dict[str, list[dict]] = {"mlxd": [], "mlx_vlm": []}
+        for r in range(args.rounds):
+            order = ["mlxd", "mlx_vlm"] if r % 2 == 0 else ["mlx_vlm", "mlxd"]
+            for kind in order:
+                runs[kind].append(bench(kind, model_dir, args, eos))
+    summary = {
+        key: round(
+            statistics.median(m[key] for m in runs["mlxd"])
+            / max(statistics.median(v[key] for v in runs["mlx_vlm"]), 1e-9),
+            3,
+        )
+        for key in ("agg_tok_s", "ttft_p99_ms", "image_ttft_p99_ms", "text_ttft_p99_ms")
+    }
+    out = {
+        "benchmark": "vision_bench",
+        "checkpoint": f"tests/vision_checkpoints.py llava, text size {args.size}",
+        "clients": args.clients,
+        "image_clients": args.clients // 2,
+        "per_client": args.per_client,
+        "max_tokens": args.max_tokens,
+        "rounds": args.rounds,
+        "peer": "mlx_vlm.server 0.7.10" + ("" if args.no_shim else " (llava processor shim)"),
+        "runs": runs,
+        "mlxd_over_mlx_vlm_median": summary,
+    }
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
