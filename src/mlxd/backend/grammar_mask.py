@@ -45,21 +45,23 @@ class GrammarMask:
         else:
             self.phase = Phase.ANSWER
         self._words = np.zeros((grammar.mask_size + 31) // 32, dtype=np.uint32)
-        # Made here, on the engine thread: MLX arrays belong to the thread's stream.
-        self._shifts = mx.arange(32, dtype=mx.uint32)
+        self._neg_inf: mx.array | None = None  # -inf in the logits' dtype (keeps the batch's)
         self._tail = b""  # the end of the reasoning so far, to spot its end marker
         self._started = False
 
     def __call__(self, tokens: mx.array, logits: mx.array) -> mx.array:
-        # The forward pass runs on MLX's stream while this thread computes the mask.
-        mx.async_eval(logits)  # type: ignore[no-untyped-call]
+        # Reading the token waits for the previous step. Starting this step's forward pass
+        # first (async_eval) so that it overlaps the mask measured no faster on the CPU: each
+        # extra eval costs the engine thread a GIL hand-off, and the mask took 10x longer
+        # next to a running forward pass (benchmarks/structured_bench.py).
         if self._started:
             self._advance(cast(int, tokens[-1].item()))
         self._started = True
         if self.phase is Phase.REASONING:
             return logits
-        allowed = self._allowed(logits.shape[-1])
-        return mx.where(allowed, logits, mx.array(-mx.inf, dtype=logits.dtype))
+        if self._neg_inf is None:
+            self._neg_inf = mx.array(-mx.inf, dtype=logits.dtype)
+        return mx.where(self._allowed(logits.shape[-1]), logits, self._neg_inf)
 
     def _advance(self, token: int) -> None:
         """Feed the token sampled at the previous step."""
@@ -86,11 +88,10 @@ class GrammarMask:
         if self.phase is Phase.LEAD_IN and self.grammar.reasoning_start is not None:
             start = self.grammar.reasoning_start
             words[start // 32] |= np.uint32(1 << (start % 32))
-        bits = (mx.array(words)[:, None] >> self._shifts) & 1
-        flat = bits.reshape(-1)
-        if flat.size < width:
-            flat = mx.concatenate([flat, mx.zeros(width - flat.size, dtype=flat.dtype)])
-        return flat[:width].astype(mx.bool_)
+        bits = np.unpackbits(words.view(np.uint8), bitorder="little")  # one byte per token
+        if bits.size < width:
+            bits = np.concatenate([bits, np.zeros(width - bits.size, dtype=np.uint8)])
+        return mx.array(bits[:width].view(np.bool_))
 
     def _error(self) -> str:
         return self.matcher.get_error() or "no token can continue the answer"
