@@ -41,7 +41,7 @@ if TYPE_CHECKING:  # the engine package is heavy: imported on use
     from mlxd.backend.grammar import CompiledGrammar
     from mlxd.engine import Engine, ModelInfo, RequestHandle
 
-__all__ = ["ChatStream", "start_chat", "start_completion"]
+__all__ = ["ChatStream", "chat_prompt", "start_chat", "start_completion"]
 
 
 class ChatStream:
@@ -158,11 +158,7 @@ def start_chat(
     allow_image_urls lets them be http(s) URLs the server fetches.
     """
     tool_list = normalize_tools(tools)
-    refs = image_refs(messages)
-    images = load_images(refs, info.image_processor, allow_urls=allow_image_urls) if refs else None
-    prompt = build_chat_prompt(
-        info.tokenizer, messages, tool_list, template_kwargs, template, images=images
-    )
+    prompt = chat_prompt(info, messages, tool_list, template_kwargs, template, allow_image_urls)
     reasoning_open = prompt.reasoning_open
     if isinstance(reasoning, tuple | list):  # custom markers: is the prompt inside them?
         reasoning_open = ends_in_reasoning(prompt.text, explicit_markers(reasoning))
@@ -187,6 +183,23 @@ def start_chat(
     warnings = (warning,) if warning else ()
     return _submit(
         engine, info, prompt, options, stream_filter, server_defaults, constraint, warnings
+    )
+
+
+def chat_prompt(
+    info: ModelInfo,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None = None,
+    template_kwargs: dict[str, Any] | None = None,
+    template: str | None = None,
+    allow_image_urls: bool = False,
+) -> BuiltPrompt:
+    """The prompt start_chat prefills for these inputs (images read and expanded), without
+    submitting it: what a token count counts."""
+    refs = image_refs(messages)
+    images = load_images(refs, info.image_processor, allow_urls=allow_image_urls) if refs else None
+    return build_chat_prompt(
+        info.tokenizer, messages, tools, template_kwargs, template, images=images
     )
 
 

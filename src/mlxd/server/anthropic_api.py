@@ -21,6 +21,7 @@ from mlxd.errors import InvalidRequest
 from mlxd.server.anthropic_schemas import (
     ContentBlock,
     CountTokensRequest,
+    ImageBlock,
     MessageParam,
     MessagesRequest,
     TextBlock,
@@ -54,13 +55,18 @@ async def create_message(request: Request) -> Response:
 @router.post("/v1/messages/count_tokens")
 async def count_tokens(request: Request) -> Response:
     """The prompt tokens /v1/messages would prefill for the same conversation."""
-    from mlxd.chat.builder import build_chat_prompt
+    from mlxd.chat.session import chat_prompt
 
     st = server_state(request)
     req = parse(CountTokensRequest, await request.body(), st.settings)
     info = await st.models.get(req.model)
-    messages, tools, kwargs = chat_inputs(req)
-    prompt = await asyncio.to_thread(build_chat_prompt, info.tokenizer, messages, tools, kwargs)
+    inputs = chat_inputs(req)
+    allow_urls = st.settings.allow_image_urls
+    prompt = await asyncio.to_thread(
+        lambda: chat_prompt(
+            info, inputs.messages, inputs.tools, inputs.template_kwargs, None, allow_urls
+        )
+    )
     return JSONResponse({"input_tokens": prompt.prompt_tokens})
 
 
@@ -112,7 +118,7 @@ def _assistant(m: MessageParam, where: str) -> dict[str, Any]:
         elif isinstance(b, ToolUseBlock):
             fn = {"name": b.name, "arguments": b.input}
             calls.append({"id": b.id, "type": "function", "function": fn})
-        elif isinstance(b, ToolResultBlock):
+        elif isinstance(b, ToolResultBlock | ImageBlock):
             raise _misplaced(b, "assistant", f"{where}.{j}")
     msg: dict[str, Any] = {"role": "assistant", "content": texts}
     if calls:
@@ -123,25 +129,36 @@ def _assistant(m: MessageParam, where: str) -> dict[str, Any]:
 
 
 def _user(m: MessageParam, called: set[str], where: str) -> list[dict[str, Any]]:
-    """Tool results first (one `tool` message each), then the user's text, if any."""
+    """Tool results first (one `tool` message each), then the user's text and images, if any."""
     results: list[dict[str, Any]] = []
-    texts: list[dict[str, str]] = []
+    parts: list[dict[str, Any]] = []
     for j, b in enumerate(m.blocks()):
         if isinstance(b, ToolResultBlock):
-            if b.tool_use_id not in called:
-                raise InvalidRequest(
-                    f"tool_result for '{b.tool_use_id}' has no matching tool_use block in the "
-                    "previous assistant message",
-                    param=f"{where}.{j}.tool_use_id",
-                )
-            results.append({"role": "tool", "tool_call_id": b.tool_use_id, "content": b.text()})
+            results.append(_tool_result(b, called, f"{where}.{j}"))
         elif isinstance(b, TextBlock):
-            texts.append({"type": "text", "text": b.text})
+            parts.append({"type": "text", "text": b.text})
+        elif isinstance(b, ImageBlock):
+            parts.append(b.to_chat())
         elif isinstance(b, ToolUseBlock | ThinkingBlock):
             raise _misplaced(b, "user", f"{where}.{j}")
-    if texts or not results:
-        results.append({"role": "user", "content": texts})
+    if parts or not results:
+        results.append({"role": "user", "content": parts})
     return results
+
+
+def _tool_result(b: ToolResultBlock, called: set[str], where: str) -> dict[str, Any]:
+    if b.tool_use_id not in called:
+        raise InvalidRequest(
+            f"tool_result for '{b.tool_use_id}' has no matching tool_use block in the "
+            "previous assistant message",
+            param=f"{where}.tool_use_id",
+        )
+    if b.has_images:
+        raise InvalidRequest(
+            "images in tool results are not supported; send them in a user turn",
+            param=f"{where}.content",
+        )
+    return {"role": "tool", "tool_call_id": b.tool_use_id, "content": b.text()}
 
 
 def _misplaced(block: ContentBlock, role: str, where: str) -> InvalidRequest:

@@ -1,11 +1,12 @@
 """Wire schemas of Anthropic's Messages API: POST /v1/messages and /v1/messages/count_tokens.
 
 Strict like mlxd.server.schemas: no bools or strings as numbers, no NaN, every number bounded
-by the option table's ranges. Content mlxd cannot serve (images, documents, server tools) is
-refused with a 400 naming it; hints with nothing to do here (`cache_control`: the prefix
-cache is automatic; `metadata`, `service_tier`, `output_config.effort`) are ignored, as
-unknown fields are. `tool_choice` any/tool and `output_config.format` are enforced by the
-chat layer's grammar, as on /v1/chat/completions.
+by the option table's ranges. Images in user turns go to the chat layer as image_url parts
+(for a vision model; the chat layer checks them). Content mlxd cannot serve (documents,
+images in tool results, server tools) is refused with a 400 naming it; hints with nothing to
+do here (`cache_control`: the prefix cache is automatic; `metadata`, `service_tier`,
+`output_config.effort`) are ignored, as unknown fields are. `tool_choice` any/tool and
+`output_config.format` are enforced by the chat layer's grammar, as on /v1/chat/completions.
 """
 
 from __future__ import annotations
@@ -49,18 +50,59 @@ class ToolUseBlock(BaseModel):
     input: dict[StrictStr, Any]
 
 
+class Base64Source(BaseModel):
+    model_config = _CFG
+    type: Literal["base64"]
+    media_type: Annotated[StrictStr, Field(pattern=r"^image/[A-Za-z0-9.+\-]{1,64}$")]
+    data: StrictStr
+
+
+class UrlSource(BaseModel):
+    model_config = _CFG
+    type: Literal["url"]
+    url: Annotated[StrictStr, Field(min_length=1)]
+
+
+class ImageBlock(BaseModel):
+    """An image in a user turn (a vision model's; the chat layer reads and checks it)."""
+
+    model_config = _CFG
+    type: Literal["image"]
+    source: Annotated[Base64Source | UrlSource, Field(discriminator="type")]
+
+    def to_chat(self) -> dict[str, Any]:
+        """The OpenAI image_url part the chat layer takes (base64 as a data: URL)."""
+        src = self.source
+        url = src.url if isinstance(src, UrlSource) else f"data:{src.media_type};base64,{src.data}"
+        return {"type": "image_url", "image_url": {"url": url}}
+
+
+ResultPart = Annotated[TextBlock | ImageBlock, Field(discriminator="type")]
+
+
 class ToolResultBlock(BaseModel):
     """The client's answer to a tool_use of the previous assistant turn (user turns)."""
 
     model_config = _CFG
     type: Literal["tool_result"]
     tool_use_id: CallId
-    content: StrictStr | Annotated[list[TextBlock], Field(max_length=MAX_BLOCKS)] = ""
+    content: StrictStr | Annotated[list[ResultPart], Field(max_length=MAX_BLOCKS)] = ""
     is_error: StrictBool = False
 
+    @property
+    def has_images(self) -> bool:
+        return isinstance(self.content, list) and any(
+            isinstance(b, ImageBlock) for b in self.content
+        )
+
     def text(self) -> str:
+        """The result as the `tool` message's text (tool turns carry no images)."""
         content = self.content
-        text = content if isinstance(content, str) else join_text(b.text for b in content)
+        text = (
+            content
+            if isinstance(content, str)
+            else join_text(b.text for b in content if isinstance(b, TextBlock))
+        )
         return f"Error: {text}" if self.is_error else text
 
 
@@ -80,14 +122,14 @@ class RedactedThinkingBlock(BaseModel):
 
 
 class UnsupportedBlock(BaseModel):
-    """Block kinds a text model cannot take: refused, never dropped."""
+    """Block kinds mlxd cannot take: refused, never dropped."""
 
     model_config = _CFG
-    type: Literal["image", "document", "search_result", "container_upload"]
+    type: Literal["document", "search_result", "container_upload"]
 
     @model_validator(mode="after")
     def _refuse(self) -> UnsupportedBlock:
-        raise ValueError(f"'{self.type}' content blocks are not supported (text models only)")
+        raise ValueError(f"'{self.type}' content blocks are not supported")
 
 
 ContentBlock = Annotated[
@@ -96,6 +138,7 @@ ContentBlock = Annotated[
     | ToolResultBlock
     | ThinkingBlock
     | RedactedThinkingBlock
+    | ImageBlock
     | UnsupportedBlock,
     Field(discriminator="type"),
 ]

@@ -2,10 +2,11 @@
 
 Strict like mlxd.server.schemas. mlxd keeps no response state, so what needs it is refused
 with a 400 that says so (`previous_response_id`, `store: true`, `background`, `conversation`,
-`prompt`), as are inputs a text model cannot take (images, files, audio) and tools other than
-functions. `text.format` (json_schema, json_object) and a forced `tool_choice` are enforced by
-the chat layer's grammar, as on /v1/chat/completions. Unknown fields (`include`, `user`, ...)
-are ignored.
+`prompt`, uploaded `file_id`s), as are files, audio and tools other than functions. Images
+(`input_image` by URL) go to the chat layer, which checks them (for a vision model).
+`text.format` (json_schema, json_object) and a forced `tool_choice` are enforced by the chat
+layer's grammar, as on /v1/chat/completions. Unknown fields (`include`, `user`, ...) are
+ignored.
 """
 
 from __future__ import annotations
@@ -59,16 +60,35 @@ class OutputText(BaseModel):
     text: StrictStr
 
 
+class InputImage(BaseModel):
+    """An image by URL (a data: URL, or http(s) if the operator allows); the chat layer reads
+    and checks it (a vision model's). Uploaded files (`file_id`) are refused: no file store."""
+
+    model_config = _CFG
+    type: Literal["input_image"]
+    image_url: Annotated[StrictStr, Field(min_length=1)] | None = None
+    file_id: StrictStr | None = None
+    detail: Literal["low", "high", "auto"] | None = None  # accepted; the processor decides
+
+    @model_validator(mode="after")
+    def _by_url(self) -> InputImage:
+        if self.file_id is not None or self.image_url is None:
+            raise ValueError("input_image needs an image_url (uploaded files are not supported)")
+        return self
+
+
 class UnsupportedPart(BaseModel):
     model_config = _CFG
-    type: Literal["input_image", "input_file", "input_audio", "refusal"]
+    type: Literal["input_file", "input_audio", "refusal"]
 
     @model_validator(mode="after")
     def _refuse(self) -> UnsupportedPart:
-        raise ValueError(f"'{self.type}' content is not supported (text models only)")
+        raise ValueError(f"'{self.type}' content is not supported")
 
 
-ContentPart = Annotated[InputText | OutputText | UnsupportedPart, Field(discriminator="type")]
+ContentPart = Annotated[
+    InputText | OutputText | InputImage | UnsupportedPart, Field(discriminator="type")
+]
 
 
 class MessageItem(BaseModel):
@@ -79,15 +99,17 @@ class MessageItem(BaseModel):
     role: Literal["user", "assistant", "system", "developer"]
     content: StrictStr | Annotated[list[ContentPart], Field(max_length=MAX_PARTS)]
 
-    def parts(self) -> list[dict[str, str]]:
-        """Text parts as the chat layer takes them."""
+    def parts(self) -> list[dict[str, Any]]:
+        """Text and image parts as the chat layer takes them (OpenAI's chat shapes)."""
         if isinstance(self.content, str):
             return [{"type": "text", "text": self.content}]
-        return [
-            {"type": "text", "text": p.text}
-            for p in self.content
-            if not isinstance(p, UnsupportedPart)
-        ]
+        out: list[dict[str, Any]] = []
+        for p in self.content:
+            if isinstance(p, InputImage):
+                out.append({"type": "image_url", "image_url": {"url": p.image_url}})
+            elif not isinstance(p, UnsupportedPart):
+                out.append({"type": "text", "text": p.text})
+        return out
 
 
 class FunctionCallItem(BaseModel):
