@@ -242,6 +242,7 @@ SAMPLING_BOUNDS: dict[str, Bounds] = {
     "max_tokens": Bounds(1, 1 << 20),
     "logit_bias": Bounds(-100.0, 100.0),  # each bias value
     "top_logprobs": Bounds(0, 20),
+    "num_draft_tokens": Bounds(1, 16),  # draft tokens verified per step (speculation)
 }
 
 # The server caps an unspecified max_tokens at this fraction of the context window.

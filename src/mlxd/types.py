@@ -24,6 +24,14 @@ class FinishReason(StrEnum):
     ERROR = "error"  # this request failed; see FinishEvent.error
 
 
+class DraftKind(StrEnum):
+    """Where speculative decoding gets its draft tokens (docs/engine-design.md)."""
+
+    NONE = "none"
+    NGRAM = "ngram"  # prompt lookup: the continuation of the last tokens' latest earlier match
+    MODEL = "model"  # a smaller model with the same vocabulary
+
+
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
     """Per-request decoding options, built and validated by chat.options.sampling_params;
@@ -44,6 +52,8 @@ class SamplingParams:
     logprobs: bool = False
     top_logprobs: int = 0
     ignore_eos: bool = False
+    draft_kind: DraftKind | None = None  # None: the engine's default (EngineConfig)
+    num_draft_tokens: int | None = None  # None: the engine's default
 
     @property
     def greedy(self) -> bool:

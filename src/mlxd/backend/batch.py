@@ -37,13 +37,16 @@ from mlxd.backend.prefix import (
 )
 from mlxd.backend.sampling import (
     GREEDY,
+    Processor,
+    Sampler,
     guard_processor,
     guard_sampler,
     make_processors,
     make_sampler,
     token_logprob,
 )
-from mlxd.types import ImageInputs, PromptBoundaries, SamplingParams
+from mlxd.backend.speculative import Drafts
+from mlxd.types import DraftKind, ImageInputs, PromptBoundaries, SamplingParams
 
 _NO_BOUNDARIES = PromptBoundaries()
 
@@ -88,6 +91,8 @@ class BatchRunner:
         # A plain attention cache can always be cut back to any prefix of what it holds: the
         # answer's snapshot serves every shorter prompt, so it needs no mid-prompt ones.
         self._always_trimmable = trimmable_at(make_prompt_cache(loaded.model), 1 << 62)
+        self._drafts: Drafts | None = None  # set by the first speculating sequence
+        self._rewindable = compat.rows_rewindable(loaded.model)  # can speculate
 
     def insert(
         self,
@@ -132,6 +137,8 @@ class BatchRunner:
             stop_sequences=[StopSequences([[t] for t in sorted(stops)] or None)],
         )
         report.uid = uid  # set before any step can call the sampler
+        if self._speculates(params, sampler, procs):
+            self._speculation().add(uid, DraftKind.NGRAM, params.num_draft_tokens or 0)
         if params.logprobs:
             self._top_n[uid] = params.top_logprobs
         if self.prefix_cache.enabled:
@@ -174,6 +181,8 @@ class BatchRunner:
         for uid in uids:
             self._top_n.pop(uid, None)
             self._failed.pop(uid, None)
+            if self._drafts is not None:
+                self._drafts.discard(uid)
             plan = self._snapshots.pop(uid, None)
             if plan is not None and uid in caches:
                 cache, tokens = caches[uid]
@@ -232,15 +241,31 @@ class BatchRunner:
         for r in gen_resps:
             if r.finish_reason is not None:
                 top_n.pop(r.uid, None)
+                if self._drafts is not None:
+                    self._drafts.discard(r.uid)
                 plan = self._snapshots.pop(r.uid, None)
                 if plan is not None and plan.answer:
                     tokens = plan.keyed(r.all_tokens)
                     self._store(tokens, r.prompt_cache, SnapshotKind.ANSWER, plan.turn)
-        if not self._failed:
-            return StepResult(outputs)
+        drafted, accepted = self._drafts.take_counts() if self._drafts else (0, 0)
         failed = dict(self._failed)
         self._failed.clear()
-        return StepResult(outputs, failed)
+        return StepResult(outputs, failed, drafted, accepted)
+
+    def _speculates(self, params: SamplingParams, sampler: Sampler, procs: list[Processor]) -> bool:
+        """Greedy rows without logits processors draft (sampled rows: step 3 of issue 14),
+        on models whose cache rewinds per row (plain KV caches)."""
+        if params.draft_kind is not DraftKind.NGRAM or not params.num_draft_tokens:
+            return False
+        if sampler is not GREEDY or procs:
+            return False
+        return self._rewindable
+
+    def _speculation(self) -> Drafts:
+        if self._drafts is None:
+            self._drafts = Drafts()
+            compat.enable_speculation(self._gen, self._drafts)
+        return self._drafts
 
     def _segments_done(self, uids: list[int]) -> None:
         """These sequences' caches now end at their next snapshot point: copy the ones kept."""

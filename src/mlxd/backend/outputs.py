@@ -30,6 +30,8 @@ class StepResult:
 
     tokens: list[StepOutput]
     failed: dict[int, BaseException] = field(default_factory=dict)
+    drafted: int = 0  # draft tokens verified in the step (speculative decoding)
+    accepted: int = 0  # of those, accepted
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from mlxd.chat.constraints import response_schema as _response_schema
 from mlxd.checkpoint import sampling_defaults
 from mlxd.config import LIMITS, SAMPLING_BOUNDS, Bounds, setting_int
 from mlxd.errors import InvalidRequest
-from mlxd.types import SamplingParams
+from mlxd.types import DraftKind, SamplingParams
 
 __all__ = [
     "OPTIONS",
@@ -44,6 +44,7 @@ class OptionKind(Enum):
     LOGIT_BIAS = "logit_bias"  # {token id: bias}, bounds apply to each bias
     STOP = "stop"  # a string or a list of strings
     RESPONSE_FORMAT = "response_format"  # OpenAI's {"type": "json_schema", ...} object
+    DRAFT_KIND = "draft_kind"  # one of mlxd.types.DraftKind
 
 
 FLOAT, INT, SEED, BOOL = OptionKind.FLOAT, OptionKind.INT, OptionKind.SEED, OptionKind.BOOL
@@ -101,6 +102,11 @@ _OPTION_LIST = [
            "ignore_eos"),
     Option("stop", "--stop", STOP, "stop when this string appears (repeatable); not emitted",
            None),
+    Option("draft_kind", "--draft-kind", OptionKind.DRAFT_KIND,
+           "speculative decoding: none, ngram (prompt lookup) or model (the draft model)",
+           "draft_kind"),
+    Option("num_draft_tokens", "--num-draft-tokens", INT,
+           "speculative decoding: most draft tokens verified per step", "num_draft_tokens"),
     Option("response_format", "--json-schema", RESPONSE_FORMAT,
            "answer with JSON valid against this JSON schema (inline or a file); --json-mode: "
            "any JSON object", None, cli_switch=("--json-mode", {"type": "json_object"})),
@@ -171,6 +177,11 @@ def validate_option(opt: Option, raw: object, *, vocab_size: int | None = None) 
     if opt.kind is RESPONSE_FORMAT:
         _response_schema(raw)
         return raw
+    if opt.kind is OptionKind.DRAFT_KIND:
+        kinds = [k.value for k in DraftKind]
+        if isinstance(raw, DraftKind) or raw in kinds:
+            return DraftKind(raw)
+        raise InvalidRequest(f"{opt.name} must be one of {', '.join(kinds)}", param=opt.name)
     return _stop(opt, raw)
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mlxd.chat.options import OPTIONS, Option, OptionKind
+from mlxd.types import DraftKind
 
 # Flags this module defines itself; an OPTIONS entry with the same flag is skipped.
 OWN_FLAGS = ("--system", "--json", "--model", "--hide-reasoning", "--no-think")
@@ -105,6 +106,8 @@ def _flag_kwargs(option: Option) -> dict[str, Any]:
             return {"type": _strict(int), "metavar": "N", "help": help_text}
         case OptionKind.FLOAT:
             return {"type": _strict(float), "metavar": "X", "help": help_text}
+        case OptionKind.DRAFT_KIND:
+            return {"choices": [k.value for k in DraftKind], "help": help_text}
         case OptionKind.RESPONSE_FORMAT:
             return {"type": _json_schema_format, "metavar": "FILE|JSON", "help": help_text}
 

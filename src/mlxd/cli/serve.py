@@ -52,6 +52,19 @@ def add_parser(subparsers: Subparsers) -> None:
         help="unload a model idle this long: seconds or 30s, 5m, 1h "
         f"(default {default('model_ttl_seconds')}: never; {_env('model_ttl_seconds')})",
     )
+    p.add_argument(
+        "--draft-kind",
+        choices=("none", "ngram"),
+        help="speculative decoding for requests that do not choose (request field: "
+        "draft_kind, which may turn it off): ngram = prompt lookup (default: none)",
+    )
+    p.add_argument(
+        "--num-draft-tokens",
+        type=int,
+        metavar="K",
+        help="most draft tokens verified per step, 1-16 (default 4; request field: "
+        "num_draft_tokens)",
+    )
     p.add_argument("--drain-seconds", type=float, help="shutdown: seconds to finish")
     p.add_argument(
         "--trust-remote-code",
@@ -90,6 +103,12 @@ def run(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None:
             overrides[name] = value
+    if args.draft_kind is not None:
+        from mlxd.types import DraftKind
+
+        overrides["draft_kind"] = DraftKind(args.draft_kind)
+    if args.num_draft_tokens is not None:
+        overrides["num_draft_tokens"] = args.num_draft_tokens
     if args.model_ttl is not None:
         overrides["model_ttl_seconds"] = _duration(args.model_ttl)
     return serve(settings, args.model, overrides)

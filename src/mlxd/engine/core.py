@@ -257,6 +257,8 @@ class EngineCore:
         now = time.monotonic()
         first, later = self._deliver(result, now)
         self.counters.generation_tokens_total += len(result.tokens)
+        self.counters.draft_tokens_total += result.drafted
+        self.counters.accepted_tokens_total += result.accepted
         self.waker.step_done(now, first, later)
         running = self.scheduler.running
         for uid, exc in result.failed.items():

@@ -15,6 +15,7 @@ import threading
 import time
 import weakref
 from concurrent.futures import Future
+from dataclasses import replace
 from os import PathLike
 from pathlib import Path
 from typing import Protocol
@@ -35,7 +36,7 @@ from mlxd.errors import (
     ModelNotFound,
     one_line,
 )
-from mlxd.types import FinishEvent, FinishReason
+from mlxd.types import DraftKind, FinishEvent, FinishReason, SamplingParams
 
 _ids = itertools.count(1)
 # Long enough for a chat template render (MLXD_TEMPLATE_SECONDS) and tokenization between a
@@ -176,13 +177,23 @@ class Engine:
             request_id=f"req-{next(_ids)}",
             model=req.model,
             prompt_ids=list(req.prompt_ids),
-            params=req.params,
+            params=self._with_draft(req.params),
             max_new=max_new,
             collector=Collector(),
             grammar=req.grammar,
             boundaries=req.boundaries,
             images=req.images,
         )
+
+    def _with_draft(self, params: SamplingParams) -> SamplingParams:
+        """The request's speculation settings, the engine's where it left them unset."""
+        kind = params.draft_kind or self.cfg.draft_kind
+        if kind is DraftKind.MODEL:
+            raise InvalidRequest("no draft model is attached to this engine", param="draft_kind")
+        k = params.num_draft_tokens or self.cfg.num_draft_tokens
+        if kind is params.draft_kind and k == params.num_draft_tokens:
+            return params
+        return replace(params, draft_kind=kind, num_draft_tokens=k)
 
     def _cancel(self, request_id: str) -> None:
         self._inbox.put(Cancel(request_id))
@@ -224,6 +235,8 @@ class Engine:
             model=core.model,
             models_loaded=tuple(self._models.names()),
             blas=self._backend.blas(),
+            draft_tokens_total=c.draft_tokens_total,
+            accepted_tokens_total=c.accepted_tokens_total,
         )
 
     def drain(self, timeout_s: float) -> bool:

@@ -11,6 +11,7 @@ from typing import Any
 from mlxd import config as settings
 from mlxd.backend.outputs import FaultHook
 from mlxd.errors import InvalidRequest
+from mlxd.types import DraftKind
 
 _DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -87,6 +88,10 @@ class EngineConfig:
     # the engine thread waits for; on small fast models (a step of 1-3 ms) waking every step
     # costs ~5% of throughput, while 50 updates per second read the same to a person.
     stream_interval_s: float = _DEFAULTS["stream_interval_s"]
+    # Speculative decoding for requests that do not choose (SamplingParams.draft_kind None):
+    # the draft kind and the most draft tokens a row verifies per step (docs/engine-design.md).
+    draft_kind: DraftKind = DraftKind.NONE
+    num_draft_tokens: int = 4
     fault_hook: FaultHook | None = None
 
     def __post_init__(self) -> None:
@@ -98,6 +103,9 @@ class EngineConfig:
             raise InvalidRequest("engine settings max_queue and prefix_cache_bytes must be >= 0")
         if self.max_tokens_ceiling is not None and self.max_tokens_ceiling < 1:
             self.max_tokens_ceiling = None  # 0 in the settings table means "no ceiling"
+        settings.SAMPLING_BOUNDS["num_draft_tokens"].check(
+            "num_draft_tokens", self.num_draft_tokens
+        )
         if self.watchdog_seconds <= 0:
             raise InvalidRequest("engine setting watchdog_seconds must be > 0")
         if not 0 <= self.stream_interval_s <= 1:

@@ -52,6 +52,8 @@ class EngineStats:
     model: str | None = None
     models_loaded: tuple[str, ...] = ()
     blas: str = ""  # the CPU BLAS: "mkl" or "reference" (see docs/usage/blas.md)
+    draft_tokens_total: int = 0  # draft tokens verified (speculative decoding)
+    accepted_tokens_total: int = 0  # of those, accepted
 
 
 @dataclass(slots=True)
@@ -66,6 +68,8 @@ class Counters:
     prompt_tokens_total: int = 0
     generation_tokens_total: int = 0
     prefilled_tokens_total: int = 0
+    draft_tokens_total: int = 0
+    accepted_tokens_total: int = 0
     # Every key present from the start, so readers never see the dict change size.
     by_reason: dict[str, int] = field(default_factory=lambda: {r.value: 0 for r in FinishReason})
 

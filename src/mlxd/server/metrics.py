@@ -31,6 +31,10 @@ ENGINE_GAUGES = (
      "prefix cache snapshots a newer one made redundant (same conversation)"),
     ("prefix_cache_bytes", "mlxd_prefix_cache_bytes", "gauge", "bytes the prefix cache holds"),
     ("prefix_cache_entries", "mlxd_prefix_cache_entries", "gauge", "prefix cache snapshots"),
+    ("draft_tokens_total", "mlxd_draft_tokens_total", "counter",
+     "speculative decoding: draft tokens the target verified"),
+    ("accepted_tokens_total", "mlxd_accepted_draft_tokens_total", "counter",
+     "speculative decoding: draft tokens accepted"),
 )  # fmt: skip
 
 

@@ -66,6 +66,8 @@ SAMPLING_FIELDS = (
     "frequency_penalty",
     "seed",
     "ignore_eos",
+    "draft_kind",
+    "num_draft_tokens",
 )
 
 
@@ -98,6 +100,9 @@ class SamplingFields(BaseModel):
     stop: StopText | StopList | None = None
     n: Annotated[StrictInt, Field(ge=1, le=128)] = 1
     ignore_eos: StrictBool | None = None  # extension (as in vLLM): generate past EOS
+    # Extensions: speculative decoding for this request ("none" turns the server's off).
+    draft_kind: Literal["none", "ngram", "model"] | None = None
+    num_draft_tokens: Annotated[StrictInt, _range("num_draft_tokens")] | None = None
     response_format: ResponseFormat | None = None
 
     @field_validator("n")

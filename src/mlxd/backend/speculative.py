@@ -1,0 +1,109 @@
+"""Speculative decoding policy: which rows draft, what they propose, how much is accepted.
+
+Each decode step a speculating row proposes up to K draft tokens; the target model verifies
+every row of the batch in one forward pass over [last token, drafts..., padding] (a row
+without a draft verifies its one token); each row keeps the drafts its own sampler agrees
+with plus the target's token after them, and its KV cache is rewound by what it rejected
+(mlx_lm_compat.rewind_rows). The step itself is mlx_lm_compat.SpeculativeGenerationBatch:
+this module
+holds the decisions, that one the mlx-lm state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mlxd.types import DraftKind
+
+# Prompt lookup matches the last MAX_NGRAM..MIN_NGRAM tokens, longest first: a one-token
+# match drafts too often on a CPU, where every drafted position costs a forward position.
+MAX_NGRAM = 4
+MIN_NGRAM = 2
+
+
+class NgramIndex:
+    """Prompt lookup for one sequence: for each n-gram (MIN..MAX_NGRAM tokens) of the text
+    seen so far, where its latest occurrence ends. Indexed incrementally as tokens arrive."""
+
+    __slots__ = ("_ends", "_seen")
+
+    def __init__(self) -> None:
+        self._ends: dict[tuple[int, ...], int] = {}
+        self._seen = 0
+
+    def propose(self, tokens: list[int], last: int, k: int) -> list[int]:
+        """Up to `k` tokens following the latest earlier match of the end of tokens + [last]
+        (`tokens` only grows between calls)."""
+        self._index(tokens)
+        context_len = len(tokens) + 1
+        for n in range(min(MAX_NGRAM, context_len - 1), MIN_NGRAM - 1, -1):
+            key = (*tokens[len(tokens) - n + 1 :], last)
+            end = self._ends.get(key)
+            if end is not None:
+                follow = tokens[end : end + k]
+                if len(follow) < k and end + len(follow) == len(tokens):
+                    follow.append(last)  # the match runs into the current position
+                return follow[:k]
+        return []
+
+    def _index(self, tokens: list[int]) -> None:
+        ends = self._ends
+        for end in range(max(self._seen, 1), len(tokens) + 1):
+            for n in range(MIN_NGRAM, min(MAX_NGRAM, end) + 1):
+                ends[tuple(tokens[end - n : end])] = end
+        self._seen = len(tokens)
+
+
+@dataclass(slots=True)
+class _Row:
+    k: int
+    index: NgramIndex = field(default_factory=NgramIndex)
+
+
+@dataclass(slots=True)
+class Drafts:
+    """The speculating rows of one batch (by uid) and the draft/accept counters."""
+
+    rows: dict[int, _Row] = field(default_factory=dict)
+    drafted: int = 0  # draft tokens verified since the last take_counts
+    accepted: int = 0  # of those, accepted
+
+    def add(self, uid: int, kind: DraftKind, k: int) -> None:
+        if kind is DraftKind.NGRAM and k > 0:
+            self.rows[uid] = _Row(k)
+
+    def discard(self, uid: int) -> None:
+        self.rows.pop(uid, None)
+
+    def propose(
+        self, uids: list[int], contexts: list[list[int]], last: list[int], room: list[int]
+    ) -> list[list[int]]:
+        """Each row's draft (maybe empty): `contexts` are the tokens in its cache, `last` its
+        next token (sampled, not yet in the cache), `room` how many more it may emit after
+        that one."""
+        rows = self.rows
+        drafts: list[list[int]] = []
+        for uid, tokens, token, left in zip(uids, contexts, last, room, strict=True):
+            row = rows.get(uid)
+            k = min(row.k, left) if row is not None else 0
+            drafts.append(row.index.propose(tokens, token, k) if row is not None and k > 0 else [])
+        return drafts
+
+    def record(self, drafted: int, accepted: int) -> None:
+        self.drafted += drafted
+        self.accepted += accepted
+
+    @staticmethod
+    def accepted_length(targets: list[int], draft: list[int]) -> int:
+        """Greedy verification: how many leading draft tokens equal the target's choices."""
+        n = 0
+        for target, proposed in zip(targets, draft, strict=False):
+            if target != proposed:
+                break
+            n += 1
+        return n
+
+    def take_counts(self) -> tuple[int, int]:
+        counts = self.drafted, self.accepted
+        self.drafted = self.accepted = 0
+        return counts

@@ -1,0 +1,105 @@
+"""Speculative decoding in the continuous batch (issue 14): greedy output with drafts equals
+greedy output without, alone and next to requests that do not speculate; real forwards."""
+
+from __future__ import annotations
+
+import pytest
+
+from mlxd.engine import Engine, ModelInfo
+from mlxd.errors import InvalidRequest
+from mlxd.types import DraftKind, FinishReason
+
+from .engine_helpers import collect_events, random_prompts, request
+
+NGRAM = DraftKind.NGRAM
+
+
+def _copy_prompts(info: ModelInfo, n: int) -> list[list[int]]:
+    """Prompts of one repeated token (random weights answer them with runs and loops, which
+    prompt lookup drafts well), every other one after a random start."""
+    starts = random_prompts(n, info.vocab_size, (3, 9), seed=3)
+    tokens = [20, 100, 300, 20, 100, 300, 20, 100]
+    return [
+        (start if i % 2 else []) + [tokens[i % len(tokens)]] * (25 + i)
+        for i, start in enumerate(starts)
+    ]
+
+
+def _run(engine: Engine, info: ModelInfo, prompts: list[list[int]], **params: object):
+    handles = [engine.submit(request(info, p, **params)) for p in prompts]
+    return [h.collect()[0] for h in handles]
+
+
+def test_ngram_greedy_alone_equals_plain(chat: tuple[Engine, ModelInfo]) -> None:
+    engine, info = chat
+    prompts = _copy_prompts(info, 4)
+    params = dict(max_tokens=40, ignore_eos=True)
+    plain = [_run(engine, info, [p], **params)[0] for p in prompts]
+    spec = [
+        _run(engine, info, [p], draft_kind=NGRAM, num_draft_tokens=4, **params)[0] for p in prompts
+    ]
+    assert spec == plain
+    stats = engine.stats()
+    assert stats.draft_tokens_total > 0
+    assert 0 < stats.accepted_tokens_total <= stats.draft_tokens_total
+
+
+def test_ngram_mixed_batch_of_8_equals_plain(chat: tuple[Engine, ModelInfo]) -> None:
+    engine, info = chat
+    prompts = _copy_prompts(info, 8)
+    params = dict(max_tokens=32, ignore_eos=True)
+    plain = _run(engine, info, prompts, **params)
+    handles = []
+    for i, p in enumerate(prompts):
+        extra = dict(draft_kind=NGRAM, num_draft_tokens=1 + i % 5) if i % 2 == 0 else {}
+        if i == 3:
+            extra = dict(logprobs=True, top_logprobs=2)  # a non-speculating logprobs row
+        handles.append(engine.submit(request(info, p, **params, **extra)))
+    mixed = [h.collect()[0] for h in handles]
+    assert mixed == plain
+    assert engine.stats().accepted_tokens_total > 0
+
+
+def test_ngram_respects_budget_stop_tokens_and_logprobs(chat: tuple[Engine, ModelInfo]) -> None:
+    engine, info = chat
+    prompt = _copy_prompts(info, 1)[0]
+    plain, _ = engine.submit(request(info, prompt, max_tokens=30, ignore_eos=True)).collect()
+    stop = plain[7]
+    for max_tokens in (1, 2, 5, 13):
+        got, fin = engine.submit(
+            request(info, prompt, max_tokens=max_tokens, ignore_eos=True, draft_kind=NGRAM)
+        ).collect()
+        assert got == plain[:max_tokens] and fin.reason is FinishReason.LENGTH
+    got, fin = engine.submit(
+        request(info, prompt, max_tokens=30, stop_token_ids=(stop,), draft_kind=NGRAM)
+    ).collect()
+    assert got == plain[: plain.index(stop)] and fin.reason is FinishReason.STOP
+    events, fin = collect_events(
+        engine.submit(
+            request(info, prompt, max_tokens=12, ignore_eos=True, logprobs=True, draft_kind=NGRAM)
+        )
+    )
+    ref, _ = collect_events(
+        engine.submit(request(info, prompt, max_tokens=12, ignore_eos=True, logprobs=True))
+    )
+    lps = [lp for e in events for lp in e.logprobs]
+    ref_lps = [lp for e in ref for lp in e.logprobs]
+    assert [lp.token_id for lp in lps] == plain[:12]
+    assert [lp.logprob for lp in lps] == pytest.approx([lp.logprob for lp in ref_lps], abs=1e-4)
+
+
+def test_engine_default_draft_kind_and_request_turning_it_off(make_engine, tiny_chat_model):
+    engine = make_engine(draft_kind=NGRAM, num_draft_tokens=3)
+    info = engine.load_model(tiny_chat_model)
+    prompt = _copy_prompts(info, 1)[0]
+    on, _ = engine.submit(request(info, prompt, max_tokens=24, ignore_eos=True)).collect()
+    drafted = engine.stats().draft_tokens_total
+    assert drafted > 0
+    off, _ = engine.submit(
+        request(info, prompt, max_tokens=24, ignore_eos=True, draft_kind=DraftKind.NONE)
+    ).collect()
+    assert off == on and engine.stats().draft_tokens_total == drafted
+    with pytest.raises(InvalidRequest, match="draft"):
+        engine.submit(request(info, prompt, draft_kind=DraftKind.MODEL))
+    with pytest.raises(InvalidRequest, match="num_draft_tokens"):
+        engine.submit(request(info, prompt, num_draft_tokens=17))
