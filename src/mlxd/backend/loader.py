@@ -42,8 +42,11 @@ class LoadedModel:
     vision: VisionParts | None = None
 
 
-def load_checkpoint(path: Path | str, *, trust_remote_code: bool = False) -> LoadedModel:
-    """Load model + tokenizer from `path` (a local directory) or raise an MlxdError."""
+def load_checkpoint(
+    path: Path | str, *, trust_remote_code: bool = False, lazy: bool = False
+) -> LoadedModel:
+    """Load model + tokenizer from `path` (a local directory) or raise an MlxdError.
+    `lazy` leaves the weights unevaluated (to shard them first: backend.distributed)."""
     path = Path(path).expanduser()
     if not path.is_dir():
         raise ModelNotFound(f"no model directory at {path}")
@@ -57,7 +60,7 @@ def load_checkpoint(path: Path | str, *, trust_remote_code: bool = False) -> Loa
         else:
             from mlxd.backend.mlx_lm_compat import load
 
-            model, tokenizer = load(path, trust_remote_code=trust_remote_code)
+            model, tokenizer = load(path, trust_remote_code=trust_remote_code, lazy=lazy)
     except ModelBroken:
         raise
     except Exception as exc:  # any loader failure is a broken model, said in one line

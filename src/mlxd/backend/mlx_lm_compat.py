@@ -211,9 +211,11 @@ def trim_cache(cache: PromptCache, tokens: int) -> int:
     return trimmed if isinstance(trimmed, int) else 0
 
 
-def load(path: Path, *, trust_remote_code: bool) -> tuple[Module, TokenizerWrapper]:
+def load(
+    path: Path, *, trust_remote_code: bool, lazy: bool = False
+) -> tuple[Module, TokenizerWrapper]:
     """`mlx_lm.utils.load` of a local checkpoint, its tokenizer following `tokenizer_route`."""
-    model, config = utils.load_model(path, trust_remote_code=trust_remote_code)
+    model, config = utils.load_model(path, lazy=lazy, trust_remote_code=trust_remote_code)
     eos = config.get("eos_token_id")
     return model, load_tokenizer(path, eos, trust_remote_code=trust_remote_code)
 

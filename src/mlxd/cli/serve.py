@@ -77,6 +77,13 @@ def add_parser(subparsers: Subparsers) -> None:
         help="fetch http(s) image URLs in chat requests (default: only inline data: URLs; "
         f"{_env('allow_image_urls')}=1)",
     )
+    p.add_argument(
+        "--shard",
+        choices=("auto", "tensor", "pipeline"),
+        default="auto",
+        help="under mlx.launch: how the model is split across ranks (auto: tensor parallel "
+        "where the architecture supports it, else pipeline; docs/usage/distributed.md)",
+    )
     p.add_argument("--json", action="store_true", help="errors as one JSON line on stderr")
     p.set_defaults(func=run)
 
@@ -111,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         overrides["num_draft_tokens"] = args.num_draft_tokens
     if args.model_ttl is not None:
         overrides["model_ttl_seconds"] = _duration(args.model_ttl)
-    return serve(settings, args.model, overrides)
+    return serve(settings, args.model, overrides, args.shard)
 
 
 def _origins(values: list[str] | None) -> tuple[str, ...] | None:

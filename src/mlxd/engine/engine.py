@@ -18,7 +18,7 @@ from concurrent.futures import Future
 from dataclasses import replace
 from os import PathLike
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from mlxd.engine.collector import Collector
 from mlxd.engine.core import Backend, EngineCore, LiveRequests
@@ -55,7 +55,12 @@ def _close_open_engines() -> None:
 def _mlx_backend(cfg: EngineConfig) -> Backend:
     from mlxd.backend.mlx_backend import MlxBackend  # imports mlx: only when an engine starts
 
-    return MlxBackend(
+    return MlxBackend(**backend_options(cfg))
+
+
+def backend_options(cfg: EngineConfig) -> dict[str, Any]:
+    """MlxBackend's keyword arguments for `cfg` (also what engine.lockstep passes on)."""
+    return dict(
         max_batch=cfg.max_batch,
         prefill_chunk=cfg.prefill_chunk,
         prefill_batch=cfg.prefill_batch,

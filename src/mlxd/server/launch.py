@@ -122,15 +122,27 @@ def _print_line(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def serve(settings: ServerSettings, model: str | None, engine_overrides: dict[str, Any]) -> int:
-    """Bind, load, serve until a signal; returns the exit code (0 after a drained stop)."""
+def serve(
+    settings: ServerSettings,
+    model: str | None,
+    engine_overrides: dict[str, Any],
+    shard: str = "auto",
+) -> int:
+    """Bind, load, serve until a signal; returns the exit code (0 after a drained stop).
+    Under mlx.launch, rank 0 serves and the other ranks follow it (engine.lockstep)."""
     from mlxd.engine import Engine, EngineConfig
+    from mlxd.engine.lockstep import cluster_role, follow_leader, leader_backend
 
+    cfg = EngineConfig.from_settings(**engine_overrides)
+    role = cluster_role(shard)
+    if role is not None and not role.leader:
+        return follow_leader(cfg, role)
     warn_if_exposed(settings)
     sock = bind_socket(settings.host, settings.port)
     try:
         ref, name = resolve_default(model, settings.trust_remote_code)
-        engine = Engine(EngineConfig.from_settings(**engine_overrides))
+        backend = leader_backend(cfg, role) if role is not None else None
+        engine = Engine(cfg, backend)
     except BaseException:
         sock.close()
         raise
@@ -154,6 +166,8 @@ def serve(settings: ServerSettings, model: str | None, engine_overrides: dict[st
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
         banner = f"mlxd serve: {info.name} on http://{shown}:{port}/v1"
+        if role is not None:
+            banner += f" ({role.size} ranks, --shard {role.mode.value})"
         server = MlxdServer(config, app.state.mlxd.lifecycle, settings.drain_seconds, banner)
         server.run(sockets=[sock])
     finally:

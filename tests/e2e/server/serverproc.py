@@ -63,10 +63,13 @@ def launch(
     env: dict[str, str],
     wait_ready: bool = True,
     preexec_fn: Callable[[], None] | None = None,
+    launcher: list[str] | None = None,
 ) -> ServerProcess:
     """Start `mlxd serve ARGS --port 0`; wait for its ready line and a 200 from /health.
-    `preexec_fn` runs in the child before it starts (e.g. tests.hostile.memory_capped())."""
-    cmd = [sys.executable, "-m", "mlxd.cli.main", "serve", "--port", "0", *args]
+    `preexec_fn` runs in the child before it starts (e.g. tests.hostile.memory_capped()).
+    `launcher` runs the Python command through a launcher (mlx.launch ... --python)."""
+    python = launcher if launcher is not None else [sys.executable]
+    cmd = [*python, "-m", "mlxd.cli.main", "serve", "--port", "0", *args]
     proc = subprocess.Popen(
         cmd,
         env=env,

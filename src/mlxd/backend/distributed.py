@@ -1,0 +1,355 @@
+"""Serving one model across the ranks of an `mlx.launch` job (mlx.distributed).
+
+Rank 0 runs the whole engine (HTTP, scheduler, chat layer) on a `DistributedBackend`; every
+other rank runs `follow`. Each runner call rank 0 makes (load, insert, remove, step, close) is
+broadcast first as a typed message, so every rank runs the same batched steps in lockstep on
+its shard of the model. Followers never decide anything: rank 0 fixes each request's seed
+(unseeded requests get a random one) and the prefill grouping is static (no timing-based
+planner), so the ranks' batches stay identical. See docs/usage/distributed.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import secrets
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mlxd.backend.batch import BatchRunner
+from mlxd.backend.loader import LoadedModel, load_checkpoint
+from mlxd.backend.mlx_backend import MlxBackend
+from mlxd.backend.outputs import StepResult
+from mlxd.errors import MlxdError, ModelBroken, one_line
+from mlxd.types import ImageInputs, PromptBoundaries, SamplingParams
+
+if TYPE_CHECKING:
+    import mlx.core as mx
+
+    from mlxd.backend.grammar import CompiledGrammar
+
+
+class ShardMode(StrEnum):
+    TENSOR = "tensor"  # model.shard(group): every rank holds a slice of every layer
+    PIPELINE = "pipeline"  # model.model.pipeline(group): every rank holds some layers
+    AUTO = "auto"  # tensor where the architecture implements it, else pipeline
+
+
+class DistributedUnsupported(MlxdError):
+    code = "distributed_unsupported"
+
+
+def launched() -> bool:
+    """True in a process started by `mlx.launch` (ring/JACCL set MLX_RANK; MPI its own)."""
+    return "MLX_RANK" in os.environ or "OMPI_COMM_WORLD_RANK" in os.environ
+
+
+def init_group() -> mx.distributed.Group:
+    import mlx.core as mx
+
+    return mx.distributed.init(strict=True)
+
+
+# ---- messages ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LoadMsg:
+    path: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class MakeRunnerMsg:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class InsertMsg:
+    prompt_ids: list[int]
+    params: dict[str, Any]
+    max_new: int
+    request_id: str
+    boundaries: list[int]
+    uid: int  # what rank 0's insert returned: every rank must agree
+    cached: int
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveMsg:
+    uids: list[int]
+    keep_cache: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StepMsg:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class CloseRunnerMsg:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class UnloadMsg:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class StopMsg:
+    pass
+
+
+LockstepMsg = (
+    LoadMsg | MakeRunnerMsg | InsertMsg | RemoveMsg | StepMsg | CloseRunnerMsg | UnloadMsg | StopMsg
+)
+_KINDS: dict[str, type[LockstepMsg]] = {
+    cls.__name__: cls
+    for cls in (
+        LoadMsg,
+        MakeRunnerMsg,
+        InsertMsg,
+        RemoveMsg,
+        StepMsg,
+        CloseRunnerMsg,
+        UnloadMsg,
+        StopMsg,
+    )
+}
+
+
+def encode(msg: LockstepMsg) -> bytes:
+    """JSON, not pickle: a follower never executes what arrives."""
+    return json.dumps({"kind": type(msg).__name__, **dataclasses.asdict(msg)}).encode()
+
+
+def decode(data: bytes) -> LockstepMsg:
+    fields = json.loads(data)
+    return _KINDS[fields.pop("kind")](**fields)
+
+
+def params_to_wire(params: SamplingParams) -> dict[str, Any]:
+    return dataclasses.asdict(params)
+
+
+def params_from_wire(fields: dict[str, Any]) -> SamplingParams:
+    fields = dict(fields)
+    fields["logit_bias"] = tuple((int(t), float(b)) for t, b in fields["logit_bias"])
+    fields["stop_token_ids"] = tuple(fields["stop_token_ids"])
+    return SamplingParams(**fields)
+
+
+class Channel:
+    """Rank 0 -> all ranks, over the job's own group: a length, then the bytes, each one
+    `all_sum` in which only rank 0 contributes non-zeros."""
+
+    def __init__(self, group: mx.distributed.Group) -> None:
+        self.group = group
+        self.rank = group.rank()
+        self.size = group.size()
+
+    def send(self, msg: LockstepMsg) -> None:
+        assert self.rank == 0
+        self._exchange(encode(msg))
+
+    def receive(self) -> LockstepMsg:
+        assert self.rank != 0
+        return decode(self._exchange(b""))
+
+    def _exchange(self, data: bytes) -> bytes:
+        import mlx.core as mx
+        import numpy as np
+        from mlx_lm.generate import generation_stream
+
+        # The batch's stream: queued behind the step still in flight (async_eval), so every
+        # rank meets the model's collectives and these in the same order.
+        stream = generation_stream
+        length = mx.distributed.all_sum(
+            mx.array([len(data)], dtype=mx.int32), group=self.group, stream=stream
+        )
+        n = int(np.array(length)[0])
+        buf = np.frombuffer(data, dtype=np.uint8) if data else np.zeros(n, dtype=np.uint8)
+        total = mx.distributed.all_sum(mx.array(buf), group=self.group, stream=stream)
+        mx.eval(total)
+        return bytes(np.array(total, copy=False))
+
+
+# ---- loading ----------------------------------------------------------------------------
+
+
+def load_sharded(
+    path: Path, group: mx.distributed.Group, mode: ShardMode, *, trust_remote_code: bool
+) -> LoadedModel:
+    """Load `path` with its weights split across `group` (every rank calls this)."""
+    import mlx.core as mx
+
+    base = load_checkpoint(path, trust_remote_code=trust_remote_code, lazy=True)
+    model = base.model
+    can_tensor = hasattr(model, "shard")
+    can_pipeline = hasattr(getattr(model, "model", None), "pipeline")
+    if mode is ShardMode.AUTO:
+        mode = ShardMode.TENSOR if can_tensor else ShardMode.PIPELINE
+    if mode is ShardMode.TENSOR and not can_tensor:
+        raise DistributedUnsupported(f"{path.name}: this architecture has no tensor sharding")
+    if mode is ShardMode.PIPELINE and not can_pipeline:
+        raise DistributedUnsupported(f"{path.name}: this architecture has no pipeline sharding")
+    try:
+        if mode is ShardMode.TENSOR:
+            model.shard(group)
+        else:
+            model.model.pipeline(group)
+        mx.eval(model.parameters())  # type: ignore[no-untyped-call]
+    except Exception as exc:
+        raise ModelBroken(f"cannot shard {path.name}: {one_line(exc)}") from exc
+    return base
+
+
+_NO_BOUNDARIES = PromptBoundaries()
+
+
+# ---- rank 0 -----------------------------------------------------------------------------
+
+
+class LockstepRunner:
+    """A BatchRunner whose every state change is first broadcast to the followers."""
+
+    def __init__(self, inner: BatchRunner, channel: Channel) -> None:
+        self.inner = inner
+        self.channel = channel
+
+    def insert(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        max_new: int,
+        request_id: str,
+        grammar: CompiledGrammar | None = None,
+        boundaries: PromptBoundaries = _NO_BOUNDARIES,
+        images: ImageInputs | None = None,
+    ) -> tuple[int, int]:
+        if grammar is not None or images is not None:
+            what = "structured output" if grammar is not None else "images"
+            raise DistributedUnsupported(f"{what} is not supported in distributed mode yet")
+        if params.seed is None:  # every rank must draw the same tokens
+            params = dataclasses.replace(params, seed=secrets.randbits(63))
+        uid, cached = self.inner.insert(prompt_ids, params, max_new, request_id, None, boundaries)
+        self.channel.send(
+            InsertMsg(
+                list(prompt_ids),
+                params_to_wire(params),
+                max_new,
+                request_id,
+                list(boundaries.positions()),
+                uid,
+                cached,
+            )
+        )
+        return uid, cached
+
+    def remove(self, uids: list[int], *, keep_cache: bool = True) -> None:
+        self.channel.send(RemoveMsg(list(uids), keep_cache))
+        self.inner.remove(uids, keep_cache=keep_cache)
+
+    def awaits_snapshot(self, prompt_ids: list[int]) -> bool:
+        return self.inner.awaits_snapshot(prompt_ids)
+
+    def step(self) -> StepResult:
+        self.channel.send(StepMsg())
+        return self.inner.step()
+
+    @property
+    def prefill_pending(self) -> bool:
+        return self.inner.prefill_pending
+
+    def close(self) -> None:
+        try:
+            self.channel.send(CloseRunnerMsg())
+        finally:
+            self.inner.close()
+
+
+class DistributedBackend(MlxBackend):
+    """Rank 0's backend: loads sharded and hands out LockstepRunners."""
+
+    def __init__(self, group: mx.distributed.Group, mode: ShardMode, **kwargs: Any) -> None:
+        kwargs["prefill_group_tokens"] = 0  # the planner decides from timings: rank-local
+        super().__init__(**kwargs)
+        self.group = group
+        self.mode = mode
+        self.channel = Channel(group)
+
+    def load(self, path: Path) -> LoadedModel:
+        self.channel.send(LoadMsg(str(path), path.name))
+        return load_sharded(path, self.group, self.mode, trust_remote_code=self.trust_remote_code)
+
+    def make_runner(self, name: str, model: LoadedModel) -> LockstepRunner:  # type: ignore[override]
+        self.channel.send(MakeRunnerMsg(name))
+        return LockstepRunner(super().make_runner(name, model), self.channel)
+
+    def unload(self, name: str) -> None:
+        self.channel.send(UnloadMsg(name))
+        super().unload(name)
+
+    def shutdown(self) -> None:
+        try:
+            self.channel.send(StopMsg())
+        finally:
+            super().shutdown()
+
+
+# ---- ranks 1..N-1 -----------------------------------------------------------------------
+
+
+class LockstepDiverged(RuntimeError):
+    """A follower's runner disagreed with rank 0's: the ranks no longer run the same batch."""
+
+
+def follow(group: mx.distributed.Group, backend: MlxBackend, mode: ShardMode) -> None:
+    """Apply rank 0's messages until it stops (a StopMsg) or the ring breaks (raises)."""
+    channel = Channel(group)
+    models: dict[str, LoadedModel] = {}
+    runner: BatchRunner | None = None
+    while True:
+        msg = channel.receive()
+        if isinstance(msg, StopMsg):
+            break
+        if isinstance(msg, LoadMsg):
+            models[msg.name] = load_sharded(
+                Path(msg.path), group, mode, trust_remote_code=backend.trust_remote_code
+            )
+        elif isinstance(msg, MakeRunnerMsg):
+            if runner is not None:
+                runner.close()
+            runner = backend.make_runner(msg.name, models[msg.name])
+        elif isinstance(msg, InsertMsg):
+            if runner is None:
+                raise LockstepDiverged("insert with no runner")
+            got = runner.insert(
+                msg.prompt_ids,
+                params_from_wire(msg.params),
+                msg.max_new,
+                msg.request_id,
+                None,
+                PromptBoundaries(*msg.boundaries),
+            )
+            if got != (msg.uid, msg.cached):
+                raise LockstepDiverged(f"insert gave {got}, rank 0 {(msg.uid, msg.cached)}")
+        elif isinstance(msg, RemoveMsg) and runner is not None:
+            runner.remove(msg.uids, keep_cache=msg.keep_cache)
+        elif isinstance(msg, StepMsg):
+            if runner is None:
+                raise LockstepDiverged("step with no runner")
+            runner.step()
+        elif isinstance(msg, CloseRunnerMsg) and runner is not None:
+            runner.close()
+            runner = None
+        elif isinstance(msg, UnloadMsg):
+            models.pop(msg.name, None)
+            backend.unload(msg.name)
+    if runner is not None:
+        runner.close()
+    backend.shutdown()

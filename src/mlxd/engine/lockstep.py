@@ -1,0 +1,56 @@
+"""Which part of an `mlx.launch` job this process plays (backend.distributed does the work).
+
+Outside mlx.launch, or in a one-rank job, nothing changes: `cluster_role` returns None and
+the engine builds its usual backend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from mlxd.engine.engine import backend_options
+from mlxd.engine.engine_config import EngineConfig
+
+if TYPE_CHECKING:
+    from mlxd.backend.distributed import DistributedBackend, ShardMode
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterRole:
+    rank: int
+    size: int
+    mode: ShardMode
+
+    @property
+    def leader(self) -> bool:
+        return self.rank == 0
+
+
+def cluster_role(mode: str) -> ClusterRole | None:
+    """This process's rank when it runs under mlx.launch with more than one rank."""
+    from mlxd.backend import distributed
+
+    if not distributed.launched():
+        return None
+    group = distributed.init_group()
+    if group.size() < 2:
+        return None
+    return ClusterRole(group.rank(), group.size(), distributed.ShardMode(mode))
+
+
+def leader_backend(cfg: EngineConfig, role: ClusterRole) -> DistributedBackend:
+    """Rank 0's backend: the engine built on it drives every rank."""
+    from mlxd.backend.distributed import DistributedBackend, init_group
+
+    return DistributedBackend(init_group(), role.mode, **backend_options(cfg))
+
+
+def follow_leader(cfg: EngineConfig, role: ClusterRole) -> int:
+    """Ranks 1..N-1: run rank 0's steps until it stops; returns the exit code."""
+    from mlxd.backend.distributed import follow, init_group
+    from mlxd.backend.mlx_backend import MlxBackend
+
+    options = backend_options(cfg) | {"prefill_group_tokens": 0}
+    follow(init_group(), MlxBackend(**options), role.mode)
+    return 0
