@@ -20,8 +20,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from mlxd.chat.boundaries import prompt_boundaries
-from mlxd.chat.control_tokens import Shield, shield_messages
+from mlxd.chat.boundaries import PromptText, prompt_boundaries
+from mlxd.chat.control_tokens import (
+    Shield,
+    added_token_ids,
+    added_token_pattern,
+    shield_messages,
+)
 from mlxd.chat.formats import detect_reasoning
 from mlxd.chat.messages import (
     check_template_kwargs,
@@ -101,11 +106,15 @@ def build_chat_prompt(
     ids = shield.encode(tokenizer, rendered, add_special_tokens=fallback)
     text = shield.restore(rendered)
 
-    def render(other: list[dict[str, Any]], generation: bool) -> list[int]:
-        text = render_chat_text(tokenizer, other, tool_list, kwargs, template, generation)
-        return shield.encode(tokenizer, text, add_special_tokens=fallback)
+    def render(other: list[dict[str, Any]], generation: bool) -> str:
+        return render_chat_text(tokenizer, other, tool_list, kwargs, template, generation)
 
-    boundaries = prompt_boundaries(msgs, ids, render)
+    def encode(piece: str, at_start: bool) -> list[int]:
+        return shield.encode(tokenizer, piece, add_special_tokens=fallback and at_start)
+
+    added = added_token_pattern(tokenizer)
+    prompt = PromptText(rendered, ids, encode, added, added_token_ids(tokenizer))
+    boundaries = prompt_boundaries(msgs, prompt, render)
     if images is not None:
         boundaries = _past_images(boundaries, ids, images)
         ids = expand_images(ids, images)

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-__all__ = ["Shield", "shield_messages"]
+__all__ = ["Shield", "added_token_ids", "added_token_pattern", "shield_messages"]
 
 _PLACEHOLDER_BASE = 0xF0000  # Supplementary Private Use Area-A: no tokenizer gives it meaning
 _PLACEHOLDER_END = 0xFFFFD
@@ -129,6 +129,24 @@ def _map_strings(value: object, fn: Callable[[str], str], key: str | None = None
     return value
 
 
+def added_token_pattern(tokenizer: Tokenizer) -> re.Pattern[str] | None:
+    """A regex matching any of the tokenizer's added tokens (longest first); None if none."""
+    return _control_pattern(tokenizer)
+
+
+def added_token_ids(tokenizer: Tokenizer) -> frozenset[int]:
+    """The ids of the tokenizer's added tokens."""
+    return _memo(_ADDED_IDS, tokenizer, lambda: _build_added_ids(tokenizer))
+
+
+def _build_added_ids(tokenizer: Tokenizer) -> frozenset[int]:
+    get_added = getattr(tokenizer, "get_added_vocab", None)
+    try:
+        return frozenset(int(i) for i in (get_added() if callable(get_added) else {}).values())
+    except Exception:  # noqa: BLE001 - no added tokens known
+        return frozenset()
+
+
 def _control_pattern(tokenizer: Tokenizer) -> re.Pattern[str] | None:
     """A regex matching any of the tokenizer's added tokens (longest first); None if none."""
     return _memo(_PATTERNS, tokenizer, lambda: _build_pattern(tokenizer))
@@ -150,6 +168,7 @@ _PATTERNS: weakref.WeakKeyDictionary[Tokenizer, re.Pattern[str] | None] = (
     weakref.WeakKeyDictionary()
 )
 _TEXT_ONLY: weakref.WeakKeyDictionary[Tokenizer, RustTokenizer | None] = weakref.WeakKeyDictionary()
+_ADDED_IDS: weakref.WeakKeyDictionary[Tokenizer, frozenset[int]] = weakref.WeakKeyDictionary()
 
 
 def _memo(
