@@ -1,7 +1,8 @@
 """A fake Backend for pure-Python engine tests: no mlx. Sequence `uid` emits tokens
 prompt[-1] + 1, + 2, ... after prefilling its prompt in chunks, like BatchRunner. A prompt
 starting with 666 fails its insert; one starting with 777 has its sampler fail at its third
-token (reported in that step's result, like BatchRunner's guarded samplers)."""
+token (reported in that step's result, like BatchRunner's guarded samplers). Prompts starting
+with 555 share a prefix: one waits while another is being prefilled (awaits_snapshot)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ class FakeRunner:
     next_uid: int = 0
     fail_at_step: int | None = None  # raise on this step (1-based)
     steps: int = 0
+    inserted: list[tuple[int, int]] = field(default_factory=list)  # (prompt[0], step)
     closed: bool = False
 
     def insert(
@@ -55,6 +57,7 @@ class FakeRunner:
             raise ValueError("fake insert failure")
         uid, self.next_uid = self.next_uid, self.next_uid + 1
         self.seqs[uid] = FakeSeq(uid, list(prompt_ids), max_new, set(params.stop_token_ids))
+        self.inserted.append((prompt_ids[0], self.steps))
         return uid, 0
 
     def remove(self, uids: list[int], *, keep_cache: bool = True) -> None:
@@ -62,7 +65,9 @@ class FakeRunner:
             self.seqs.pop(uid, None)
 
     def awaits_snapshot(self, prompt_ids: list[int]) -> bool:
-        return False
+        return prompt_ids[0] == 555 and any(
+            s.prompt[0] == 555 and s.prefilled < len(s.prompt) for s in self.seqs.values()
+        )
 
     @property
     def prefill_pending(self) -> bool:

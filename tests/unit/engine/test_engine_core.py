@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -143,3 +144,30 @@ def test_config_reads_settings_and_kwargs_override(monkeypatch) -> None:
     assert EngineConfig.from_settings().max_tokens_ceiling == 100
     with pytest.raises(TypeError):
         EngineConfig.from_settings(bogus=1)
+
+
+def test_a_request_waits_for_a_prefix_another_is_prefilling_and_keeps_its_place() -> None:
+    """Requests arriving together that share a prefix: the second starts once the first's
+    prefill has snapshotted it; an unrelated one behind it is not held back."""
+    backend = FakeBackend(context_window=256)
+    submitted = threading.Event()
+
+    def hold_first_step(site: str, request_id: str | None) -> None:
+        if site == "step":
+            submitted.wait(10)  # the three are queued before the first one advances
+
+    with make(backend, fault_hook=hold_first_step) as engine:
+        engine.load_model("/fake/a", name="a")
+        shared = [555, *range(1, 40)]  # 40 tokens: 10 prefill steps of 4
+        handles = [
+            engine.submit(req("a", prompt, max_tokens=2))
+            for prompt in (shared, [*shared, 7], [9, 8, 7])
+        ]
+        submitted.set()
+        for handle in handles:
+            assert handle.collect()[1].reason is FinishReason.LENGTH
+        (runner,) = backend.runners
+        steps = {first: step for first, step in runner.inserted}
+        firsts = [first for first, _ in runner.inserted]
+        assert firsts == [555, 9, 555]  # the unrelated one went ahead
+        assert steps[9] == 0 and runner.inserted[2][1] >= 10  # after the 10 prefill steps
