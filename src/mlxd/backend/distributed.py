@@ -151,6 +151,7 @@ class Channel:
         self.group = group
         self.rank = group.rank()
         self.size = group.size()
+        self.broken: str | None = None  # after a failed exchange, the ring is never used again
 
     def send(self, msg: LockstepMsg) -> None:
         assert self.rank == 0
@@ -161,6 +162,15 @@ class Channel:
         return decode(self._exchange(b""))
 
     def _exchange(self, data: bytes) -> bytes:
+        if self.broken is not None:
+            raise RuntimeError(f"distributed channel is down: {self.broken}")
+        try:
+            return self._all_sum_bytes(data)
+        except Exception as exc:
+            self.broken = one_line(exc)
+            raise
+
+    def _all_sum_bytes(self, data: bytes) -> bytes:
         import mlx.core as mx
         import numpy as np
         from mlx_lm.generate import generation_stream
