@@ -14,7 +14,7 @@ make_checkpoint(path, kind) writes one of:
   "hybrid"   lfm2: short-convolution layers (a recurrent ArraysCache) and attention layers
   "gated"    qwen3_next: gated delta-net layers (recurrent) and attention layers, dense MLPs
 `dtype` ("float32", "float16", "bfloat16") is the weights' type; tests use float32.
-`size` ("tiny", "small", "big") overrides the kind's size (benchmarks use bigger models).
+`size` ("tiny", "small", "medium", "big") overrides the kind's size (benchmarks use bigger models).
 """
 
 from __future__ import annotations
@@ -93,6 +93,13 @@ SIZES = {
         hidden_size=96,
         num_hidden_layers=2,
         intermediate_size=256,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    ),
+    "medium": dict(
+        hidden_size=256,
+        num_hidden_layers=4,
+        intermediate_size=768,
         num_attention_heads=4,
         num_key_value_heads=2,
     ),
