@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -100,6 +101,16 @@ def start(
     raise RuntimeError(f"{kind} server did not start: {' '.join(cmd)}")
 
 
+async def sse_lines(response: httpx.Response) -> AsyncIterator[str]:
+    """Lines split on LF only, as SSE defines them (aiter_lines also splits on U+2028 etc.)."""
+    buf = b""
+    async for chunk in response.aiter_bytes():
+        buf += chunk
+        *lines, buf = buf.split(b"\n")
+        for line in lines:
+            yield line.rstrip(b"\r").decode()
+
+
 async def one_request(client: httpx.AsyncClient, url: str, body: dict[str, object]) -> Sample:
     t0 = time.perf_counter()
     sample: Sample | None = None
@@ -107,7 +118,7 @@ async def one_request(client: httpx.AsyncClient, url: str, body: dict[str, objec
     chunks = usage_tokens = 0
     async with client.stream("POST", url + "/v1/chat/completions", json=body) as r:
         r.raise_for_status()
-        async for line in r.aiter_lines():
+        async for line in sse_lines(r):
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             data = json.loads(line[6:])

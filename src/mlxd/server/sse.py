@@ -9,9 +9,15 @@ DONE = b"data: [DONE]\n\n"
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
+# Characters JSON may leave raw but that Python's str.splitlines() (and clients built on it, such
+# as httpx's aiter_lines) treat as line breaks, which would cut a `data:` line in two.
+_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
 def dumps(obj: object) -> str:
-    """Compact JSON; non-ASCII kept as is (UTF-8 on the wire)."""
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+    """Compact JSON; non-ASCII kept as is (UTF-8 on the wire) except the few characters some
+    clients split lines on, which are escaped."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).translate(_LINE_BREAKS)
 
 
 def event(obj: object) -> bytes:

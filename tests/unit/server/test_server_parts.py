@@ -205,3 +205,18 @@ def test_drain_waits_then_aborts_leftovers() -> None:
 
 def test_drain_with_nothing_running_returns_at_once() -> None:
     assert asyncio.run(Lifecycle().drain(60.0)) == 0
+
+
+def test_sse_data_lines_survive_clients_that_split_on_unicode_line_breaks() -> None:
+    # A random model can emit U+0085 or U+2028 in content; httpx's aiter_lines (str.splitlines)
+    # would cut the `data:` line there and the client would read broken JSON.
+    import json
+
+    from mlxd.server.sse import event
+
+    text = "a\x85b\u2028c\u2029d é\n"
+    line = event({"content": text}).decode()
+    data_lines = [x for x in line.splitlines() if x]
+    assert len(data_lines) == 1
+    assert json.loads(data_lines[0].removeprefix("data: "))["content"] == text
+    assert "é" in data_lines[0]  # other non-ASCII stays raw UTF-8
