@@ -51,6 +51,15 @@ SETTINGS: dict[str, Setting] = {
     "prefix_cache_bytes": Setting(
         "MLXD_PREFIX_CACHE_BYTES", str(2 << 30), "bytes of KV kept for prefix reuse"
     ),
+    "prefix_cache_dir": Setting(
+        "MLXD_PREFIX_CACHE_DIR",
+        "",
+        "directory where prefix cache snapshots are also kept as files, surviving a restart "
+        "(empty: memory only)",
+    ),
+    "prefix_cache_disk_bytes": Setting(
+        "MLXD_PREFIX_CACHE_DISK_BYTES", str(16 << 30), "bytes of prefix cache files kept on disk"
+    ),
     "max_tokens_ceiling": Setting(
         "MLXD_MAX_TOKENS_CEILING", "0", "operator ceiling on max_tokens (0: none)"
     ),

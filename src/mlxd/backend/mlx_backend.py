@@ -10,6 +10,7 @@ from mlxd.backend.loader import LoadedModel, load_checkpoint
 from mlxd.backend.memory import free_unused
 from mlxd.backend.outputs import FaultHook, PrefixCacheStats
 from mlxd.backend.prefix import PrefixCache
+from mlxd.backend.prefix_disk import DiskTier
 
 
 class MlxBackend:
@@ -23,6 +24,8 @@ class MlxBackend:
         prefill_batch: int,
         prefill_group_tokens: int,
         prefix_cache_bytes: int,
+        prefix_cache_dir: str = "",
+        prefix_cache_disk_bytes: int = 0,
         trust_remote_code: bool = False,
         fault_hook: FaultHook | None = None,
     ) -> None:
@@ -32,12 +35,16 @@ class MlxBackend:
         self.prefill_group_tokens = prefill_group_tokens
         self.trust_remote_code = trust_remote_code
         self.fault_hook = fault_hook
-        self.prefix_cache = PrefixCache(prefix_cache_bytes)
+        disk = (
+            DiskTier(Path(prefix_cache_dir), prefix_cache_disk_bytes) if prefix_cache_dir else None
+        )
+        self.prefix_cache = PrefixCache(prefix_cache_bytes, disk)
 
     def load(self, path: Path) -> LoadedModel:
         return load_checkpoint(path, trust_remote_code=self.trust_remote_code)
 
     def make_runner(self, name: str, model: LoadedModel) -> BatchRunner:
+        self.prefix_cache.register(name, model.path)
         return BatchRunner(
             model,
             name,

@@ -13,6 +13,8 @@ Bounds: entries are evicted least recently used first past `max_bytes`; a trimma
 replaces the entries that are its own prefixes; and when a request continues an earlier turn
 (its prompt holds that turn's prompt up to where a next turn departs), the earlier turn's
 snapshots go once the new request has stored one, so a conversation keeps only its latest turn.
+With a disk tier (backend/prefix_disk.py) every kept snapshot is also written to a file, and a
+prompt that a file serves better than memory loads it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import copy
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 
 import mlx.core as mx
 from mlx.utils import tree_map
@@ -28,6 +31,7 @@ from mlx_lm.models.cache import PromptTrie, RotatingKVCache, can_trim_prompt_cac
 
 from mlxd.backend.mlx_lm_compat import PromptCache, trim_cache
 from mlxd.backend.outputs import PrefixCacheStats
+from mlxd.backend.prefix_disk import DiskTier
 
 # A reuse shorter than this is not worth a cache copy (chat prompts of unrelated conversations
 # share a handful of template tokens); it is neither used nor counted as a hit.
@@ -81,8 +85,9 @@ class Reuse:
 class PrefixCache:
     """Every method runs on the engine thread."""
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, disk: DiskTier | None = None) -> None:
         self.max_bytes = max_bytes
+        self.disk = disk if max_bytes > 0 else None
         self._trie = PromptTrie()  # type: ignore[no-untyped-call]
         self._lru: OrderedDict[Key, Snapshot] = OrderedDict()
         self._bytes = 0
@@ -104,6 +109,11 @@ class PrefixCache:
             self._bytes, len(self._lru), self._stored, self._evictions, self._pruned
         )
 
+    def register(self, model: str, checkpoint: Path) -> None:
+        """`model` is the checkpoint at `checkpoint` (its disk tier files, if any)."""
+        if self.disk is not None:
+            self.disk.register(model, checkpoint)
+
     # ---- look-up --------------------------------------------------------------------
 
     def fetch(self, model: str, prompt: list[int], next_turn: int | None = None) -> Reuse:
@@ -111,6 +121,8 @@ class PrefixCache:
         prompt token, which must run through the model to give the first logits."""
         turn = Turn(prompt, next_turn or len(prompt))
         found = self._nearest(model, prompt)
+        if self.disk is not None and self._load_better(model, prompt, found):
+            found = self._nearest(model, prompt)
         if found is None:
             return Reuse(None, 0, turn)
         snap, usable = found
@@ -129,6 +141,21 @@ class PrefixCache:
         """How many tokens of `prompt` a fetch would reuse now (0 or >= MIN_REUSE_TOKENS)."""
         found = self._nearest(model, prompt)
         return found[1] if found is not None else 0
+
+    def _load_better(
+        self, model: str, prompt: list[int], found: tuple[Snapshot, int] | None
+    ) -> bool:
+        """Bring into memory the file that serves the most of `prompt`, if it serves more than
+        memory does (a file that does not check is deleted: the next best is tried)."""
+        assert self.disk is not None
+        enough = max((found[1] if found is not None else 0) + MIN_REUSE_TOKENS, MIN_REUSE_TOKENS)
+        while (on_disk := self.disk.nearest(model, prompt)) is not None and on_disk[1] >= enough:
+            entry = on_disk[0]
+            cache = self.disk.load(model, entry)
+            if cache is not None:
+                self.store(model, list(entry.tokens), cache, SnapshotKind(entry.kind), None)
+                return True
+        return False
 
     def _nearest(self, model: str, prompt: list[int]) -> tuple[Snapshot, int] | None:
         """The snapshot serving the most of prompt[:-1], and how many tokens it serves."""
@@ -182,10 +209,12 @@ class PrefixCache:
         self._stored += 1
         if owner is not None:
             owner.keys.add(key)
+        if self.disk is not None:
+            self.disk.save(model, list(tokens), cache, kind.value)
         if snap.trimmable:  # its own prefixes are redundant: it can be cut back to any of them
             for _, older in self._trie.pop_prefixes(model, list(tokens)):
                 self._forget(older)
-                self._pruned += 1
+                self._discard(older)
         while self._bytes > self.max_bytes:
             oldest = next(iter(self._lru.values()))
             self._remove(oldest)
@@ -196,8 +225,15 @@ class PrefixCache:
             snap = self._lru.get(key)
             if snap is not None:
                 self._remove(snap)
-                self._pruned += 1
+                self._discard(snap)
         turn.keys.clear()
+
+    def _discard(self, snap: Snapshot) -> None:
+        """`snap` is redundant (pruned): its file goes too."""
+        self._pruned += 1
+        if self.disk is not None:
+            model, tokens = snap.key
+            self.disk.discard(model, list(tokens))
 
     def _remove(self, snap: Snapshot) -> None:
         model, tokens = snap.key

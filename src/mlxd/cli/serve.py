@@ -65,6 +65,12 @@ def add_parser(subparsers: Subparsers) -> None:
         help="most draft tokens verified per step, 1-16 (default 4; request field: "
         "num_draft_tokens)",
     )
+    p.add_argument(
+        "--prefix-cache-dir",
+        metavar="DIR",
+        help="also keep prefix cache snapshots as files in DIR, so a restarted server reuses "
+        f"them (bounded by {_env('prefix_cache_disk_bytes')}; {_env('prefix_cache_dir')})",
+    )
     p.add_argument("--drain-seconds", type=float, help="shutdown: seconds to finish")
     p.add_argument(
         "--trust-remote-code",
@@ -118,6 +124,8 @@ def run(args: argparse.Namespace) -> int:
         overrides["num_draft_tokens"] = args.num_draft_tokens
     if args.model_ttl is not None:
         overrides["model_ttl_seconds"] = _duration(args.model_ttl)
+    if args.prefix_cache_dir is not None:
+        overrides["prefix_cache_dir"] = args.prefix_cache_dir
     return serve(settings, args.model, overrides, args.shard)
 
 

@@ -66,6 +66,8 @@ def backend_options(cfg: EngineConfig) -> dict[str, Any]:
         prefill_batch=cfg.prefill_batch,
         prefill_group_tokens=cfg.prefill_group_tokens,
         prefix_cache_bytes=cfg.prefix_cache_bytes,
+        prefix_cache_dir=cfg.prefix_cache_dir,
+        prefix_cache_disk_bytes=cfg.prefix_cache_disk_bytes,
         trust_remote_code=cfg.trust_remote_code,
         fault_hook=cfg.fault_hook,
     )

@@ -47,6 +47,8 @@ def _setting_values(text: Callable[[str], str]) -> dict[str, Any]:
         "prefill_chunk": int(text("prefill_chunk")),
         "kv_budget_tokens": int(text("kv_budget_tokens")),
         "prefix_cache_bytes": int(text("prefix_cache_bytes")),
+        "prefix_cache_dir": text("prefix_cache_dir"),
+        "prefix_cache_disk_bytes": int(text("prefix_cache_disk_bytes")),
         "max_tokens_ceiling": int(text("max_tokens_ceiling")) or None,  # 0 means "none"
         "watchdog_seconds": float(text("watchdog_seconds")),
         "max_models": int(text("max_models")),
@@ -68,6 +70,8 @@ class EngineConfig:
     prefill_chunk: int = _DEFAULTS["prefill_chunk"]
     kv_budget_tokens: int = _DEFAULTS["kv_budget_tokens"]
     prefix_cache_bytes: int = _DEFAULTS["prefix_cache_bytes"]
+    prefix_cache_dir: str = _DEFAULTS["prefix_cache_dir"]  # "": no disk tier
+    prefix_cache_disk_bytes: int = _DEFAULTS["prefix_cache_disk_bytes"]
     max_tokens_ceiling: int | None = _DEFAULTS["max_tokens_ceiling"]
     watchdog_seconds: float = _DEFAULTS["watchdog_seconds"]
     trust_remote_code: bool = False
@@ -99,8 +103,12 @@ class EngineConfig:
         for name in names:
             if getattr(self, name) < 1:
                 raise InvalidRequest(f"engine setting {name} must be >= 1", param=name)
-        if self.max_queue < 0 or self.prefix_cache_bytes < 0 or self.prefill_group_tokens < 0:
-            raise InvalidRequest("engine settings max_queue and prefix_cache_bytes must be >= 0")
+        sizes = (self.max_queue, self.prefix_cache_bytes, self.prefix_cache_disk_bytes)
+        if min(sizes) < 0 or self.prefill_group_tokens < 0:
+            raise InvalidRequest(
+                "engine settings max_queue, prefix_cache_bytes and prefix_cache_disk_bytes "
+                "must be >= 0"
+            )
         if self.max_tokens_ceiling is not None and self.max_tokens_ceiling < 1:
             self.max_tokens_ceiling = None  # 0 in the settings table means "no ceiling"
         settings.SAMPLING_BOUNDS["num_draft_tokens"].check(

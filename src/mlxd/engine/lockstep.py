@@ -43,7 +43,9 @@ def leader_backend(cfg: EngineConfig, role: ClusterRole) -> DistributedBackend:
     """Rank 0's backend: the engine built on it drives every rank."""
     from mlxd.backend.distributed import DistributedBackend, init_group
 
-    return DistributedBackend(init_group(), role.mode, **backend_options(cfg))
+    # Each rank holds its shard of every cache: no disk tier (one directory, many shards).
+    options = backend_options(cfg) | {"prefix_cache_dir": ""}
+    return DistributedBackend(init_group(), role.mode, **options)
 
 
 def follow_leader(cfg: EngineConfig, role: ClusterRole) -> int:
@@ -51,6 +53,6 @@ def follow_leader(cfg: EngineConfig, role: ClusterRole) -> int:
     from mlxd.backend.distributed import follow, init_group
     from mlxd.backend.mlx_backend import MlxBackend
 
-    options = backend_options(cfg) | {"prefill_group_tokens": 0}
+    options = backend_options(cfg) | {"prefill_group_tokens": 0, "prefix_cache_dir": ""}
     follow(init_group(), MlxBackend(**options), role.mode)
     return 0

@@ -95,3 +95,24 @@ def test_prefix_cache_metrics(http: httpx.Client) -> None:
     assert metric(text, "mlxd_prefix_cache_bytes") > 0
     assert metric(text, "mlxd_prefix_cache_pruned_total") > 0
     assert "\nmlxd_prefix_cache_evictions_total " in text
+
+
+def test_serve_prefix_cache_dir_survives_a_restart(
+    tiny_hybrid_model: Path, server_home: Path, tmp_path: Path
+) -> None:
+    args = ["--model", str(tiny_hybrid_model), "--prefix-cache-dir", str(tmp_path)]
+    messages: list[Any] = [{"role": "system", "content": SYSTEM}]
+    previous = 0
+    for restart in (False, True):
+        srv = launch(args, server_env(server_home))
+        try:
+            with httpx.Client(base_url=srv.base_url, timeout=120) as client:
+                messages.append({"role": "user", "content": f"restart={restart} {USERS[0]}"})
+                content, prompt_tokens, cached = chat_completion(client, messages)
+                messages.append({"role": "assistant", "content": content})
+        finally:
+            srv.stop()
+        if restart:  # the first server's snapshots, read back by the second
+            assert cached >= previous - 1
+        previous = prompt_tokens
+    assert list(tmp_path.glob("*/*.safetensors"))
