@@ -22,6 +22,15 @@ def add_parser(subparsers: Subparsers) -> None:
         "/metrics on the in-process engine.",
     )
     p.add_argument("-m", "--model", help="model to preload and serve as 'default'")
+    _add_network_args(p)
+    _add_engine_args(p)
+    _add_feature_args(p)
+    p.add_argument("--json", action="store_true", help="errors as one JSON line on stderr")
+    p.set_defaults(func=run)
+
+
+def _add_network_args(p: argparse.ArgumentParser) -> None:
+    """Where the server listens and whom it lets in."""
     p.add_argument("--host", help=f"address to bind (default {default('host')}; {_env('host')})")
     p.add_argument(
         "--port", type=int, help=f"port (default {default('port')}, 0 picks one; {_env('port')})"
@@ -34,6 +43,10 @@ def add_parser(subparsers: Subparsers) -> None:
         help="origins browsers may call from (CORS for them; any other Origin gets 403; "
         "'*': any; env MLXD_ALLOWED_ORIGINS)",
     )
+
+
+def _add_engine_args(p: argparse.ArgumentParser) -> None:
+    """Engine limits, residency and speculation."""
     p.add_argument("--max-batch", type=int, help="most requests decoding at once")
     p.add_argument("--max-queue", type=int, help="most requests waiting; more get 429")
     p.add_argument(
@@ -65,6 +78,10 @@ def add_parser(subparsers: Subparsers) -> None:
         help="most draft tokens verified per step, 1-16 (default 4; request field: "
         "num_draft_tokens)",
     )
+
+
+def _add_feature_args(p: argparse.ArgumentParser) -> None:
+    """Caches on disk, shutdown, trust, images and distributed sharding."""
     p.add_argument(
         "--prefix-cache-dir",
         metavar="DIR",
@@ -90,8 +107,6 @@ def add_parser(subparsers: Subparsers) -> None:
         help="under mlx.launch: how the model is split across ranks (auto: tensor parallel "
         "where the architecture supports it, else pipeline; docs/usage/distributed.md)",
     )
-    p.add_argument("--json", action="store_true", help="errors as one JSON line on stderr")
-    p.set_defaults(func=run)
 
 
 def _env(name: str) -> str:
