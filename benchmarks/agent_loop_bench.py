@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from server_bench import free_port, wait_ready  # same directory
 
 SERVERS = {"cached": {}, "uncached": {"MLXD_PREFIX_CACHE_BYTES": "0"}}
 TOOLS = [
@@ -77,32 +77,16 @@ class Turn:
         return self.input_tokens + self.cache_read
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start(env: dict[str, str], model: str | None, log: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     cmd = [sys.executable, "-m", "mlxd.cli.main", "serve", "--port", str(port)]
     cmd += ["--model", model] if model else []
     with log.open("wb") as err:
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 600  # the first start imports the demo model
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.TransportError:
-            pass
-        if proc.poll() is not None:
-            break
-        time.sleep(0.2)
-    proc.kill()
-    tail = log.read_text(errors="replace")[-2000:]
-    raise RuntimeError(f"mlxd serve did not start: {' '.join(cmd)}\n{tail}")
+    try:  # the first start imports the demo model
+        return proc, wait_ready(proc, port, f"mlxd serve: {' '.join(cmd)}", "/health", 600)
+    except RuntimeError as exc:
+        raise RuntimeError(f"{exc}\n{log.read_text(errors='replace')[-2000:]}") from None
 
 
 def send(client: httpx.Client, url: str, body: dict[str, Any]) -> Turn:

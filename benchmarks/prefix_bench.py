@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from server_bench import blas_env, free_port, server_command  # same directory
+from server_bench import blas_env, free_port, server_command, wait_ready  # same directory
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -160,19 +160,7 @@ def start(
         env["MLXD_PREFIX_CACHE_BYTES"] = "0"
     env = blas_env(kind, env, args.blas, Path(cmd[0]).parent.as_posix() + "/python")
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/v1/models", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.TransportError:
-            pass
-        if proc.poll() is not None:
-            break
-        time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError(f"{server} did not start: {' '.join(cmd)}")
+    return proc, wait_ready(proc, port, f"{server}: {' '.join(cmd)}")
 
 
 def run_server(server: str, model: Path, args: argparse.Namespace) -> dict[str, list[list[Turn]]]:

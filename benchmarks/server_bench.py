@@ -86,19 +86,27 @@ def start(
     cmd = server_command(kind, model, port, args)
     env = blas_env(kind, env, args.blas, Path(cmd[0]).parent.as_posix() + "/python")
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return proc, wait_ready(proc, port, f"{kind} server: {' '.join(cmd)}")
+
+
+def wait_ready(
+    proc: subprocess.Popen[bytes], port: int, what: str, path: str = "/v1/models", seconds=300.0
+) -> str:
+    """The server's base URL once `path` answers 200; kills it and raises if it exits or takes
+    longer than `seconds` (every benchmark that starts a server uses this)."""
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         try:
-            if httpx.get(url + "/v1/models", timeout=2).status_code == 200:
-                return proc, url
+            if httpx.get(url + path, timeout=2).status_code == 200:
+                return url
         except httpx.TransportError:
             pass
         if proc.poll() is not None:
             break
         time.sleep(0.2)
     proc.kill()
-    raise RuntimeError(f"{kind} server did not start: {' '.join(cmd)}")
+    raise RuntimeError(f"{what} did not start")
 
 
 async def sse_lines(response: httpx.Response) -> AsyncIterator[str]:

@@ -35,7 +35,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.server_bench import Sample, free_port, one_request, pct  # noqa: E402
+from benchmarks.server_bench import Sample, free_port, one_request, pct, wait_ready  # noqa: E402
 
 # Runs mlx-vlm's server with its llava processor's text keyword arguments kept away from the
 # image processor (see the module docstring).
@@ -77,19 +77,7 @@ def start(kind: str, model: Path, shim: bool) -> tuple[subprocess.Popen[bytes], 
     cmd = server_command(kind, model, port, shim)
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/v1/models", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.TransportError:
-            pass
-        if proc.poll() is not None:
-            break
-        time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError(f"{kind} server did not start: {' '.join(cmd[:3])}")
+    return proc, wait_ready(proc, port, f"{kind} server: {' '.join(cmd[:3])}")
 
 
 def body_for(client: int, n: int, image: bool, args: argparse.Namespace, eos: int) -> dict:
