@@ -66,6 +66,11 @@ SETTINGS: dict[str, Setting] = {
     "watchdog_seconds": Setting(
         "MLXD_WATCHDOG_SECONDS", "120", "active requests with no progress this long: unhealthy"
     ),
+    "rank_stall_seconds": Setting(
+        "MLXD_RANK_STALL_SECONDS",
+        "10",
+        "distributed serve: a rank silent this long counts as failed (a dead one at once)",
+    ),
     "max_models": Setting(
         "MLXD_MAX_MODELS", "2", "most models kept loaded; idle least recently used ones unload"
     ),

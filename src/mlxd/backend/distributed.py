@@ -23,10 +23,13 @@ from mlxd.backend.batch import BatchRunner
 from mlxd.backend.loader import LoadedModel, load_checkpoint
 from mlxd.backend.mlx_backend import MlxBackend
 from mlxd.backend.outputs import StepResult
+from mlxd.backend.rank_monitor import RankMonitor, leader_address, send_heartbeats
 from mlxd.errors import MlxdError, ModelBroken, one_line
 from mlxd.types import ImageInputs, PromptBoundaries, SamplingParams
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import mlx.core as mx
 
     from mlxd.backend.grammar import CompiledGrammar
@@ -54,6 +57,11 @@ def init_group() -> mx.distributed.Group:
 
 
 # ---- messages ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HelloMsg:
+    heartbeat_port: int  # rank 0's RankMonitor: followers send their heartbeats there
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,11 +113,20 @@ class StopMsg:
 
 
 LockstepMsg = (
-    LoadMsg | MakeRunnerMsg | InsertMsg | RemoveMsg | StepMsg | CloseRunnerMsg | UnloadMsg | StopMsg
+    HelloMsg
+    | LoadMsg
+    | MakeRunnerMsg
+    | InsertMsg
+    | RemoveMsg
+    | StepMsg
+    | CloseRunnerMsg
+    | UnloadMsg
+    | StopMsg
 )
 _KINDS: dict[str, type[LockstepMsg]] = {
     cls.__name__: cls
     for cls in (
+        HelloMsg,
         LoadMsg,
         MakeRunnerMsg,
         InsertMsg,
@@ -160,6 +177,11 @@ class Channel:
     def receive(self) -> LockstepMsg:
         assert self.rank != 0
         return decode(self._exchange(b""))
+
+    def refuse(self, detail: str) -> None:
+        """From any thread: every later exchange raises instead of touching the ring."""
+        if self.broken is None:
+            self.broken = detail
 
     def _exchange(self, data: bytes) -> bytes:
         if self.broken is not None:
@@ -291,6 +313,25 @@ class DistributedBackend(MlxBackend):
         self.group = group
         self.mode = mode
         self.channel = Channel(group)
+        self.monitor: RankMonitor | None = None
+
+    def watch_ranks(self, on_fault: Callable[[str], None], stall_seconds: float) -> None:
+        """Start rank 0's RankMonitor (when the launcher tells rank 0's address); `on_fault`
+        gets one line naming the rank that died or stalled."""
+        if leader_address() is None:
+            return
+
+        def failed(detail: str) -> None:
+            self.channel.refuse(detail)
+            on_fault(detail)
+
+        self.monitor = RankMonitor(self.group.size(), failed, stall_seconds)
+        self.channel.send(HelloMsg(self.monitor.port))
+
+    @property
+    def fault(self) -> str | None:
+        """Why the job can no longer run steps (a rank died or stalled), or None."""
+        return self.channel.broken
 
     def load(self, path: Path) -> LoadedModel:
         self.channel.send(LoadMsg(str(path), path.name))
@@ -327,7 +368,11 @@ def follow(group: mx.distributed.Group, backend: MlxBackend, mode: ShardMode) ->
         msg = channel.receive()
         if isinstance(msg, StopMsg):
             break
-        if isinstance(msg, LoadMsg):
+        if isinstance(msg, HelloMsg):
+            address = leader_address()
+            if address is not None:
+                send_heartbeats(address, msg.heartbeat_port, channel.rank)
+        elif isinstance(msg, LoadMsg):
             models[msg.name] = load_sharded(
                 Path(msg.path), group, mode, trust_remote_code=backend.trust_remote_code
             )

@@ -258,6 +258,16 @@ class Engine:
             time.sleep(0.01)
         return True
 
+    def fail(self, detail: str) -> None:
+        """From any thread, for a fault outside the engine (a rank of a distributed job died):
+        fail every handle with `detail` and refuse new work (health: failed, `detail`)."""
+        with self._lock:
+            if not self._state.open:
+                return
+            self._state, self._detail = EngineState.FAILED, detail
+        self._fail_all(detail, EngineFault.code)
+        self._inbox.put(Shutdown())  # if the stuck step ever returns, the loop exits
+
     def close(self) -> None:
         """Fail pending handles (EngineUnavailable-style FinishEvent), stop and join threads."""
         with self._lock:

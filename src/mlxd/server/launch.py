@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import os
 import socket
 import sys
 from types import FrameType
@@ -23,6 +24,7 @@ from mlxd.server.lifecycle import Lifecycle
 from mlxd.server.settings import ServerSettings
 
 if TYPE_CHECKING:
+    from mlxd.engine import Engine
     from mlxd.store.model_ref import ModelRef
 
 BACKLOG = 2048
@@ -143,6 +145,8 @@ def serve(
         ref, name = resolve_default(model, settings.trust_remote_code)
         backend = leader_backend(cfg, role) if role is not None else None
         engine = Engine(cfg, backend)
+        if backend is not None:
+            backend.watch_ranks(lambda detail: _rank_failed(engine, detail), _rank_stall_seconds())
     except BaseException:
         sock.close()
         raise
@@ -173,7 +177,28 @@ def serve(
     finally:
         sock.close()
         engine.close()
+        if backend is not None and backend.fault is not None:
+            # A collective on the broken ring never returns: MLX's teardown would wait for
+            # its stream thread forever, so leave without it (the launcher sees exit 1).
+            sys.stderr.flush()
+            os._exit(1)
     return 0
+
+
+def _rank_failed(engine: Engine, detail: str) -> None:
+    print(
+        f"mlxd serve: {detail}; requests fail, /health and new requests get 503 until the "
+        "job stops",
+        file=sys.stderr,
+        flush=True,
+    )
+    engine.fail(detail)
+
+
+def _rank_stall_seconds() -> float:
+    from mlxd.config import SETTINGS
+
+    return float(SETTINGS["rank_stall_seconds"].get())
 
 
 def warn_if_exposed(settings: ServerSettings) -> None:

@@ -1,0 +1,130 @@
+"""A rank of `mlx.launch -n 2 --backend ring` dies (SIGKILL) or stalls (SIGSTOP) mid-stream:
+rank 0 notices (backend.rank_monitor), the stream ends with an error event naming the rank,
+/health and new requests get 503, and rank 0 exits 1 when the job stops. Nothing may hang:
+each job runs in its own process group, killed in a `finally`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.e2e.server.serverproc import ServerProcess, launch, server_env, wait_for
+from tests.e2e.server.test_server_distributed import _ring
+
+pytestmark = pytest.mark.timeout(180)
+
+STREAM = {
+    "model": "default",
+    "prompt": "Hello",
+    "max_tokens": 1500,
+    "temperature": 0,
+    "ignore_eos": True,
+    "stream": True,
+}
+
+
+def _rank_pid(job: ServerProcess, rank: int) -> int:
+    """The pid of `rank` among the launcher's process group (MLX_RANK in its environment)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.getpgid(int(entry.name)) != job.proc.pid:
+                continue
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except (OSError, ProcessLookupError):
+            continue
+        if (
+            f"MLX_RANK={rank}".encode() in env
+            and b"mlxd.cli.main" in (entry / "cmdline").read_bytes()
+        ):
+            return int(entry.name)
+    raise AssertionError(f"no rank {rank} process")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def job(tiny_chat_model: Path, tmp_path: Path) -> Iterator[ServerProcess]:
+    env = server_env(tmp_path, MLXD_RANK_STALL_SECONDS="2")
+    srv = launch(
+        ["--model", str(tiny_chat_model), "--shard", "tensor"],
+        env,
+        preexec_fn=os.setpgrp,
+        launcher=[*_ring(2), "--python", sys.executable],
+    )
+    try:
+        yield srv
+    finally:
+        try:  # resume a stopped rank too, so nothing of the job lingers
+            os.killpg(srv.proc.pid, signal.SIGCONT)
+            os.killpg(srv.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        srv.proc.wait(timeout=30)
+
+
+def _stream_then(job: ServerProcess, act: int, rank_pid: int) -> list[dict[str, object]]:
+    """Stream a long completion, send `act` to the rank after a few chunks; the events."""
+    events: list[dict[str, object]] = []
+    with httpx.stream("POST", job.base_url + "/completions", json=STREAM, timeout=60) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            events.append(json.loads(line[len("data: ") :]))
+            if len(events) == 5:
+                os.kill(rank_pid, act)
+    return events
+
+
+def _error_of(events: list[dict[str, object]]) -> str:
+    errors = [e["error"] for e in events if "error" in e]
+    assert len(errors) == 1, events[-3:]
+    error = errors[0]
+    assert isinstance(error, dict)
+    return str(error["message"])
+
+
+def test_dead_rank_ends_streams_with_its_name_and_rank_0_exits(job: ServerProcess) -> None:
+    rank0, rank1 = _rank_pid(job, 0), _rank_pid(job, 1)
+    events = _stream_then(job, signal.SIGKILL, rank1)
+    assert "rank 1 is gone" in _error_of(events)
+    assert len(events) < STREAM["max_tokens"]  # type: ignore[operator]
+    # mlx.launch stops the job when a rank exits non-zero: rank 0 exits 1 instead of hanging.
+    wait_for(lambda: not _alive(rank0), "rank 0 to exit", timeout=60)
+    job.proc.wait(timeout=60)
+    stderr = "".join(job.stderr)
+    assert "mlxd serve: rank 1 is gone" in stderr
+    assert "Node with rank 0 exited with code 1" in stderr
+
+
+def test_stalled_rank_fails_streams_health_and_new_requests(job: ServerProcess) -> None:
+    rank0, rank1 = _rank_pid(job, 0), _rank_pid(job, 1)
+    events = _stream_then(job, signal.SIGSTOP, rank1)
+    assert "rank 1 stalled" in _error_of(events)
+    health = httpx.get(job.url + "/health", timeout=10)
+    assert health.status_code == 503
+    assert health.json()["state"] == "failed"
+    assert "rank 1 stalled" in health.json()["detail"]
+    body = {"model": "default", "prompt": "Hi", "max_tokens": 4}
+    refused = httpx.post(job.base_url + "/completions", json=body, timeout=10)
+    assert refused.status_code == 503
+    assert "rank 1 stalled" in refused.json()["error"]["message"]
+    # Rank 0 stays up answering 503 until the job stops; then it exits 1, without hanging.
+    assert _alive(rank0)
+    os.kill(rank1, signal.SIGCONT)
+    os.kill(rank0, signal.SIGTERM)
+    wait_for(lambda: not _alive(rank0), "rank 0 to exit", timeout=60)
