@@ -25,6 +25,7 @@ from mlx_lm import __version__ as mlx_lm_version
 from mlx_lm.models.cache import load_prompt_cache, save_prompt_cache
 
 from mlxd.backend.mlx_lm_compat import PromptCache
+from mlxd.types import common_prefix_len
 
 FORMAT = "mlxd-prefix-1"
 _SAMPLE = 1 << 20  # bytes of each weight file's start and end in the fingerprint
@@ -98,7 +99,7 @@ class DiskTier:
         head = tuple(prompt[:-1])
         best: tuple[DiskEntry, int] | None = None
         for entry in self._entries[fp].values():
-            n = _common(entry.tokens, head)
+            n = common_prefix_len(entry.tokens, head)
             usable = n if n == len(entry.tokens) or entry.trimmable else 0
             if usable and (best is None or usable > best[1]):
                 best = (entry, usable)
@@ -194,14 +195,3 @@ def _mtime(path: Path) -> float:
         return path.stat().st_mtime
     except OSError:
         return 0.0
-
-
-def _common(a: tuple[int, ...], b: tuple[int, ...]) -> int:
-    low, high = 0, min(len(a), len(b))
-    while low < high:
-        mid = (low + high + 1) // 2
-        if a[:mid] == b[:mid]:
-            low = mid
-        else:
-            high = mid - 1
-    return low

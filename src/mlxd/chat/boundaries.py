@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mlxd.chat.messages import normalize_messages
-from mlxd.types import PromptBoundaries
+from mlxd.types import PromptBoundaries, common_prefix_len
 
 __all__ = ["PromptText", "prompt_boundaries"]
 
@@ -67,7 +67,7 @@ class PromptText:
 
     def shared(self, other: str) -> int:
         """Prompt tokens that tokenizing `other` would give alike."""
-        chars = _common(self.text, other)
+        chars = common_prefix_len(self.text, other)
         if chars == len(self.text):
             return len(self.ids)  # `other` continues the prompt (a merge at its end aside)
         start_char = start_id = 0
@@ -78,7 +78,7 @@ class PromptText:
             stop = self.added.search(other, chars)
             other = other[: stop.start() if stop else len(other)]
         tokens = self.encode(other[start_char:], start_char == 0)
-        return start_id + _common(self.ids[start_id:], tokens)
+        return start_id + common_prefix_len(self.ids[start_id:], tokens)
 
 
 def prompt_boundaries(
@@ -106,15 +106,3 @@ def _shared(
     except Exception:  # the template refuses this conversation: no boundary here
         return 0
     return prompt.shared(other)
-
-
-def _common(a: str | list[int], b: str | list[int]) -> int:
-    """Length of the common prefix: a bisection over slice comparisons (done in C)."""
-    low, high = 0, min(len(a), len(b))
-    while low < high:
-        mid = (low + high + 1) // 2
-        if a[:mid] == b[:mid]:
-            low = mid
-        else:
-            high = mid - 1
-    return low
