@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from server_bench import blas_env, free_port, server_command, wait_ready  # same directory
+from server_bench import blas_env, free_port, server_command, stop, wait_ready  # same directory
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -177,8 +177,7 @@ def run_server(server: str, model: Path, args: argparse.Namespace) -> dict[str, 
                 for i, (name, run) in enumerate(WORKLOADS.items())
             }
     finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+        stop(proc, 60)
 
 
 def summarize(results: dict[str, dict[str, list[list[Turn]]]], workload: str) -> dict[str, Any]:

@@ -89,6 +89,15 @@ def start(
     return proc, wait_ready(proc, port, f"{kind} server: {' '.join(cmd)}")
 
 
+def stop(proc: subprocess.Popen[bytes], seconds: float = 30.0) -> None:
+    """Terminate a benchmarked server; kill it if it has not exited after `seconds`."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 def wait_ready(
     proc: subprocess.Popen[bytes], port: int, what: str, path: str = "/v1/models", seconds=300.0
 ) -> str:
@@ -259,11 +268,7 @@ def bench_server(
             print(f"{kind} {load} {c}: {json.dumps(out[-1])}", file=sys.stderr, flush=True)
         return out
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
 
 
 def main() -> None:

@@ -35,7 +35,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.server_bench import Sample, free_port, one_request, pct, wait_ready  # noqa: E402
+from benchmarks.server_bench import Sample, free_port, one_request, pct, stop, wait_ready  # noqa: E402
 
 # Runs mlx-vlm's server with its llava processor's text keyword arguments kept away from the
 # image processor (see the module docstring).
@@ -148,11 +148,7 @@ def bench(kind: str, model_dir: Path, args: argparse.Namespace, eos: int) -> dic
         print(f"{kind}: {json.dumps(result)}", file=sys.stderr, flush=True)
         return result
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
 
 
 def main() -> None:
