@@ -213,10 +213,10 @@ class Engine:
 
     def health(self) -> EngineHealth:
         """Cheap and non-blocking."""
-        state, detail = self._state, self._detail
+        state, detail, blas = self._state, self._detail, self._backend.blas()
         if state.open and self._stalled():
-            return EngineHealth(False, EngineState.STALLED, self._stall_message())
-        return EngineHealth(state.open, state, detail)
+            return EngineHealth(False, EngineState.STALLED, self._stall_message(), blas)
+        return EngineHealth(state.open, state, detail, blas)
 
     def stats(self) -> EngineStats:
         core, c = self._core, self._core.counters

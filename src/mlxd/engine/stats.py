@@ -28,6 +28,7 @@ class EngineHealth:
     ok: bool
     state: EngineState
     detail: str | None = None
+    blas: str = ""  # the CPU BLAS, as in EngineStats
 
 
 @dataclass(frozen=True, slots=True)
