@@ -120,6 +120,8 @@ class Timings:
     queued_s: float = 0.0  # submit -> admitted
     ttft_s: float = 0.0  # submit -> first token
     total_s: float = 0.0  # submit -> finish
+    draft_tokens: int = 0  # speculative decoding: draft tokens the target verified
+    accepted_draft_tokens: int = 0  # of those, accepted (each saved one target forward)
 
 
 @dataclass(frozen=True, slots=True)

@@ -247,10 +247,10 @@ class BatchRunner:
                 if plan is not None and plan.answer:
                     tokens = plan.keyed(r.all_tokens)
                     self._store(tokens, r.prompt_cache, SnapshotKind.ANSWER, plan.turn)
-        drafted, accepted = self._drafts.take_counts() if self._drafts else (0, 0)
+        drafts = self._drafts.take_counts() if self._drafts else {}
         failed = dict(self._failed)
         self._failed.clear()
-        return StepResult(outputs, failed, drafted, accepted)
+        return StepResult(outputs, failed, drafts)
 
     def _speculates(self, params: SamplingParams, sampler: Sampler, procs: list[Processor]) -> bool:
         """Greedy rows without logits processors draft (sampled rows: step 3 of issue 14),

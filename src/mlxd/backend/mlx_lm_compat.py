@@ -266,7 +266,7 @@ class RowDrafter(Protocol):
 
     def accepted_length(self, targets: list[int], draft: list[int]) -> int: ...
 
-    def record(self, drafted: int, accepted: int) -> None: ...
+    def record(self, uid: int, drafted: int, accepted: int) -> None: ...
 
 
 def rows_rewindable(model: Module) -> bool:
@@ -331,14 +331,12 @@ class SpeculativeGenerationBatch(GenerationBatch):
         emitted: list[list[int]] = []
         next_tokens: list[int] = []
         next_logprobs: list[mx.array] = []
-        drafted = accepted = 0
         for i, draft in enumerate(drafts):
             n = self._mlxd_drafter.accepted_length(chosen[i], draft)
-            drafted, accepted = drafted + len(draft), accepted + n
+            self._mlxd_drafter.record(self.uids[i], len(draft), n)
             emitted.append([last[i], *draft[:n]])
             next_tokens.append(chosen[i][n])
             next_logprobs.append(logprobs[i, n])
-        self._mlxd_drafter.record(drafted, accepted)
         return self._emit(emitted, logprobs, next_tokens, next_logprobs, width)
 
     def _processed(self, logits: mx.array, inputs: mx.array) -> mx.array:

@@ -23,15 +23,24 @@ class StepOutput:
     logprob: TokenLogprob | None
 
 
+@dataclass(frozen=True, slots=True)
+class DraftCount:
+    """One sequence's speculation in one step: draft tokens verified, and how many of them
+    the target accepted."""
+
+    drafted: int
+    accepted: int
+
+
 @dataclass(slots=True)
 class StepResult:
     """The step's tokens, and the sequences whose sampler or logits processor raised during
-    it (uid -> the first exception): the engine fails those and ignores their tokens."""
+    it (uid -> the first exception): the engine fails those and ignores their tokens.
+    `drafts` holds the rows that verified drafts in the step (uid -> counts)."""
 
     tokens: list[StepOutput]
     failed: dict[int, BaseException] = field(default_factory=dict)
-    drafted: int = 0  # draft tokens verified in the step (speculative decoding)
-    accepted: int = 0  # of those, accepted
+    drafts: dict[int, DraftCount] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

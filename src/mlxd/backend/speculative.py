@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mlxd.backend.outputs import DraftCount
 from mlxd.types import DraftKind
 
 # Prompt lookup matches the last MAX_NGRAM..MIN_NGRAM tokens, longest first: a one-token
@@ -62,11 +63,10 @@ class _Row:
 
 @dataclass(slots=True)
 class Drafts:
-    """The speculating rows of one batch (by uid) and the draft/accept counters."""
+    """The speculating rows of one batch (by uid) and their draft/accept counts."""
 
     rows: dict[int, _Row] = field(default_factory=dict)
-    drafted: int = 0  # draft tokens verified since the last take_counts
-    accepted: int = 0  # of those, accepted
+    counts: dict[int, DraftCount] = field(default_factory=dict)  # since the last take_counts
 
     def add(self, uid: int, kind: DraftKind, k: int) -> None:
         if kind is DraftKind.NGRAM and k > 0:
@@ -89,9 +89,12 @@ class Drafts:
             drafts.append(row.index.propose(tokens, token, k) if row is not None and k > 0 else [])
         return drafts
 
-    def record(self, drafted: int, accepted: int) -> None:
-        self.drafted += drafted
-        self.accepted += accepted
+    def record(self, uid: int, drafted: int, accepted: int) -> None:
+        if drafted:
+            seen = self.counts.get(uid)
+            if seen is not None:
+                drafted, accepted = seen.drafted + drafted, seen.accepted + accepted
+            self.counts[uid] = DraftCount(drafted, accepted)
 
     @staticmethod
     def accepted_length(targets: list[int], draft: list[int]) -> int:
@@ -103,7 +106,6 @@ class Drafts:
             n += 1
         return n
 
-    def take_counts(self) -> tuple[int, int]:
-        counts = self.drafted, self.accepted
-        self.drafted = self.accepted = 0
+    def take_counts(self) -> dict[int, DraftCount]:
+        counts, self.counts = self.counts, {}
         return counts

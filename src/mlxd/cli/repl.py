@@ -54,6 +54,8 @@ class Conversation:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
+    draft_tokens: int = 0  # speculative decoding: drafts verified, and accepted
+    accepted_draft_tokens: int = 0
     images: list[dict[str, Any]] = field(default_factory=list)  # parts for the next message
 
     def messages(self, user_text: str) -> list[dict[str, Any]]:
@@ -82,6 +84,8 @@ class Conversation:
             self.prompt_tokens += usage.prompt_tokens
             self.cached_tokens += usage.cached_tokens
             self.completion_tokens += usage.completion_tokens
+            self.draft_tokens += answer.finish.timings.draft_tokens
+            self.accepted_draft_tokens += answer.finish.timings.accepted_draft_tokens
 
 
 def run_repl(args: argparse.Namespace, model: ModelRef | str | None) -> int:
@@ -238,12 +242,20 @@ def stats_text(conv: Conversation) -> str:
     usage, timings = last.usage, last.timings
     return (
         f"last answer: prompt {usage.prompt_tokens} tokens ({usage.cached_tokens} cached), "
-        f"completion {usage.completion_tokens} tokens, first token {timings.ttft_s:.3f} s, "
+        f"completion {usage.completion_tokens} tokens"
+        f"{_drafts_text(timings.draft_tokens, timings.accepted_draft_tokens)}, "
+        f"first token {timings.ttft_s:.3f} s, "
         f"{decode_tps(last):.1f} tok/s, finish {last.reason.value}\n"
         f"session: {conv.answers} answer{'' if conv.answers == 1 else 's'}, "
         f"prompt {conv.prompt_tokens} tokens "
         f"({conv.cached_tokens} cached), completion {conv.completion_tokens} tokens"
+        f"{_drafts_text(conv.draft_tokens, conv.accepted_draft_tokens)}"
     )
+
+
+def _drafts_text(drafted: int, accepted: int) -> str:
+    """The speculation part of /stats, when there was any."""
+    return f" ({accepted} of {drafted} draft tokens accepted)" if drafted else ""
 
 
 def _help(repl: Repl, arg: str) -> bool:

@@ -64,6 +64,8 @@ class Answer:
                 "ttft_s": round(timings.ttft_s, 6),
                 "total_s": round(timings.total_s, 6),
                 "decode_tokens_per_s": round(decode_tps(finish), 3) if finish else 0.0,
+                "draft_tokens": timings.draft_tokens,
+                "accepted_draft_tokens": timings.accepted_draft_tokens,
             },
             "warnings": self.warnings,
         }

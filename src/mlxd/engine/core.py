@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from mlxd.backend.loader import LoadedModel
-from mlxd.backend.outputs import PrefixCacheStats, StepResult
+from mlxd.backend.outputs import DraftCount, PrefixCacheStats, StepResult
 from mlxd.engine.collector import Collector, StreamWaker
 from mlxd.engine.engine_config import EngineConfig
 from mlxd.engine.inbox import Cancel, LoadModel, Message, Submit
@@ -255,16 +255,27 @@ class EngineCore:
         """Deliver the step's tokens, end the sequences that finished, wake consumers, and
         fail the sequences whose sampler or logits processor raised."""
         now = time.monotonic()
+        if result.drafts:
+            self._count_drafts(result.drafts)
         first, later = self._deliver(result, now)
         self.counters.generation_tokens_total += len(result.tokens)
-        self.counters.draft_tokens_total += result.drafted
-        self.counters.accepted_tokens_total += result.accepted
         self.waker.step_done(now, first, later)
         running = self.scheduler.running
         for uid, exc in result.failed.items():
             request = running.get(uid)
             if request is not None:
                 self.fail(request, f"request failed: {one_line(exc)}", EngineFault.code)
+
+    def _count_drafts(self, drafts: dict[int, DraftCount]) -> None:
+        """Add the step's speculation to its requests (before delivery ends any of them)."""
+        running, counters = self.scheduler.running, self.counters
+        for uid, count in drafts.items():
+            counters.draft_tokens_total += count.drafted
+            counters.accepted_tokens_total += count.accepted
+            request = running.get(uid)
+            if request is not None:
+                request.draft_tokens += count.drafted
+                request.accepted_draft_tokens += count.accepted
 
     def _deliver(self, result: StepResult, now: float) -> tuple[list[Collector], list[Collector]]:
         """Push each token to its request's collector (the stop token itself is never

@@ -58,6 +58,8 @@ class Request:
     uid: int | None = None  # the backend's sequence id once admitted
     cached_tokens: int = 0
     completion_tokens: int = 0
+    draft_tokens: int = 0  # speculative decoding: draft tokens verified for this request
+    accepted_draft_tokens: int = 0
     submitted_at: float = field(default_factory=time.monotonic)
     admitted_at: float | None = None
     first_token_at: float | None = None
@@ -82,7 +84,13 @@ class Request:
         start = self.submitted_at
         queued = (self.admitted_at or now) - start
         ttft = (self.first_token_at - start) if self.first_token_at else 0.0
-        return Timings(queued_s=queued, ttft_s=ttft, total_s=now - start)
+        return Timings(
+            queued_s=queued,
+            ttft_s=ttft,
+            total_s=now - start,
+            draft_tokens=self.draft_tokens,
+            accepted_draft_tokens=self.accepted_draft_tokens,
+        )
 
 
 FINISH_BY_BACKEND = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH}

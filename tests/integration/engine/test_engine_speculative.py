@@ -60,6 +60,30 @@ def test_ngram_mixed_batch_of_8_equals_plain(chat: tuple[Engine, ModelInfo]) -> 
     assert engine.stats().accepted_tokens_total > 0
 
 
+def test_draft_counts_reach_each_request_timings(chat: tuple[Engine, ModelInfo]) -> None:
+    """Per-request drafted/accepted counts add up to the engine totals; a request that does
+    not speculate counts none."""
+    engine, info = chat
+    prompts = _copy_prompts(info, 4)
+    before = engine.stats()
+    handles = [
+        engine.submit(
+            request(info, p, max_tokens=120, ignore_eos=True, draft_kind=NGRAM if i else None)
+        )
+        for i, p in enumerate(prompts)
+    ]
+    timings = [h.collect()[1].timings for h in handles]
+    after = engine.stats()
+    assert timings[0].draft_tokens == timings[0].accepted_draft_tokens == 0
+    assert all(
+        0 <= t.accepted_draft_tokens <= t.draft_tokens and t.draft_tokens for t in timings[1:]
+    )
+    drafted = after.draft_tokens_total - before.draft_tokens_total
+    accepted = after.accepted_tokens_total - before.accepted_tokens_total
+    assert sum(t.draft_tokens for t in timings) == drafted
+    assert sum(t.accepted_draft_tokens for t in timings) == accepted > 0
+
+
 def test_ngram_respects_budget_stop_tokens_and_logprobs(chat: tuple[Engine, ModelInfo]) -> None:
     engine, info = chat
     prompt = _copy_prompts(info, 1)[0]

@@ -69,6 +69,17 @@ def test_turns_accumulate_with_system_prompt(capsys: pytest.CaptureFixture[str])
     assert "prompt 10 tokens (6 cached)" in text and "session: 2 answers" in text
 
 
+def test_stats_show_draft_counts_when_the_answer_speculated() -> None:
+    drafted = FinishEvent(FinishReason.STOP, Usage(10, 9, 0), Timings(0.0, 0.1, 0.3, 8, 6))
+    repl, _ = make_repl(FakeStream([TextDelta("a"), DONE]), FakeStream([TextDelta("b"), drafted]))
+    repl.answer("one")
+    assert "draft" not in stats_text(repl.conv)
+    repl.answer("two")
+    last, session = stats_text(repl.conv).splitlines()
+    assert "completion 9 tokens (6 of 8 draft tokens accepted)" in last
+    assert session.endswith("(6 of 8 draft tokens accepted)")
+
+
 def test_ctrl_c_cancels_and_drops_the_turn(capsys: pytest.CaptureFixture[str]) -> None:
     stream = FakeStream([TextDelta("partial"), TextDelta("never"), DONE], interrupt_after=1)
     repl, _ = make_repl(stream)
