@@ -152,7 +152,12 @@ def write_tokenizer(path: Path, template: str | None, vocab_size: int = 512) -> 
 
 
 def make_checkpoint(
-    path: Path, kind: str = "chat", seed: int = 0, dtype: str = "float32", size: str | None = None
+    path: Path,
+    kind: str = "chat",
+    seed: int = 0,
+    dtype: str = "float32",
+    size: str | None = None,
+    vocab_size: int = 512,
 ) -> Path:
     import importlib
 
@@ -163,7 +168,7 @@ def make_checkpoint(
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     template = _TEMPLATES.get(kind, CHATML_TEMPLATE)
-    vocab = write_tokenizer(path, template)
+    vocab = write_tokenizer(path, template, vocab_size)
     dims = SIZES[size or (kind if kind in SIZES else "tiny")]
     model_type, arch = _ARCHS.get(kind, _ARCHS["chat"])
     config: dict = {

@@ -23,6 +23,7 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from mlxd.backend import mlx_lm_compat as compat
 from mlxd.backend import vision
+from mlxd.backend.draft_model import DraftModel
 from mlxd.backend.grammar import CompiledGrammar
 from mlxd.backend.grammar_mask import GrammarMask
 from mlxd.backend.loader import LoadedModel
@@ -138,7 +139,8 @@ class BatchRunner:
         )
         report.uid = uid  # set before any step can call the sampler
         if self._speculates(params, sampler, procs):
-            self._speculation().add(uid, DraftKind.NGRAM, params.num_draft_tokens or 0)
+            assert params.draft_kind is not None  # _speculates checked it
+            self._speculation().add(uid, params.draft_kind, params.num_draft_tokens or 0)
         if params.logprobs:
             self._top_n[uid] = params.top_logprobs
         if self.prefix_cache.enabled:
@@ -254,8 +256,12 @@ class BatchRunner:
 
     def _speculates(self, params: SamplingParams, sampler: Sampler, procs: list[Processor]) -> bool:
         """Greedy rows without logits processors draft (sampled rows: step 3 of issue 14),
-        on models whose cache rewinds per row (plain KV caches)."""
-        if params.draft_kind is not DraftKind.NGRAM or not params.num_draft_tokens:
+        on models whose cache rewinds per row (plain KV caches); kind `model` needs the
+        loaded model's draft."""
+        kind = params.draft_kind
+        if kind is None or kind is DraftKind.NONE or not params.num_draft_tokens:
+            return False
+        if kind is DraftKind.MODEL and self.loaded.draft is None:
             return False
         if sampler is not GREEDY or procs:
             return False
@@ -263,7 +269,11 @@ class BatchRunner:
 
     def _speculation(self) -> Drafts:
         if self._drafts is None:
-            self._drafts = Drafts()
+            draft = self.loaded.draft
+            model = None
+            if draft is not None:
+                model = DraftModel(draft.model, self.vocab_size, self.prefill_chunk)
+            self._drafts = Drafts(model)
             compat.enable_speculation(self._gen, self._drafts)
         return self._drafts
 

@@ -24,7 +24,7 @@ from mlxd.backend.loader import LoadedModel, load_checkpoint
 from mlxd.backend.mlx_backend import MlxBackend
 from mlxd.backend.outputs import StepResult
 from mlxd.backend.rank_monitor import RankMonitor, leader_address, send_heartbeats
-from mlxd.errors import MlxdError, ModelBroken, one_line
+from mlxd.errors import InvalidRequest, MlxdError, ModelBroken, one_line
 from mlxd.types import ImageInputs, PromptBoundaries, SamplingParams
 
 if TYPE_CHECKING:
@@ -333,7 +333,9 @@ class DistributedBackend(MlxBackend):
         """Why the job can no longer run steps (a rank died or stalled), or None."""
         return self.channel.broken
 
-    def load(self, path: Path) -> LoadedModel:
+    def load(self, path: Path, draft: Path | None = None) -> LoadedModel:
+        if draft is not None:
+            raise InvalidRequest("a draft model is not supported under mlx.launch yet")
         self.channel.send(LoadMsg(str(path), path.name))
         return load_sharded(path, self.group, self.mode, trust_remote_code=self.trust_remote_code)
 

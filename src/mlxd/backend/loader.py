@@ -7,13 +7,14 @@ Every other failure becomes a one-line `ModelBroken`.
 
 from __future__ import annotations
 
+import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlxd.checkpoint import context_window, sampling_defaults
-from mlxd.errors import ModelBroken, ModelNotFound, ModelRefused, one_line
+from mlxd.errors import InvalidRequest, ModelBroken, ModelNotFound, ModelRefused, one_line
 
 if TYPE_CHECKING:  # importing this module must not import mlx (the engine imports it)
     from mlx.nn.layers.base import Module
@@ -40,6 +41,7 @@ class LoadedModel:
     generation_defaults: dict[str, Any] = field(default_factory=dict)
     eos_token_ids: set[int] = field(default_factory=set)
     vision: VisionParts | None = None
+    draft: LoadedModel | None = None  # the draft model speculation (kind `model`) runs
 
 
 def load_checkpoint(
@@ -77,6 +79,60 @@ def load_checkpoint(
         eos_token_ids=set(tokenizer.eos_token_ids or ()),
         vision=vision,
     )
+
+
+def load_with_draft(path: Path, draft: Path, *, trust_remote_code: bool = False) -> LoadedModel:
+    """The model at `path` with the draft model at `draft` attached. The draft must share the
+    target's vocabulary: checked from both tokenizer.json files before any weights load
+    (after, from the loaded tokenizers, when a checkpoint has none). Raises InvalidRequest
+    naming both models on a mismatch, else what load_checkpoint raises."""
+    path, draft = Path(path).expanduser(), Path(draft).expanduser()
+    for directory in (path, draft):
+        if not directory.is_dir():
+            raise ModelNotFound(f"no model directory at {directory}")
+        if "vision_config" in _read_json(directory / "config.json", required=True):
+            raise InvalidRequest(
+                f"{directory.name} is a vision model: a draft model pairs text models",
+                param="draft_model",
+            )
+    fingerprints = _vocab_fingerprint(path), _vocab_fingerprint(draft)
+    if None not in fingerprints and fingerprints[0] != fingerprints[1]:
+        raise _vocab_mismatch(path, draft, "their tokenizers map tokens to different ids")
+    target = load_checkpoint(path, trust_remote_code=trust_remote_code)
+    drafter = load_checkpoint(draft, trust_remote_code=trust_remote_code)
+    if None in fingerprints and target.tokenizer.get_vocab() != drafter.tokenizer.get_vocab():
+        raise _vocab_mismatch(path, draft, "their tokenizers map tokens to different ids")
+    known = len(target.tokenizer.get_vocab())
+    if min(target.vocab_size, drafter.vocab_size) < known:
+        raise _vocab_mismatch(path, draft, "one model's vocab_size is smaller than the tokenizer")
+    from mlxd.backend.mlx_lm_compat import rows_rewindable
+
+    for name, loaded in ((path.name, target), (draft.name, drafter)):
+        if not rows_rewindable(loaded.model):
+            raise InvalidRequest(
+                f"{name} has sliding-window or recurrent layers: speculation with a draft "
+                "model needs plain KV caches on both sides",
+                param="draft_model",
+            )
+    return replace(target, draft=drafter)
+
+
+def _vocab_mismatch(target: Path, draft: Path, why: str) -> InvalidRequest:
+    return InvalidRequest(
+        f"draft model {draft.name} does not share the vocabulary of {target.name}: {why}",
+        param="draft_model",
+    )
+
+
+def _vocab_fingerprint(path: Path) -> str | None:
+    """A digest of tokenizer.json's token -> id map and added tokens (None: no such file)."""
+    data = _read_json(path / "tokenizer.json", required=False)
+    if not data:
+        return None
+    model = data.get("model") or {}
+    added = sorted((t.get("id"), t.get("content")) for t in data.get("added_tokens") or [])
+    text = json.dumps([model.get("vocab"), added], sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _load_vision(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from mlxd.backend import blas
 from mlxd.backend.batch import BatchRunner, release_thread_streams
-from mlxd.backend.loader import LoadedModel, load_checkpoint
+from mlxd.backend.loader import LoadedModel, load_checkpoint, load_with_draft
 from mlxd.backend.memory import free_unused
 from mlxd.backend.outputs import FaultHook, PrefixCacheStats
 from mlxd.backend.prefix import PrefixCache
@@ -40,7 +40,10 @@ class MlxBackend:
         )
         self.prefix_cache = PrefixCache(prefix_cache_bytes, disk)
 
-    def load(self, path: Path) -> LoadedModel:
+    def load(self, path: Path, draft: Path | None = None) -> LoadedModel:
+        """The model at `path`, with the draft model at `draft` attached (speculation)."""
+        if draft is not None:
+            return load_with_draft(path, draft, trust_remote_code=self.trust_remote_code)
         return load_checkpoint(path, trust_remote_code=self.trust_remote_code)
 
     def make_runner(self, name: str, model: LoadedModel) -> BatchRunner:

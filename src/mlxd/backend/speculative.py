@@ -5,16 +5,20 @@ every row of the batch in one forward pass over [last token, drafts..., padding]
 without a draft verifies its one token); each row keeps the drafts its own sampler agrees
 with plus the target's token after them, and its KV cache is rewound by what it rejected
 (mlx_lm_compat.rewind_rows). The step itself is mlx_lm_compat.SpeculativeGenerationBatch:
-this module
-holds the decisions, that one the mlx-lm state.
+this module holds the decisions, that one the mlx-lm state. Rows of kind `model` get their
+drafts from backend.draft_model (one draft model per batch, a draft cache per row).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 from mlxd.backend.outputs import DraftCount
 from mlxd.types import DraftKind
+
+if TYPE_CHECKING:
+    import mlx.core as mx
 
 # Prompt lookup matches the last MAX_NGRAM..MIN_NGRAM tokens, longest first: a one-token
 # match drafts too often on a CPU, where every drafted position costs a forward position.
@@ -55,38 +59,76 @@ class NgramIndex:
         self._seen = len(tokens)
 
 
+@dataclass(frozen=True, slots=True)
+class DraftRequest:
+    """One row's ask of the draft model: `context` is what the target's cache holds, `last`
+    the row's next token (not in the cache yet), `k` how many draft tokens to propose."""
+
+    uid: int
+    context: list[int]
+    last: int
+    k: int
+
+
+class ModelDrafter(Protocol):
+    """A draft model's proposals (backend.draft_model.DraftModel)."""
+
+    def propose(self, asks: list[DraftRequest]) -> list[tuple[list[int], mx.array]]: ...
+
+    def discard(self, uid: int) -> None: ...
+
+
 @dataclass(slots=True)
 class _Row:
     k: int
-    index: NgramIndex = field(default_factory=NgramIndex)
+    index: NgramIndex | None  # None: the draft model proposes
 
 
 @dataclass(slots=True)
 class Drafts:
     """The speculating rows of one batch (by uid) and their draft/accept counts."""
 
+    model: ModelDrafter | None = None  # proposes for the rows of kind `model`
     rows: dict[int, _Row] = field(default_factory=dict)
     counts: dict[int, DraftCount] = field(default_factory=dict)  # since the last take_counts
+    # Per row of the last propose: the draft's log-probabilities at each drafted position
+    # (len(draft) x vocab) for a model draft; None for an ngram draft (one-hot) or none.
+    draft_logprobs: list[mx.array | None] = field(default_factory=list)
 
     def add(self, uid: int, kind: DraftKind, k: int) -> None:
-        if kind is DraftKind.NGRAM and k > 0:
-            self.rows[uid] = _Row(k)
+        if k > 0 and kind is DraftKind.NGRAM:
+            self.rows[uid] = _Row(k, NgramIndex())
+        elif k > 0 and kind is DraftKind.MODEL and self.model is not None:
+            self.rows[uid] = _Row(k, None)
 
     def discard(self, uid: int) -> None:
-        self.rows.pop(uid, None)
+        row = self.rows.pop(uid, None)
+        if row is not None and row.index is None and self.model is not None:
+            self.model.discard(uid)
 
     def propose(
         self, uids: list[int], contexts: list[list[int]], last: list[int], room: list[int]
     ) -> list[list[int]]:
         """Each row's draft (maybe empty): `contexts` are the tokens in its cache, `last` its
         next token (sampled, not yet in the cache), `room` how many more it may emit after
-        that one."""
+        that one. Sets `draft_logprobs`."""
         rows = self.rows
         drafts: list[list[int]] = []
-        for uid, tokens, token, left in zip(uids, contexts, last, room, strict=True):
+        self.draft_logprobs = [None] * len(uids)
+        asks: list[tuple[int, DraftRequest]] = []
+        for i, (uid, tokens, token, left) in enumerate(
+            zip(uids, contexts, last, room, strict=True)
+        ):
             row = rows.get(uid)
             k = min(row.k, left) if row is not None else 0
-            drafts.append(row.index.propose(tokens, token, k) if row is not None and k > 0 else [])
+            if row is not None and k > 0 and row.index is None:
+                asks.append((i, DraftRequest(uid, tokens, token, k)))
+            drafts.append(row.index.propose(tokens, token, k) if row and row.index and k else [])
+        if asks and self.model is not None:
+            proposed = self.model.propose([ask for _, ask in asks])
+            for (i, _), (draft, logprobs) in zip(asks, proposed, strict=True):
+                drafts[i] = draft
+                self.draft_logprobs[i] = logprobs
         return drafts
 
     def record(self, uid: int, drafted: int, accepted: int) -> None:

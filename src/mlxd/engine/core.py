@@ -58,7 +58,7 @@ class Runner(Protocol):
 class Backend(Protocol):
     """Loads models and makes runners; the only door to MLX."""
 
-    def load(self, path: Path) -> LoadedModel: ...
+    def load(self, path: Path, draft: Path | None = None) -> LoadedModel: ...  # draft attached
 
     def make_runner(self, name: str, model: LoadedModel) -> Runner: ...
 
@@ -152,7 +152,7 @@ class EngineCore:
         if msg.reply.done():
             return
         try:
-            entry = self._loaded_entry(msg.name, msg.path)
+            entry = self._loaded_entry(msg)
         except MlxdError as exc:
             msg.reply.set_exception(exc)
             return
@@ -164,14 +164,20 @@ class EngineCore:
         finally:
             msg.reply.set_result(entry.info)
 
-    def _loaded_entry(self, name: str, path: Path) -> ModelEntry:
-        """The entry of `name`, loaded first unless it already is; registered as used now.
-        A load is not a stall: `loading` keeps the watchdog quiet meanwhile."""
+    def _loaded_entry(self, msg: LoadModel) -> ModelEntry:
+        """The entry of `msg.name`, loaded first (with its draft) unless it already is;
+        registered as used now. A load is not a stall: `loading` keeps the watchdog quiet."""
         self.loading = True
         try:
-            entry = self.models.get(name)
+            entry = self.models.get(msg.name)
             if entry is None:
-                entry = ModelEntry.of(name, self.backend.load(path))
+                draft = msg.draft
+                loaded = (
+                    self.backend.load(msg.path)
+                    if draft is None
+                    else self.backend.load(msg.path, draft.path)
+                )
+                entry = ModelEntry.of(msg.name, loaded, draft)
             self.models.put(entry)
             return entry
         finally:

@@ -25,7 +25,7 @@ from mlxd.engine.core import Backend, EngineCore, LiveRequests
 from mlxd.engine.engine_config import EngineConfig
 from mlxd.engine.handle import RequestHandle
 from mlxd.engine.inbox import Cancel, LoadModel, Message, Shutdown, Submit
-from mlxd.engine.loaded_models import LoadedModels, ModelInfo
+from mlxd.engine.loaded_models import DraftInfo, LoadedModels, ModelInfo
 from mlxd.engine.request import EngineRequest, Request, budget, validate
 from mlxd.engine.stats import EngineHealth, EngineState, EngineStats
 from mlxd.errors import (
@@ -73,6 +73,18 @@ def backend_options(cfg: EngineConfig) -> dict[str, Any]:
     )
 
 
+def _source(path: ModelSource | str | PathLike[str], name: str | None) -> tuple[str, Path]:
+    """(name, directory) of a model to load; the name defaults to the source's own."""
+    if isinstance(path, str | PathLike):
+        directory = Path(path).expanduser()
+        return name or directory.name, directory
+    return name or path.name, Path(path.path).expanduser()
+
+
+def _draft_path(draft: DraftInfo | None) -> Path | None:
+    return draft.path.resolve() if draft is not None else None
+
+
 class ModelSource(Protocol):
     """A model to load: its name and its directory (a store ModelRef is one)."""
 
@@ -111,29 +123,30 @@ class Engine:
         name: str | None = None,
         *,
         pin: bool = False,
+        draft: ModelSource | str | PathLike[str] | None = None,
     ) -> ModelInfo:
         """Load (once) and register a model; blocks. `path` is a directory, or anything with
         `.name` and `.path` (a store ModelRef); `name` defaults to its name (a directory's
         last part). Counts as a use of the model (LRU, TTL). `pin`: never unload it (by TTL
         or LRU); a pin is kept for the name, also across a reload. Loading may unload other
-        idle models to stay within `max_models`. Raises ModelBroken / ModelRefused /
-        ModelNotFound with a one-line reason."""
-        if isinstance(path, str | PathLike):
-            directory = Path(path).expanduser()
-            name = name or directory.name
-        else:
-            directory = Path(path.path).expanduser()
-            name = name or path.name
+        idle models to stay within `max_models`. `draft` (same forms): a draft model with
+        the same vocabulary, loaded and unloaded with this one, for speculation of kind
+        `model`. Raises ModelBroken / ModelRefused / ModelNotFound with a one-line reason,
+        InvalidRequest when the draft's vocabulary differs."""
+        name, directory = _source(path, name)
+        drafted = DraftInfo(*_source(draft, None)) if draft is not None else None
         entry = self._models.touch(name)
         if entry is not None and entry.info.path.resolve() != directory.resolve():
             raise InvalidRequest(f"another model is already loaded as {name!r}")
+        if entry is not None and _draft_path(entry.info.draft) != _draft_path(drafted):
+            raise InvalidRequest(f"{name!r} is already loaded with another draft model")
         if pin:
             self._models.pin(name)
             entry = self._models.touch(name)  # again: it may have gone just before the pin
         if entry is not None:
             return entry.info
         reply: Future[ModelInfo] = Future()
-        self._post(LoadModel(name, directory, reply))
+        self._post(LoadModel(name, directory, reply, drafted))
         return reply.result()
 
     def reserve(self, name: str, seconds: float = RESERVE_SECONDS) -> ModelInfo:
@@ -184,7 +197,7 @@ class Engine:
             request_id=f"req-{next(_ids)}",
             model=req.model,
             prompt_ids=list(req.prompt_ids),
-            params=self._with_draft(req.params),
+            params=self._with_draft(req.params, info),
             max_new=max_new,
             collector=Collector(),
             grammar=req.grammar,
@@ -192,11 +205,17 @@ class Engine:
             images=req.images,
         )
 
-    def _with_draft(self, params: SamplingParams) -> SamplingParams:
-        """The request's speculation settings, the engine's where it left them unset."""
-        kind = params.draft_kind or self.cfg.draft_kind
-        if kind is DraftKind.MODEL:
-            raise InvalidRequest("no draft model is attached to this engine", param="draft_kind")
+    def _with_draft(self, params: SamplingParams, info: ModelInfo) -> SamplingParams:
+        """The request's speculation settings, the engine's where it left them unset (kind
+        `model` by default on a model loaded with a draft)."""
+        attached = DraftKind.MODEL if info.draft is not None else DraftKind.NONE
+        kind = params.draft_kind or self.cfg.draft_kind or attached
+        if kind is DraftKind.MODEL and info.draft is None:
+            if params.draft_kind is DraftKind.MODEL:
+                raise InvalidRequest(
+                    f"no draft model is attached to {info.name}", param="draft_kind"
+                )
+            kind = DraftKind.NONE  # the engine's default, on a model without a draft
         k = params.num_draft_tokens or self.cfg.num_draft_tokens
         if kind is params.draft_kind and k == params.num_draft_tokens:
             return params

@@ -93,8 +93,9 @@ class EngineConfig:
     # costs ~5% of throughput, while 50 updates per second read the same to a person.
     stream_interval_s: float = _DEFAULTS["stream_interval_s"]
     # Speculative decoding for requests that do not choose (SamplingParams.draft_kind None):
-    # the draft kind and the most draft tokens a row verifies per step (docs/engine-design.md).
-    draft_kind: DraftKind = DraftKind.NONE
+    # the draft kind (None: `model` on a model loaded with a draft, else `none`) and the most
+    # draft tokens a row verifies per step (docs/engine-design.md).
+    draft_kind: DraftKind | None = None
     num_draft_tokens: int = 4
     fault_hook: FaultHook | None = None
 

@@ -6,7 +6,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlxd.engine.loaded_models import ModelInfo
+from mlxd.engine.loaded_models import DraftInfo, ModelInfo
 from mlxd.engine.request import Request
 
 
@@ -25,6 +25,7 @@ class LoadModel:
     name: str
     path: Path
     reply: Future[ModelInfo]
+    draft: DraftInfo | None = None  # a draft model loaded with it (speculation, kind model)
 
 
 @dataclass(frozen=True, slots=True)

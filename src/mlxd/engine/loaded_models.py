@@ -21,6 +21,14 @@ from mlxd.types import ImageProcessor, Tokenizer
 
 
 @dataclass(frozen=True, slots=True)
+class DraftInfo:
+    """The draft model attached to a loaded model (loaded and unloaded with it)."""
+
+    name: str
+    path: Path
+
+
+@dataclass(frozen=True, slots=True)
 class ModelInfo:
     """What callers need to build requests for a loaded model. `tokenizer` is mlx-lm's
     TokenizerWrapper (mlxd.types.Tokenizer names what we use of it)."""
@@ -34,6 +42,7 @@ class ModelInfo:
     eos_token_ids: set[int] = field(default_factory=set)
     vocab_size: int = 0
     image_processor: ImageProcessor | None = None  # vision models: their image preprocessing
+    draft: DraftInfo | None = None  # speculation's draft model, kind `model`
 
 
 @dataclass(slots=True)
@@ -63,8 +72,9 @@ class ModelEntry:
         self.use = ModelUse(self.info.name)
 
     @classmethod
-    def of(cls, name: str, loaded: LoadedModel) -> ModelEntry:
-        """The entry of a model the backend just loaded, known to callers as `name`."""
+    def of(cls, name: str, loaded: LoadedModel, draft: DraftInfo | None = None) -> ModelEntry:
+        """The entry of a model the backend just loaded, known to callers as `name`, with
+        the draft model loaded with it."""
         info = ModelInfo(
             name=name,
             path=loaded.path,
@@ -75,6 +85,7 @@ class ModelEntry:
             eos_token_ids=set(loaded.eos_token_ids),
             vocab_size=loaded.vocab_size,
             image_processor=loaded.vision.processor if loaded.vision is not None else None,
+            draft=draft,
         )
         return cls(info, loaded)
 

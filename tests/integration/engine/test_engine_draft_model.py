@@ -1,0 +1,146 @@
+"""Speculation with a draft model (issue 14, kind `model`): greedy output equals greedy output
+without speculation, with the target's own weights as draft (accepts nearly all) and with a
+different random checkpoint of the same tokenizer (accepts little), alone and in a mixed
+batch of 8; a draft with another vocabulary is refused before loading. Real forwards."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mlxd.engine import Engine, ModelInfo
+from mlxd.errors import InvalidRequest
+from mlxd.types import DraftKind
+from tests.checkpoints import make_checkpoint
+
+from .engine_helpers import random_prompts, request
+
+MODEL, NGRAM, NONE = DraftKind.MODEL, DraftKind.NGRAM, DraftKind.NONE
+
+
+@pytest.fixture(scope="session")
+def other_draft(checkpoints_dir: Path) -> Path:
+    """Same tokenizer as tiny-chat, other random weights."""
+    return make_checkpoint(checkpoints_dir / "tiny-chat-draft", "chat", seed=1)
+
+
+@pytest.fixture(scope="session")
+def foreign_draft(checkpoints_dir: Path) -> Path:
+    """Another vocabulary (a tokenizer trained to 400 tokens)."""
+    return make_checkpoint(checkpoints_dir / "tiny-chat-400", "chat", seed=2, vocab_size=400)
+
+
+def _prompts(info: ModelInfo, n: int) -> list[list[int]]:
+    return random_prompts(n, info.vocab_size, (5, 30), seed=11)
+
+
+def _run(engine: Engine, info: ModelInfo, prompts: list[list[int]], **params: object):
+    handles = [engine.submit(request(info, p, **params)) for p in prompts]
+    return [h.collect()[0] for h in handles]
+
+
+def _acceptance(engine: Engine) -> float:
+    stats = engine.stats()
+    assert stats.draft_tokens_total > 0
+    return stats.accepted_tokens_total / stats.draft_tokens_total
+
+
+@pytest.mark.parametrize(("draft", "least", "most"), [("self", 0.9, 1.0), ("other", 0.0, 0.6)])
+def test_model_draft_alone_equals_plain(
+    make_engine, tiny_chat_model: Path, other_draft: Path, draft: str, least: float, most: float
+) -> None:
+    engine = make_engine()
+    info = engine.load_model(tiny_chat_model)
+    drafter = make_engine()
+    source = tiny_chat_model if draft == "self" else other_draft
+    dinfo = drafter.load_model(tiny_chat_model, draft=source)
+    assert dinfo.draft is not None and dinfo.draft.path == source
+    params = dict(max_tokens=40, ignore_eos=True)
+    for prompt in _prompts(info, 4):
+        plain = _run(engine, info, [prompt], **params)
+        assert _run(drafter, dinfo, [prompt], num_draft_tokens=4, **params) == plain
+    assert least <= _acceptance(drafter) <= most
+
+
+@pytest.mark.parametrize("draft", ["self", "other"])
+def test_model_draft_mixed_batch_of_8_equals_plain(
+    make_engine, tiny_chat_model: Path, other_draft: Path, draft: str
+) -> None:
+    """Rows drafting with the model, with ngram, not at all, and a sampled (seeded) one, in
+    one batch: each greedy row's output is its output alone without speculation."""
+    engine = make_engine()
+    info = engine.load_model(
+        tiny_chat_model, draft=tiny_chat_model if draft == "self" else other_draft
+    )
+    prompts = _prompts(info, 8)
+    params = dict(max_tokens=32, ignore_eos=True)
+    plain = [_run(engine, info, [p], draft_kind=NONE, **params)[0] for p in prompts]
+    sampled = dict(temperature=0.8, seed=5)
+    alone_sampled = _run(engine, info, [prompts[7]], draft_kind=NONE, **params, **sampled)[0]
+    kinds = [
+        dict(draft_kind=MODEL, num_draft_tokens=3),
+        dict(draft_kind=NGRAM),
+        dict(draft_kind=NONE),
+        dict(),  # the engine's default: model, since a draft is attached
+        dict(draft_kind=MODEL, num_draft_tokens=1),
+        dict(draft_kind=MODEL, logprobs=True, top_logprobs=2),
+        dict(draft_kind=MODEL, num_draft_tokens=8),
+        dict(draft_kind=MODEL, **sampled),
+    ]
+    before = engine.stats().draft_tokens_total
+    handles = [
+        engine.submit(request(info, p, **params, **k)) for p, k in zip(prompts, kinds, strict=True)
+    ]
+    mixed = [h.collect()[0] for h in handles]
+    assert mixed[:7] == plain[:7]
+    assert mixed[7] == alone_sampled
+    assert engine.stats().draft_tokens_total > before
+
+
+def test_model_draft_after_a_prefix_cache_hit(make_engine, tiny_chat_model, other_draft) -> None:
+    """The second request's prompt is served from the prefix cache; the draft still sees the
+    whole prompt (its acceptance with self-draft stays full) and the output is exact."""
+    engine = make_engine()
+    info = engine.load_model(tiny_chat_model, draft=tiny_chat_model)
+    plain = make_engine()
+    pinfo = plain.load_model(tiny_chat_model)
+    first = _prompts(info, 1)[0] * 4
+    second = first + [17, 42, 99]
+    params = dict(max_tokens=24, ignore_eos=True)
+    for prompt in (first, second):
+        assert _run(engine, info, [prompt], **params) == _run(plain, pinfo, [prompt], **params)
+    assert engine.stats().cached_tokens_total > 0
+    assert _acceptance(engine) >= 0.9
+
+
+def test_cancelled_and_finished_rows_drop_their_draft_state(make_engine, tiny_chat_model) -> None:
+    engine = make_engine()
+    info = engine.load_model(tiny_chat_model, draft=tiny_chat_model)
+    prompts = _prompts(info, 3)
+    handle = engine.submit(request(info, prompts[0], max_tokens=200, ignore_eos=True))
+    next(iter(handle))
+    handle.cancel()
+    handle.collect()
+    _run(engine, info, prompts[1:], max_tokens=10, ignore_eos=True)
+    runner = engine._core.runner
+    assert runner is not None and runner._drafts is not None
+    assert runner._drafts.rows == {} and runner._drafts.model._rows == {}
+
+
+def test_draft_with_another_vocabulary_is_refused(make_engine, tiny_chat_model, foreign_draft):
+    engine = make_engine()
+    with pytest.raises(
+        InvalidRequest, match="tiny-chat-400 does not share the vocabulary of tiny-chat"
+    ):
+        engine.load_model(tiny_chat_model, draft=foreign_draft)
+    assert engine.stats().models_loaded == ()
+
+
+def test_model_kind_without_a_draft_is_refused_and_the_next_request_served(chat) -> None:
+    engine, info = chat
+    prompt = _prompts(info, 1)[0]
+    with pytest.raises(InvalidRequest, match="no draft model is attached to tiny-chat"):
+        engine.submit(request(info, prompt, draft_kind=MODEL))
+    tokens, _ = engine.submit(request(info, prompt, max_tokens=5, ignore_eos=True)).collect()
+    assert len(tokens) == 5
