@@ -255,15 +255,15 @@ class BatchRunner:
         return StepResult(outputs, failed, drafts)
 
     def _speculates(self, params: SamplingParams, sampler: Sampler, procs: list[Processor]) -> bool:
-        """Greedy rows without logits processors draft (sampled rows: step 3 of issue 14),
-        on models whose cache rewinds per row (plain KV caches); kind `model` needs the
-        loaded model's draft."""
+        """Rows without logits processors draft, greedy or sampled (a sampler that verifies:
+        the accept/resample rule), on models whose cache rewinds per row (plain KV caches);
+        kind `model` needs the loaded model's draft."""
         kind = params.draft_kind
         if kind is None or kind is DraftKind.NONE or not params.num_draft_tokens:
             return False
         if kind is DraftKind.MODEL and self.loaded.draft is None:
             return False
-        if sampler is not GREEDY or procs:
+        if procs or not (sampler is GREEDY or isinstance(sampler, compat.DraftVerifier)):
             return False
         return self._rewindable
 

@@ -33,7 +33,8 @@ Nothing else in mlxd reads or writes mlx-lm's private state. What we rely on:
   the distribution it was drawn from, `tokens[i]` is what the cache holds, `_matchers`,
   `_num_tokens`, `max_tokens`, `samplers`, `logits_processors`, `_token_context` are per
   row. A `BatchKVCache` rewinds per row with `trim` (all rows) then `prepare(right_padding=)`
-  and `finalize()` (rolls each row right into its left padding).
+  and `finalize()` (rolls each row right into its left padding). `samplers[i]` is None or
+  `greedy_sampler` for a greedy row; a sampled row's verifies drafts (DraftVerifier).
 
 The Protocols name what we use of mlx-lm's objects, private members included, so mypy checks
 them against the installed mlx-lm; tests/integration/engine/test_engine_mlx_lm_compat.py checks
@@ -44,7 +45,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator, Sized
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
 
 import mlx.core as mx
 from mlx_lm import tokenizer_utils, utils
@@ -269,6 +270,15 @@ class RowDrafter(Protocol):
     def record(self, uid: int, drafted: int, accepted: int) -> None: ...
 
 
+@runtime_checkable
+class DraftVerifier(Protocol):
+    """A sampled row's sampler that verifies drafts (backend.sampling.SeededSampler)."""
+
+    def verify(
+        self, logprobs: mx.array, draft: list[int], draft_probs: mx.array | None = None
+    ) -> tuple[mx.array, mx.array]: ...
+
+
 def rows_rewindable(model: Module) -> bool:
     """Every layer of the model's cache is a plain KV cache (batched: a BatchKVCache), the
     kind a row can be rewound in; rotating and recurrent caches cannot."""
@@ -325,19 +335,44 @@ class SpeculativeGenerationBatch(GenerationBatch):
         inputs = mx.array(rows, dtype=mx.uint32)
         logits = self._processed(self.model(inputs, cache=self.prompt_cache), inputs)
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-        targets = self._targets(logprobs)
-        mx.eval(targets, self._next_logprobs)
-        chosen = cast("list[list[int]]", targets.tolist())
         emitted: list[list[int]] = []
         next_tokens: list[int] = []
         next_logprobs: list[mx.array] = []
-        for i, draft in enumerate(drafts):
-            n = self._mlxd_drafter.accepted_length(chosen[i], draft)
+        judged = self._judge(logprobs, drafts)
+        for i, (draft, (n, token)) in enumerate(zip(drafts, judged, strict=True)):
             self._mlxd_drafter.record(self.uids[i], len(draft), n)
             emitted.append([last[i], *draft[:n]])
-            next_tokens.append(chosen[i][n])
+            next_tokens.append(token)
             next_logprobs.append(logprobs[i, n])
         return self._emit(emitted, logprobs, next_tokens, next_logprobs, width)
+
+    def _judge(self, logprobs: mx.array, drafts: list[list[int]]) -> list[tuple[int, int]]:
+        """Per row: how many drafts it accepts and the token that follows them. A greedy row
+        keeps the drafts equal to the target's argmax; a sampled row's sampler verifies them
+        with the accept/resample rule (backend.speculative_sampling), or draws its one token
+        from position 0 when it has no draft."""
+        greedy = mx.argmax(logprobs, axis=-1)
+        samplers: list[Sampler | None] = (
+            list(self.samplers) if self.samplers else [None] * len(self.uids)
+        )
+        verdicts: list[tuple[mx.array, mx.array] | None] = []
+        for e, (s, draft) in enumerate(zip(samplers, drafts, strict=True)):
+            if s is None or s is greedy_sampler:
+                verdicts.append(None)
+            elif draft and isinstance(s, DraftVerifier):
+                verdicts.append(s.verify(logprobs[e, : len(draft) + 1], draft))
+            else:
+                verdicts.append((mx.array(0), s(logprobs[e : e + 1, 0, :])[0]))
+        mx.eval(greedy, [v for v in verdicts if v is not None], self._next_logprobs)
+        chosen = cast("list[list[int]]", greedy.tolist())
+        judged = []
+        for row, draft, verdict in zip(chosen, drafts, verdicts, strict=True):
+            if verdict is None:
+                n = self._mlxd_drafter.accepted_length(row, draft)
+                judged.append((n, row[n]))
+            else:
+                judged.append((cast(int, verdict[0].item()), cast(int, verdict[1].item())))
+        return judged
 
     def _processed(self, logits: mx.array, inputs: mx.array) -> mx.array:
         """Logits processors see the row's first position only: rows with processors do not
@@ -355,24 +390,6 @@ class SpeculativeGenerationBatch(GenerationBatch):
                 row = mx.concatenate([first[:, None, :], row[:, 1:, :]], axis=1)
             out.append(row)
         return mx.concatenate(out, axis=0)
-
-    def _targets(self, logprobs: mx.array) -> mx.array:
-        """The target's token at every position: argmax for greedy rows; a sampled row (it
-        has no draft) draws its one token from position 0 with its own sampler."""
-        greedy = mx.argmax(logprobs, axis=-1).astype(mx.uint32)
-        samplers: list[Sampler | None] = (
-            list(self.samplers) if self.samplers else [None] * len(self.uids)
-        )
-        if all(s is None or s is greedy_sampler for s in samplers):
-            return greedy
-        rows = []
-        for e, s in enumerate(samplers):
-            if s is None or s is greedy_sampler:
-                rows.append(greedy[e : e + 1])
-            else:
-                drawn = s(logprobs[e : e + 1, 0, :]).astype(mx.uint32).reshape(1, 1)
-                rows.append(mx.concatenate([drawn, greedy[e : e + 1, 1:]], axis=1))
-        return mx.concatenate(rows, axis=0)
 
     def _emit(
         self,

@@ -2,8 +2,8 @@
 
 mlx-lm's `make_sampler` draws from the global `mx.random` state, so two seeded requests in one
 batch would disturb each other; here each sampled request owns a PRNG key that it splits once
-per token, which makes seeded requests reproducible inside any batch. The filters (top-p, min-p,
-top-k) and the penalty processors are mlx-lm's own.
+per decode step (a step that verifies its drafts too), which makes seeded requests reproducible
+inside any batch. The filters (top-p, min-p, top-k) and the penalty processors are mlx-lm's own.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from mlx_lm.sample_utils import (
     make_logits_processors,
 )
 
+from mlxd.backend import speculative_sampling as rule
 from mlxd.backend.outputs import FaultHook
 from mlxd.types import SamplingParams, TokenLogprob
 
@@ -43,17 +44,49 @@ def make_sampler(params: SamplingParams, vocab_size: int) -> Sampler:
     if 0 < params.top_k < vocab_size:
         filters.append(lambda x: apply_top_k(x, params.top_k))
     seed = params.seed if params.seed is not None else secrets.randbits(63)
-    state = {"key": mx.random.key(seed)}
-    inv_temp = 1.0 / params.temperature
+    return SeededSampler(filters, params.temperature, seed)
 
-    def sample(logprobs: mx.array) -> mx.array:
-        for f in filters:
+
+class SeededSampler:
+    """A sampled request's draws: its filters, then temperature, then a categorical draw
+    with its own PRNG key, split once per call (one decode step)."""
+
+    __slots__ = ("_filters", "_inv_temp", "_key")
+
+    def __init__(
+        self, filters: list[Callable[[mx.array], mx.array]], temperature: float, seed: int
+    ) -> None:
+        self._filters = filters
+        self._inv_temp = 1.0 / temperature
+        self._key = mx.random.key(seed)
+
+    def __call__(self, logprobs: mx.array) -> mx.array:
+        return mx.random.categorical(self._logits(logprobs), key=self._next_key())
+
+    def verify(
+        self, logprobs: mx.array, draft: list[int], draft_probs: mx.array | None = None
+    ) -> tuple[mx.array, mx.array]:
+        """Speculative sampling over one row: `logprobs` [K+1, V] the target's at [next token,
+        drafts...], `draft_probs` [K, V] the draft's q (None: one-hot, prompt lookup).
+        Returns (accepted drafts, the token after them) as scalars (backend.speculative_sampling).
+        Like a draw, it uses one split of the key."""
+        p = mx.softmax(self._logits(logprobs).astype(mx.float32), axis=-1)
+        ids = mx.array(draft, dtype=mx.int32)
+        q = draft_probs if draft_probs is not None else rule.one_hot(ids, p.shape[-1])
+        u_key, token_key = mx.random.split(self._next_key())
+        n = rule.accepted_count(p, q, ids, mx.random.uniform(shape=(len(draft),), key=u_key))
+        token = mx.random.categorical(mx.log(rule.next_distribution(p, q, n)), key=token_key)
+        return n, token
+
+    def _logits(self, logprobs: mx.array) -> mx.array:
+        """The distribution this sampler draws from, as unnormalized log-probabilities."""
+        for f in self._filters:
             logprobs = f(logprobs)
-        key, sub = mx.random.split(state["key"])
-        state["key"] = key
-        return mx.random.categorical(logprobs * inv_temp, key=sub)
+        return logprobs * self._inv_temp
 
-    return sample
+    def _next_key(self) -> mx.array:
+        self._key, sub = mx.random.split(self._key)
+        return sub
 
 
 def make_processors(params: SamplingParams) -> list[Processor]:
@@ -75,18 +108,46 @@ def guard_sampler(
     sampler: Sampler, on_error: OnError, hook: FaultHook | None, request_id: str
 ) -> Sampler:
     """Wrap so an exception fails only this request: it is reported and argmax stands in
-    for the draw until the engine removes the request at the step boundary."""
+    for the draw until the engine removes the request at the step boundary. A SeededSampler
+    keeps its `verify`, guarded the same way."""
+    guarded = _GuardedSampler(sampler, on_error, hook, request_id)
+    return guarded if isinstance(sampler, SeededSampler) else guarded.__call__
 
-    def guarded(logprobs: mx.array) -> mx.array:
+
+class _GuardedSampler:
+    """guard_sampler's wrapper: draws (and a SeededSampler's verifications) that fail
+    report the error and fall back to argmax."""
+
+    __slots__ = ("_sampler", "_on_error", "_hook", "_request_id")
+
+    def __init__(
+        self, sampler: Sampler, on_error: OnError, hook: FaultHook | None, request_id: str
+    ) -> None:
+        self._sampler = sampler
+        self._on_error = on_error
+        self._hook = hook
+        self._request_id = request_id
+
+    def __call__(self, logprobs: mx.array) -> mx.array:
         try:
-            if hook is not None:
-                hook("sample", request_id)
-            return sampler(logprobs)
+            if self._hook is not None:
+                self._hook("sample", self._request_id)
+            return self._sampler(logprobs)
         except Exception as exc:
-            on_error(exc)
+            self._on_error(exc)
             return mx.argmax(logprobs, axis=-1)
 
-    return guarded
+    def verify(
+        self, logprobs: mx.array, draft: list[int], draft_probs: mx.array | None = None
+    ) -> tuple[mx.array, mx.array]:
+        try:
+            if self._hook is not None:
+                self._hook("sample", self._request_id)
+            assert isinstance(self._sampler, SeededSampler)  # guard_sampler: only then exposed
+            return self._sampler.verify(logprobs, draft, draft_probs)
+        except Exception as exc:
+            self._on_error(exc)
+            return mx.array(0), mx.argmax(logprobs[0], axis=-1)
 
 
 def guard_processor(proc: Processor, on_error: OnError) -> Processor:
