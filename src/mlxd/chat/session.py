@@ -116,6 +116,8 @@ class ChatStream:
     def _on_engine_event(self, event: EngineEvent) -> list[ChatEvent]:
         if isinstance(event, TokenEvent):
             events = self.filter.feed(event.token_ids, event.logprobs)
+            if events:
+                self.handle.settle()  # output shown: the engine may batch the next wake-ups
             if self.filter.stopped:
                 # Tokens after the stop are ignored; the engine's FinishEvent brings usage.
                 self.handle.cancel()
@@ -246,6 +248,7 @@ def _submit(
         grammar=_compile(constraint, info) if constraint is not None else None,
         boundaries=prompt.boundaries,
         images=prompt.images,
+        until_shown=True,
     )
     handle = engine.submit(request)
     return ChatStream(handle, stream_filter, prompt, warnings)

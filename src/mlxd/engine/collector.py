@@ -21,9 +21,18 @@ if TYPE_CHECKING:  # imported by async consumers only: `mlxd run` never loads as
 
 
 class Collector:
-    __slots__ = ("_lock", "_cond", "_items", "_finish", "_delivered", "_sleeping", "_waiters")
+    __slots__ = (
+        "_lock",
+        "_cond",
+        "_items",
+        "_finish",
+        "_delivered",
+        "_sleeping",
+        "_waiters",
+        "eager",
+    )
 
-    def __init__(self) -> None:
+    def __init__(self, eager: bool = False) -> None:
         # `with self._lock` holds the condition's own lock; unlike `with self._cond` it does
         # not go through Condition's Python-level __enter__/__exit__ (hot path: every token).
         self._lock = threading.Lock()
@@ -33,6 +42,11 @@ class Collector:
         self._delivered = False  # the FinishEvent has been handed to the consumer
         self._sleeping = False  # a sync consumer waits on _cond
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        # The consumer turns tokens into text that may be held back (half a UTF-8 character,
+        # a possible stop string): wake it every step, not once per stream interval, until it
+        # has shown something and calls settle(); else each held token adds an interval
+        # (20 ms) to its time to first output (measured: 17 -> 4 ms on the tiny model).
+        self.eager = eager
 
     # ---- producer side (engine thread, or any thread failing the request) ----
 
@@ -77,6 +91,10 @@ class Collector:
             self._waiters.clear()
 
     # ---- consumer side ----
+
+    def settle(self) -> None:
+        """The consumer has shown output: from now on, wake it once per stream interval."""
+        self.eager = False
 
     @property
     def finished(self) -> bool:
@@ -187,7 +205,8 @@ class StreamWaker:
         return bool(self._unwoken)
 
     def step_done(self, now: float, first: list[Collector], later: list[Collector]) -> None:
-        """After a step pushed tokens: `first` got their first token, `later` more tokens."""
+        """After a step pushed tokens: `first` are woken now (a first token, or a consumer
+        still eager for its first output), `later` at the next interval."""
         unwoken = self._unwoken
         for collector in later:
             unwoken[collector] = None

@@ -285,8 +285,8 @@ class EngineCore:
 
     def _deliver(self, result: StepResult, now: float) -> tuple[list[Collector], list[Collector]]:
         """Push each token to its request's collector (the stop token itself is never
-        emitted) and finish the requests that ended. Returns the collectors that got their
-        first token and those that got a later one, for the wake-up."""
+        emitted) and finish the requests that ended. Returns the collectors to wake now (a first
+        token, or a consumer that shows nothing yet) and the others, for the wake-up."""
         running, failed = self.scheduler.running, result.failed
         first: list[Collector] = []
         later: list[Collector] = []
@@ -300,10 +300,11 @@ class EngineCore:
             if request.first_token_at is None:
                 request.first_token_at = now
                 request.status = RequestStatus.DECODING
-                if out.finish is None:
-                    first.append(request.collector)  # time to first token: deliver now
-            elif out.finish is None:
-                later.append(request.collector)
+                urgent = True  # time to first token: deliver now
+            else:
+                urgent = request.collector.eager  # its consumer still shows nothing
+            if out.finish is None:
+                (first if urgent else later).append(request.collector)
             if out.finish is not None:
                 self.finish(request, FINISH_BY_BACKEND[out.finish], in_backend=False)
         return first, later

@@ -199,7 +199,7 @@ class Engine:
             prompt_ids=list(req.prompt_ids),
             params=self._with_draft(req.params, info),
             max_new=max_new,
-            collector=Collector(),
+            collector=Collector(eager=req.until_shown),
             grammar=req.grammar,
             boundaries=req.boundaries,
             images=req.images,

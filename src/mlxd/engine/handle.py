@@ -43,6 +43,11 @@ class RequestHandle:
     def finished(self) -> bool:
         return self._collector.finished
 
+    def settle(self) -> None:
+        """Say the consumer has shown output: later tokens may come once per stream interval
+        (until then every step's token is delivered at once)."""
+        self._collector.settle()
+
     def __iter__(self) -> Iterator[EngineEvent]:
         collector = self._collector
         try:

@@ -23,7 +23,9 @@ class EngineRequest:
     (the server passes half the window when the client gave no max_tokens). `grammar`, compiled
     before submit (mlxd.backend.grammar), constrains the output token by token; `boundaries`
     are where the chat layer's prompt parts end (prefix-cache snapshot points). `images`
-    (vision models) are merged into the prompt's embeddings at prefill."""
+    (vision models) are merged into the prompt's embeddings at prefill. `until_shown`: the
+    consumer may hold tokens back as text; every token is delivered at once until it calls
+    RequestHandle.settle()."""
 
     model: str
     prompt_ids: list[int]
@@ -32,6 +34,7 @@ class EngineRequest:
     grammar: CompiledGrammar | None = None
     boundaries: PromptBoundaries = field(default_factory=PromptBoundaries)
     images: ImageInputs | None = None
+    until_shown: bool = False
 
 
 class RequestStatus(StrEnum):

@@ -49,12 +49,20 @@ class FakeHandle:
     events: list[Any]
     request_id: str = "req-1"
     cancels: int = 0
+    settled_after: int | None = None  # how many events had been taken when settle() came
+    taken: int = 0
 
     def cancel(self) -> None:
         self.cancels += 1
 
+    def settle(self) -> None:
+        if self.settled_after is None:
+            self.settled_after = self.taken
+
     def __iter__(self):
-        yield from self.events
+        for event in self.events:
+            self.taken += 1
+            yield event
 
 
 @dataclass
@@ -127,3 +135,13 @@ def test_chat_session_second_iteration_yields_nothing():
     stream = start_completion(engine, FakeInfo(), "p", options={})
     assert len(list(stream)) == 2
     assert list(stream) == []
+
+
+def test_chat_session_settles_the_handle_once_output_shows():
+    # "X" may start the stop string "XY": held back, nothing shown, the engine must keep
+    # delivering every token at once; "Xb" shows, and from then on wake-ups may be batched.
+    engine = FakeEngine([_tokens("X"), _tokens("b"), _tokens("c"), DONE])
+    events = list(start_completion(engine, FakeInfo(), "p", options={"stop": ["XY"]}))
+    assert events[0] == TextDelta("Xb")
+    assert engine.requests[0].until_shown
+    assert engine.handles[0].settled_after == 2

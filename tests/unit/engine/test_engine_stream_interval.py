@@ -42,8 +42,9 @@ class RecordingCore(EngineCore):
         self.handle(LoadModel("m", Path("/fake/m"), reply))
         reply.result(timeout=1)
 
-    def submit(self, prompt: list[int], max_new: int) -> Request:
-        request = Request(f"r{prompt[0]}", "m", prompt, SamplingParams(), max_new, Collector())
+    def submit(self, prompt: list[int], max_new: int, eager: bool = False) -> Request:
+        collector = Collector(eager=eager)
+        request = Request(f"r{prompt[0]}", "m", prompt, SamplingParams(), max_new, collector)
         self.live.add(request)
         self.handle(Submit(request))
         return request
@@ -77,6 +78,17 @@ def test_long_interval_wakes_for_the_first_token_only_and_loses_nothing() -> Non
     tokens = [t for e in events if isinstance(e, TokenEvent) for t in e.token_ids]
     assert tokens == list(range(11, 31))
     assert isinstance(events[-1], FinishEvent)
+
+
+def test_an_eager_consumer_is_woken_every_step_until_it_settles() -> None:
+    core = RecordingCore(1.0)
+    a = core.submit([10], max_new=40, eager=True)
+    b = core.submit([20], max_new=40)
+    run(core, 6)
+    assert (wakes_of(core, a), wakes_of(core, b)) == (5, 1)  # a shows nothing yet
+    a.collector.settle()
+    run(core, 5)
+    assert (wakes_of(core, a), wakes_of(core, b)) == (5, 1)  # both wait for the interval
 
 
 def test_pending_tokens_are_delivered_before_a_prefill_step() -> None:
