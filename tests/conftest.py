@@ -37,6 +37,18 @@ def tiny_chat_model(checkpoints_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_draft_model(checkpoints_dir: Path) -> Path:
+    """tiny-chat's tokenizer, other random weights: a draft model that agrees little."""
+    return make_checkpoint(checkpoints_dir / "tiny-draft", "chat", seed=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_foreign_vocab_model(checkpoints_dir: Path) -> Path:
+    """Like tiny-chat with another vocabulary (a tokenizer trained to 400 tokens)."""
+    return make_checkpoint(checkpoints_dir / "tiny-chat-400", "chat", seed=2, vocab_size=400)
+
+
+@pytest.fixture(scope="session")
 def tiny_base_model(checkpoints_dir: Path) -> Path:
     """No chat template."""
     return make_checkpoint(checkpoints_dir / "tiny-base", "base")

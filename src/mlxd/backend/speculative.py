@@ -91,8 +91,10 @@ class Drafts:
     model: ModelDrafter | None = None  # proposes for the rows of kind `model`
     rows: dict[int, _Row] = field(default_factory=dict)
     counts: dict[int, DraftCount] = field(default_factory=dict)  # since the last take_counts
-    # Per row of the last propose: the draft's log-probabilities at each drafted position
-    # (len(draft) x vocab) for a model draft; None for an ngram draft (one-hot) or none.
+    # Per row of the last propose: the draft model's log-probabilities at each drafted
+    # position (len(draft) x vocab); None for an ngram draft or none. Drafts are the draft
+    # model's argmax, a deterministic proposal: the sampled rule's q is one-hot at them
+    # (these are the q of a drafter that samples its drafts from them).
     draft_logprobs: list[mx.array | None] = field(default_factory=list)
 
     def add(self, uid: int, kind: DraftKind, k: int) -> None:

@@ -100,7 +100,9 @@ def run_repl(args: argparse.Namespace, model: ModelRef | str | None) -> int:
     for path in getattr(args, "image", None) or ():  # `mlxd run MODEL --image X` on a terminal
         conv.images.append(file_part(path))
     interactive = sys.stdin.isatty() and sys.stdout.isatty()
-    with open_model(ref, trust_remote_code=args.trust_remote_code) as loaded:
+    with open_model(
+        ref, trust_remote_code=args.trust_remote_code, draft=args.draft_model
+    ) as loaded:
         reader: MessageReader = (
             TerminalReader(mlxd_home() / "chat_history") if interactive else PipeReader(sys.stdin)
         )

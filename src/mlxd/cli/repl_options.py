@@ -21,7 +21,8 @@ OWN_FLAGS = ("--system", "--json", "--model", "--hide-reasoning", "--no-think")
 
 
 def add_generation_flags(parser: argparse.ArgumentParser) -> None:
-    """--system, --hide-reasoning, --no-think, --trust-remote-code and every sampling flag."""
+    """--system, --hide-reasoning, --no-think, --trust-remote-code, --draft-model and every
+    sampling flag."""
     parser.add_argument("--system", metavar="TEXT", help="system prompt")
     parser.add_argument(
         "--hide-reasoning",
@@ -37,6 +38,12 @@ def add_generation_flags(parser: argparse.ArgumentParser) -> None:
         "--trust-remote-code",
         action="store_true",
         help="allow models that ship their own code (refused by default)",
+    )
+    parser.add_argument(
+        "--draft-model",
+        metavar="REF",
+        help="a smaller model with the same tokenizer that drafts tokens for speculative "
+        "decoding (as serve --draft-model; --draft-kind defaults to model then)",
     )
     group = parser.add_argument_group(
         "sampling", "each flag sets the /v1/chat/completions request field named in its help"

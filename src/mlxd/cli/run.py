@@ -161,7 +161,9 @@ def run(args: argparse.Namespace) -> int:
     from mlxd.cli.repl_engine import open_model, resolve_model
 
     ref = inv.model_ref or resolve_model(inv.model, quiet=args.json)
-    with open_model(ref, trust_remote_code=args.trust_remote_code) as loaded:
+    with open_model(
+        ref, trust_remote_code=args.trust_remote_code, draft=args.draft_model
+    ) as loaded:
         answer = ask_once(loaded, messages, options, args, tools)
     if args.json:
         _print_json_line(answer.to_json())

@@ -66,10 +66,17 @@ def _add_engine_args(p: argparse.ArgumentParser) -> None:
         f"(default {default('model_ttl_seconds')}: never; {_env('model_ttl_seconds')})",
     )
     p.add_argument(
+        "--draft-model",
+        metavar="REF",
+        help="a smaller model with the same tokenizer, loaded with --model, that drafts tokens "
+        "for speculative decoding (resolved like --model)",
+    )
+    p.add_argument(
         "--draft-kind",
-        choices=("none", "ngram"),
+        choices=("none", "ngram", "model"),
         help="speculative decoding for requests that do not choose (request field: "
-        "draft_kind, which may turn it off): ngram = prompt lookup (default: none)",
+        "draft_kind, which may turn it off): ngram = prompt lookup, model = the draft model "
+        "(default: model with --draft-model, else none)",
     )
     p.add_argument(
         "--num-draft-tokens",
@@ -141,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
         overrides["model_ttl_seconds"] = _duration(args.model_ttl)
     if args.prefix_cache_dir is not None:
         overrides["prefix_cache_dir"] = args.prefix_cache_dir
-    return serve(settings, args.model, overrides, args.shard)
+    return serve(settings, args.model, overrides, args.shard, args.draft_model)
 
 
 def _origins(values: list[str] | None) -> tuple[str, ...] | None:

@@ -25,7 +25,7 @@ from mlxd.engine.core import Backend, EngineCore, LiveRequests
 from mlxd.engine.engine_config import EngineConfig
 from mlxd.engine.handle import RequestHandle
 from mlxd.engine.inbox import Cancel, LoadModel, Message, Shutdown, Submit
-from mlxd.engine.loaded_models import DraftInfo, LoadedModels, ModelInfo
+from mlxd.engine.loaded_models import AttachedDraft, DraftInfo, LoadedModels, ModelInfo
 from mlxd.engine.request import EngineRequest, Request, budget, validate
 from mlxd.engine.stats import EngineHealth, EngineState, EngineStats
 from mlxd.errors import (
@@ -205,11 +205,22 @@ class Engine:
             images=req.images,
         )
 
-    def _with_draft(self, params: SamplingParams, info: ModelInfo) -> SamplingParams:
-        """The request's speculation settings, the engine's where it left them unset (kind
-        `model` by default on a model loaded with a draft)."""
+    def draft_of(self, info: ModelInfo) -> AttachedDraft | None:
+        """The draft model loaded with `info`, with the engine's defaults for it."""
+        if info.draft is None:
+            return None
+        kind = self._default_kind(info)
+        return AttachedDraft(info.draft.name, kind, self.cfg.num_draft_tokens)
+
+    def _default_kind(self, info: ModelInfo) -> DraftKind:
+        """The draft kind of a request that does not choose: the engine's, else `model` on a
+        model loaded with a draft, else none."""
         attached = DraftKind.MODEL if info.draft is not None else DraftKind.NONE
-        kind = params.draft_kind or self.cfg.draft_kind or attached
+        return self.cfg.draft_kind or attached
+
+    def _with_draft(self, params: SamplingParams, info: ModelInfo) -> SamplingParams:
+        """The request's speculation settings, the engine's where it left them unset."""
+        kind = params.draft_kind or self._default_kind(info)
         if kind is DraftKind.MODEL and info.draft is None:
             if params.draft_kind is DraftKind.MODEL:
                 raise InvalidRequest(

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mlxd.backend.loader import LoadedModel
-from mlxd.types import ImageProcessor, Tokenizer
+from mlxd.types import DraftKind, ImageProcessor, Tokenizer
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +26,16 @@ class DraftInfo:
 
     name: str
     path: Path
+
+
+@dataclass(frozen=True, slots=True)
+class AttachedDraft:
+    """What a server says about a model's draft: its name, the draft kind requests that do
+    not choose get, and the most draft tokens per step."""
+
+    model: str
+    kind: DraftKind
+    num_draft_tokens: int
 
 
 @dataclass(frozen=True, slots=True)

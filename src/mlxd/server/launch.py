@@ -12,20 +12,22 @@ import errno
 import os
 import socket
 import sys
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
-from mlxd.errors import MlxdError
+from mlxd.errors import InvalidRequest, MlxdError
 from mlxd.server.app import create_app
 from mlxd.server.connections import guarded_protocol
 from mlxd.server.lifecycle import Lifecycle
 from mlxd.server.settings import ServerSettings
 
 if TYPE_CHECKING:
-    from mlxd.engine import Engine
+    from mlxd.engine import Engine, ModelInfo
     from mlxd.store.model_ref import ModelRef
+    from mlxd.types import DraftKind
 
 BACKLOG = 2048
 ABORT_GRACE_SECONDS = 2.0  # after the drain: time for aborted streams to send their error
@@ -116,8 +118,30 @@ def resolve_default(model: str | None, trust_remote_code: bool) -> tuple[ModelRe
     from mlxd.store.runnable import runnable_model
 
     ref = runnable_model(model, trust_remote_code=trust_remote_code, notify=_print_line)
-    # A directory given on the command line is served under its folder name, not its path.
-    return ref, ref.path.name if ref.source == "path" else ref.name
+    return ref, served_name(ref)
+
+
+def served_name(ref: ModelRef) -> str:
+    """A directory given on the command line is served under its folder name, not its path."""
+    return ref.path.name if ref.source == "path" else ref.name
+
+
+def resolve_draft(
+    draft: str | None, kind: DraftKind | None, trust_remote_code: bool
+) -> ModelRef | Path | None:
+    """--draft-model, checked like --model before the engine starts (a directory: its path,
+    so that it is named by its folder, never by where it is); --draft-kind model without
+    one is refused."""
+    from mlxd.types import DraftKind
+
+    if draft is None:
+        if kind is DraftKind.MODEL:
+            raise InvalidRequest("--draft-kind model needs --draft-model", param="draft_kind")
+        return None
+    from mlxd.store.runnable import runnable_draft
+
+    ref = runnable_draft(draft, trust_remote_code=trust_remote_code)
+    return ref.path if ref.source == "path" else ref
 
 
 def _print_line(message: str) -> None:
@@ -129,6 +153,7 @@ def serve(
     model: str | None,
     engine_overrides: dict[str, Any],
     shard: str = "auto",
+    draft_model: str | None = None,
 ) -> int:
     """Bind, load, serve until a signal; returns the exit code (0 after a drained stop).
     Under mlx.launch, rank 0 serves and the other ranks follow it (engine.lockstep)."""
@@ -143,6 +168,7 @@ def serve(
     sock = bind_socket(settings.host, settings.port)
     try:
         ref, name = resolve_default(model, settings.trust_remote_code)
+        draft = resolve_draft(draft_model, cfg.draft_kind, settings.trust_remote_code)
         backend = leader_backend(cfg, role) if role is not None else None
         engine = Engine(cfg, backend)
         if backend is not None:
@@ -151,7 +177,8 @@ def serve(
         sock.close()
         raise
     try:
-        info = engine.load_model(ref.path, name, pin=True)  # the default is never unloaded
+        # The default is never unloaded; its draft model is loaded and kept with it.
+        info = engine.load_model(ref.path, name, pin=True, draft=draft)
         app = create_app(engine, settings, default_model=info)
         config = uvicorn.Config(
             app,
@@ -169,9 +196,9 @@ def serve(
         )
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
-        banner = f"mlxd serve: {info.name} on http://{shown}:{port}/v1"
-        if backend is not None:
-            banner += f" ({backend.group.size()} ranks, {backend.layout.value})"
+        banner = f"mlxd serve: {info.name} on http://{shown}:{port}/v1{_draft_note(engine, info)}"
+        if role is not None:
+            banner += f" ({role.size} ranks, --shard {role.mode.value})"
         server = MlxdServer(config, app.state.mlxd.lifecycle, settings.drain_seconds, banner)
         server.run(sockets=[sock])
     finally:
@@ -183,6 +210,13 @@ def serve(
             sys.stderr.flush()
             os._exit(1)
     return 0
+
+
+def _draft_note(engine: Engine, info: ModelInfo) -> str:
+    attached = engine.draft_of(info)
+    if attached is None:
+        return ""
+    return f" (draft {attached.model}, {attached.kind}, {attached.num_draft_tokens} tokens)"
 
 
 def _rank_failed(engine: Engine, detail: str) -> None:

@@ -84,6 +84,7 @@ async def health(request: Request) -> Response:
         "state": state,
         "detail": getattr(h, "detail", None),
         "model": st.models.default.name if st.models.default is not None else None,
+        "draft": st.models.draft(st.models.default.name) if st.models.default else None,
         "blas": h.blas,
     }
     return JSONResponse(body, status_code=200 if ok else 503)

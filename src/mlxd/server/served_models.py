@@ -125,7 +125,29 @@ class ServedModels:
         return name in await self.list_ids()
 
     def card(self, model_id: str) -> dict[str, Any]:
-        return {"id": model_id, "object": "model", "created": self.created, "owned_by": "mlxd"}
+        """The /v1/models entry; a model loaded with a draft model says which (`draft`)."""
+        card: dict[str, Any] = {
+            "id": model_id,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "mlxd",
+        }
+        draft = self.draft(model_id)
+        if draft is not None:
+            card["draft"] = draft
+        return card
+
+    def draft(self, model_id: str) -> dict[str, Any] | None:
+        """{"model", "kind", "num_draft_tokens"} of the draft loaded with `model_id`, or None."""
+        info = self.loaded.get(model_id)
+        attached = self.engine.draft_of(info) if info is not None else None
+        if attached is None:
+            return None
+        return {
+            "model": attached.model,
+            "kind": attached.kind.value,
+            "num_draft_tokens": attached.num_draft_tokens,
+        }
 
 
 def _catalog_names() -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from mlxd.errors import ModelNotFound
+from mlxd.errors import MlxdError, ModelNotFound
 from mlxd.store.model_ref import ModelRef
 
 
@@ -45,3 +45,11 @@ def runnable_model(
 
     check_runnable(ref.path, trust_remote_code=trust_remote_code)
     return ref
+
+
+def runnable_draft(ref: str, *, trust_remote_code: bool = False) -> ModelRef:
+    """runnable_model for a draft model (never the default one); its errors say so."""
+    try:
+        return runnable_model(ref, trust_remote_code=trust_remote_code)
+    except MlxdError as exc:
+        raise type(exc)(f"draft model: {exc.message}", param="draft_model") from None

@@ -12,23 +12,10 @@ import pytest
 from mlxd.engine import Engine, ModelInfo
 from mlxd.errors import InvalidRequest
 from mlxd.types import DraftKind
-from tests.checkpoints import make_checkpoint
 
 from .engine_helpers import random_prompts, request
 
 MODEL, NGRAM, NONE = DraftKind.MODEL, DraftKind.NGRAM, DraftKind.NONE
-
-
-@pytest.fixture(scope="session")
-def other_draft(checkpoints_dir: Path) -> Path:
-    """Same tokenizer as tiny-chat, other random weights."""
-    return make_checkpoint(checkpoints_dir / "tiny-chat-draft", "chat", seed=1)
-
-
-@pytest.fixture(scope="session")
-def foreign_draft(checkpoints_dir: Path) -> Path:
-    """Another vocabulary (a tokenizer trained to 400 tokens)."""
-    return make_checkpoint(checkpoints_dir / "tiny-chat-400", "chat", seed=2, vocab_size=400)
 
 
 def _prompts(info: ModelInfo, n: int) -> list[list[int]]:
@@ -48,12 +35,17 @@ def _acceptance(engine: Engine) -> float:
 
 @pytest.mark.parametrize(("draft", "least", "most"), [("self", 0.9, 1.0), ("other", 0.0, 0.6)])
 def test_model_draft_alone_equals_plain(
-    make_engine, tiny_chat_model: Path, other_draft: Path, draft: str, least: float, most: float
+    make_engine,
+    tiny_chat_model: Path,
+    tiny_draft_model: Path,
+    draft: str,
+    least: float,
+    most: float,
 ) -> None:
     engine = make_engine()
     info = engine.load_model(tiny_chat_model)
     drafter = make_engine()
-    source = tiny_chat_model if draft == "self" else other_draft
+    source = tiny_chat_model if draft == "self" else tiny_draft_model
     dinfo = drafter.load_model(tiny_chat_model, draft=source)
     assert dinfo.draft is not None and dinfo.draft.path == source
     params = dict(max_tokens=40, ignore_eos=True)
@@ -65,19 +57,20 @@ def test_model_draft_alone_equals_plain(
 
 @pytest.mark.parametrize("draft", ["self", "other"])
 def test_model_draft_mixed_batch_of_8_equals_plain(
-    make_engine, tiny_chat_model: Path, other_draft: Path, draft: str
+    make_engine, tiny_chat_model: Path, tiny_draft_model: Path, draft: str
 ) -> None:
     """Rows drafting with the model, with ngram, not at all, and a sampled (seeded) one, in
-    one batch: each greedy row's output is its output alone without speculation."""
+    one batch: each greedy row's output is its output alone without speculation, the
+    sampled row's is its output alone (with the same speculation: seeded draws repeat)."""
     engine = make_engine()
     info = engine.load_model(
-        tiny_chat_model, draft=tiny_chat_model if draft == "self" else other_draft
+        tiny_chat_model, draft=tiny_chat_model if draft == "self" else tiny_draft_model
     )
     prompts = _prompts(info, 8)
     params = dict(max_tokens=32, ignore_eos=True)
     plain = [_run(engine, info, [p], draft_kind=NONE, **params)[0] for p in prompts]
     sampled = dict(temperature=0.8, seed=5)
-    alone_sampled = _run(engine, info, [prompts[7]], draft_kind=NONE, **params, **sampled)[0]
+    alone_sampled = _run(engine, info, [prompts[7]], draft_kind=MODEL, **params, **sampled)[0]
     kinds = [
         dict(draft_kind=MODEL, num_draft_tokens=3),
         dict(draft_kind=NGRAM),
@@ -98,7 +91,9 @@ def test_model_draft_mixed_batch_of_8_equals_plain(
     assert engine.stats().draft_tokens_total > before
 
 
-def test_model_draft_after_a_prefix_cache_hit(make_engine, tiny_chat_model, other_draft) -> None:
+def test_model_draft_after_a_prefix_cache_hit(
+    make_engine, tiny_chat_model, tiny_draft_model
+) -> None:
     """The second request's prompt is served from the prefix cache; the draft still sees the
     whole prompt (its acceptance with self-draft stays full) and the output is exact."""
     engine = make_engine()
@@ -128,12 +123,14 @@ def test_cancelled_and_finished_rows_drop_their_draft_state(make_engine, tiny_ch
     assert runner._drafts.rows == {} and runner._drafts.model._rows == {}
 
 
-def test_draft_with_another_vocabulary_is_refused(make_engine, tiny_chat_model, foreign_draft):
+def test_draft_with_another_vocabulary_is_refused(
+    make_engine, tiny_chat_model, tiny_foreign_vocab_model
+):
     engine = make_engine()
     with pytest.raises(
         InvalidRequest, match="tiny-chat-400 does not share the vocabulary of tiny-chat"
     ):
-        engine.load_model(tiny_chat_model, draft=foreign_draft)
+        engine.load_model(tiny_chat_model, draft=tiny_foreign_vocab_model)
     assert engine.stats().models_loaded == ()
 
 
