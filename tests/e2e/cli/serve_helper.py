@@ -21,11 +21,14 @@ def free_port() -> int:
 
 
 @contextmanager
-def mlxd_server(model: Path | str, env: dict[str, str], timeout: float = 120) -> Iterator[str]:
-    """Yield the server's base URL (…/v1); stop the process afterwards."""
+def mlxd_server(
+    model: Path | str, env: dict[str, str], timeout: float = 120, extra: tuple[str, ...] = ()
+) -> Iterator[str]:
+    """Yield the server's base URL (…/v1); stop the process afterwards. `extra`: more serve
+    flags."""
     port = free_port()
     proc = subprocess.Popen(
-        [*MLXD, "serve", "--model", str(model), "--port", str(port)],
+        [*MLXD, "serve", "--model", str(model), "--port", str(port), *extra],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

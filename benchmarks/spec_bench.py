@@ -1,0 +1,299 @@
+"""Speculative decoding on the demo model with copy-heavy work (issue 14); prints JSON.
+
+    python benchmarks/spec_bench.py                                # engine mode, ~2-3 min
+    python benchmarks/spec_bench.py --servers mlxd-ngram,mlxd-draft,mlx_lm-draft
+
+Engine mode (default): the same greedy requests (repeat, fix or edit a given paragraph or
+piece of code) with and without `ngram` speculation on one engine, alternating (ABBA per
+round), at each batch size: aggregate tokens/s, the speed-up, tokens emitted per target
+forward pass (per request: completion / (completion - accepted drafts), pooled), the
+acceptance rate, and whether every output is identical to the one without speculation.
+`step_cost_ratio` is the time of one (K+1)-token forward over one 1-token forward at the same
+batch size and context: on a CPU it is close to K+1, which hides the gain; where it is near 1
+(Apple silicon, small batches) the wall-clock speed-up approaches the tokens per forward.
+
+Server mode (--servers): 8 concurrent streaming clients, each sending --requests-per-client
+copy tasks one after another, against each server in turn: `mlxd serve` without speculation
+(`mlxd`), with `--draft-kind ngram` (`mlxd-ngram`), with the model as its own draft
+(`mlxd-draft`, skipped when this mlxd has no --draft-model), and `mlx_lm.server --draft-model`
+with the same self-draft (`mlx_lm-draft`, --mlx-lm-python picks its venv). Every server runs
+with Intel MKL. Reported: aggregate completion tokens/s and the ratio to `mlx_lm-draft`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from server_bench import blas_env, free_port, one_request, stop, wait_ready  # same directory
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import mlxd.backend  # noqa: E402, F401  (loads the fast BLAS before mlx is imported)
+from mlxd.backend import mlx_lm_compat as compat  # noqa: E402
+from mlxd.engine import Engine, EngineConfig, EngineRequest  # noqa: E402
+from mlxd.store.default_model import default_model  # noqa: E402
+from mlxd.types import DraftKind, FinishEvent, SamplingParams  # noqa: E402
+
+PARAGRAPH = (
+    "The committee met on Tuesday to review the budget for the new library. After a long "
+    "discussion, the members agreed that the reading room should stay open until nine in the "
+    "evening, that the children's section needs new shelves, and that the roof must be "
+    "repaired before winter. The treasurer said the money for the roof is already set aside."
+)
+CODE = (
+    "def mean(values):\n    total = 0\n    for v in values:\n        total += v\n"
+    "    return total / len(values)\n\n\ndef variance(values):\n    m = mean(values)\n"
+    "    total = 0\n    for v in values:\n        total += (v - m) ** 2\n"
+    "    return total / len(value)\n"
+)
+TASKS = [
+    f"Repeat this paragraph exactly, word for word:\n\n{PARAGRAPH}",
+    f"Fix the bug in this code and print the whole corrected code:\n\n{CODE}",
+    f"Rewrite this paragraph, changing only 'Tuesday' to 'Monday':\n\n{PARAGRAPH}",
+    f"Copy this code exactly, adding a docstring to each function:\n\n{CODE}",
+]
+SERVERS = ("mlxd", "mlxd-ngram", "mlxd-draft", "mlx_lm-draft")
+
+
+# ---- engine mode ------------------------------------------------------------------------
+
+
+def wave(
+    engine: Engine, model: str, prompts: list[list[int]], params: SamplingParams
+) -> tuple[list[list[int]], list[FinishEvent], float]:
+    """Submit every prompt at once; (outputs, finishes, wall seconds)."""
+    started = time.perf_counter()
+    handles = [engine.submit(EngineRequest(model, p, params)) for p in prompts]
+    done = [h.collect() for h in handles]
+    return [d[0] for d in done], [d[1] for d in done], time.perf_counter() - started
+
+
+def bench_size(
+    engine: Engine, model: str, prompts: list[list[int]], args: argparse.Namespace
+) -> dict[str, Any]:
+    plain = SamplingParams(max_tokens=args.tokens)
+    spec = SamplingParams(
+        max_tokens=args.tokens, draft_kind=DraftKind.NGRAM, num_draft_tokens=args.k
+    )
+    speeds: dict[str, list[float]] = {"plain": [], "ngram": []}
+    outputs: dict[str, list[list[int]]] = {}
+    identical = True
+    completion = accepted = drafted = 0
+    for _ in range(args.rounds):
+        for kind in ("plain", "ngram", "ngram", "plain"):
+            outs, finishes, secs = wave(engine, model, prompts, spec if kind == "ngram" else plain)
+            speeds[kind].append(sum(len(o) for o in outs) / secs)
+            identical = identical and outputs.setdefault(kind, outs) == outs
+            if kind == "ngram":
+                completion += sum(f.usage.completion_tokens for f in finishes)
+                drafted += sum(f.timings.draft_tokens for f in finishes)
+                accepted += sum(f.timings.accepted_draft_tokens for f in finishes)
+    plain_tps, ngram_tps = statistics.median(speeds["plain"]), statistics.median(speeds["ngram"])
+    return {
+        "tokens_per_s_plain": round(plain_tps, 2),
+        "tokens_per_s_ngram": round(ngram_tps, 2),
+        "speedup": round(ngram_tps / plain_tps, 3),
+        "tokens_per_target_forward": round(completion / max(completion - accepted, 1), 3),
+        "drafted": drafted,
+        "accepted": accepted,
+        "acceptance": round(accepted / drafted, 3) if drafted else 0.0,
+        "identical_to_plain": identical and outputs["plain"] == outputs["ngram"],
+        "completion_tokens_per_wave": sum(len(o) for o in outputs["plain"]),
+    }
+
+
+def step_cost_ratio(path: Path, k: int, batch: int, context: int = 200, reps: int = 8) -> float:
+    """Median seconds of a (batch, k+1) forward over a (batch, 1) forward after `context`
+    cached tokens (the cache is trimmed back after each timed forward)."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import make_prompt_cache
+
+    model, _ = compat.load(path, trust_remote_code=False)
+    cache = make_prompt_cache(model)
+    mx.eval(model(mx.full((batch, context), 7, dtype=mx.uint32), cache=cache))
+
+    def timed(width: int) -> float:
+        times = []
+        for _ in range(reps):
+            started = time.perf_counter()
+            mx.eval(model(mx.full((batch, width), 5, dtype=mx.uint32), cache=cache))
+            times.append(time.perf_counter() - started)
+            compat.trim_cache(cache, width)
+        return statistics.median(times)
+
+    timed(1)  # warm-up
+    return timed(k + 1) / timed(1)
+
+
+def engine_mode(args: argparse.Namespace) -> dict[str, Any]:
+    ref = default_model()
+    tokenizer = compat.load_tokenizer(ref.path)
+    prompts = [
+        list(
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": t}], add_generation_prompt=True
+            )
+        )
+        for t in TASKS
+    ]
+    report: dict[str, Any] = {
+        "mode": "engine",
+        "model": ref.name,
+        "k": args.k,
+        "tokens": args.tokens,
+    }
+    engine = Engine(EngineConfig.from_settings(max_batch=max(args.sizes)))
+    try:
+        info = engine.load_model(ref.path)
+        wave(engine, info.name, prompts, SamplingParams(max_tokens=1))  # warm-up, prompts cached
+        for size in args.sizes:
+            batch = [prompts[i % len(prompts)] for i in range(size)]
+            report[f"batch_{size}"] = bench_size(engine, info.name, batch, args)
+            print(
+                f"batch {size}: {json.dumps(report[f'batch_{size}'])}", file=sys.stderr, flush=True
+            )
+    finally:
+        engine.close()
+    report["step_cost_ratio"] = {
+        f"batch_{size}": round(step_cost_ratio(ref.path, args.k, size), 3) for size in args.sizes
+    }
+    return report
+
+
+# ---- server mode ------------------------------------------------------------------------
+
+
+def server_command(kind: str, model: Path, port: int, args: argparse.Namespace) -> list[str]:
+    k = str(args.k)
+    if kind.startswith("mlx_lm"):
+        python = args.mlx_lm_python or sys.executable
+        return [python, "-m", "mlx_lm.server", "--model", str(model), "--port", str(port),
+                "--draft-model", str(model), "--num-draft-tokens", k]  # fmt: skip
+    base = [
+        sys.executable,
+        "-m",
+        "mlxd.cli.main",
+        "serve",
+        "--model",
+        str(model),
+        "--port",
+        str(port),
+    ]
+    spec = {
+        "mlxd": [],
+        "mlxd-ngram": ["--draft-kind", "ngram", "--num-draft-tokens", k],
+        "mlxd-draft": [
+            "--draft-model",
+            str(model),
+            "--draft-kind",
+            "model",
+            "--num-draft-tokens",
+            k,
+        ],
+    }
+    return base + spec[kind]
+
+
+def mlxd_has_draft_model() -> bool:
+    help_text = subprocess.run(
+        [sys.executable, "-m", "mlxd.cli.main", "serve", "--help"], capture_output=True, text=True
+    ).stdout
+    return "--draft-model" in help_text
+
+
+async def clients(url: str, model: str, args: argparse.Namespace) -> dict[str, Any]:
+    limits = httpx.Limits(max_connections=args.clients + 4)
+    async with httpx.AsyncClient(timeout=900, limits=limits) as client:
+
+        async def worker(cid: int) -> int:
+            tokens = 0
+            for n in range(args.requests_per_client):
+                task = TASKS[(cid + n) % len(TASKS)]
+                body = {
+                    "model": model,
+                    "messages": [{"role": "user", "content": f"(client {cid}, task {n})\n{task}"}],
+                    "max_tokens": args.tokens,
+                    "temperature": 0.0,
+                    "stream": True,
+                    "stream_options": {"include_usage": True},
+                }
+                tokens += (await one_request(client, url, body)).tokens
+            return tokens
+
+        started = time.perf_counter()
+        counts = await asyncio.gather(*(worker(c) for c in range(args.clients)))
+        wall = time.perf_counter() - started
+    return {
+        "tokens": sum(counts),
+        "wall_s": round(wall, 2),
+        "agg_tok_s": round(sum(counts) / wall, 2),
+    }
+
+
+def server_mode(args: argparse.Namespace) -> dict[str, Any]:
+    ref = default_model()
+    report: dict[str, Any] = {
+        "mode": "servers", "model": ref.name, "k": args.k, "tokens": args.tokens,
+        "clients": args.clients, "requests_per_client": args.requests_per_client,
+    }  # fmt: skip
+    for kind in args.servers:
+        if kind == "mlxd-draft" and not mlxd_has_draft_model():
+            report[kind] = {"skipped": "this mlxd has no serve --draft-model"}
+            continue
+        cmd = server_command(kind, ref.path, port := free_port(), args)
+        python = args.mlx_lm_python or sys.executable
+        env = blas_env(
+            "mlxd" if kind.startswith("mlxd") else "mlx_lm", dict(os.environ), "mkl", python
+        )
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            url = wait_ready(proc, port, f"{kind}: {' '.join(cmd)}")
+            model = "default" if kind.startswith("mlxd") else str(ref.path)
+            warm = argparse.Namespace(**{**vars(args), "clients": 1, "requests_per_client": 1})
+            asyncio.run(clients(url, model, warm))
+            report[kind] = asyncio.run(clients(url, model, args))
+        finally:
+            stop(proc)
+        print(f"{kind}: {json.dumps(report[kind])}", file=sys.stderr, flush=True)
+    peer = report.get("mlx_lm-draft", {}).get("agg_tok_s")
+    if peer:
+        for kind in args.servers:
+            tps = report.get(kind, {}).get("agg_tok_s")
+            if tps and kind != "mlx_lm-draft":
+                report[kind]["vs_mlx_lm_draft"] = round(tps / peer, 3)
+    return report
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tokens", type=int, default=96, help="max_tokens per request")
+    ap.add_argument("--k", type=int, default=4, help="num_draft_tokens")
+    ap.add_argument("--sizes", default="1,8", help="engine mode: batch sizes")
+    ap.add_argument("--rounds", type=int, default=1, help="engine mode: ABBA rounds per size")
+    ap.add_argument("--servers", default="", help=f"server mode: some of {','.join(SERVERS)}")
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--requests-per-client", type=int, default=2)
+    ap.add_argument("--mlx-lm-python", default="/work/peers/mlxlm/bin/python")
+    args = ap.parse_args()
+    args.sizes = [int(s) for s in args.sizes.split(",")]
+    args.servers = [s for s in args.servers.split(",") if s]
+    unknown = set(args.servers) - set(SERVERS)
+    if unknown:
+        ap.error(f"unknown servers: {sorted(unknown)}")
+    report = server_mode(args) if args.servers else engine_mode(args)
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
