@@ -102,6 +102,11 @@ CASES = [
         None,
     ),
     ("tool-choice-without-tools", chat(tool_choice="required"), 400, "invalid_request", None),
+    ("draft-tokens-zero", chat(num_draft_tokens=0), 400, "invalid_request", "num_draft_tokens"),
+    ("draft-tokens-17", chat(num_draft_tokens=17), 400, "invalid_request", "num_draft_tokens"),
+    ("draft-tokens-text", chat(num_draft_tokens="x"), 400, "invalid_request", "num_draft_tokens"),
+    ("draft-tokens-minus", chat(num_draft_tokens=-1), 400, "invalid_request", "num_draft_tokens"),
+    ("draft-kind-unknown", chat(draft_kind="eagle"), 400, "invalid_request", "draft_kind"),
 ]
 
 
