@@ -2,11 +2,14 @@
 
 A step costs about `d + e * P`: d is what the running batch's decode costs anyway (mostly fixed
 overhead on small models or with a fast BLAS), e the cost of one prompt token, P the padded prompt
-tokens prefilled. Prefilling k prompts of length L together gives each its first token after
-`d + e*k*L`; one at a time, the i-th waits `i * (d + e*L)`. Together wins on mean time to first
-token exactly when `e * L < d` (for every k), and always wins on throughput. So prompts join a
-group while the padded tokens each adds cost less than one step; d and e are measured online
-(moving averages of real steps), and until both are known the static token budget decides.
+tokens prefilled. A group (one prompt or several) takes S = 3 steps from its prefill to its
+first token (BatchRunner): the step that prefills it, the one that runs its last prompt token,
+and the one that emits the first token, which prefills nothing. Prefilling k prompts of length L
+together gives each its first token after `S*d + e*k*L`; one at a time, the i-th waits
+`i * (S*d + e*L)`. Together wins on mean time to first token exactly when `e * L < S * d` (for
+every k), and always wins on throughput and on the longest wait. So prompts join a group while
+the padded tokens each adds cost less than S steps; d and e are measured online (moving averages
+of real steps), and until both are known the static token budget decides.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from collections.abc import Iterable
 
 # Weight of the newest step in the moving averages: steps are noisy (GC, other threads).
 _ALPHA = 0.2
+# Steps from a group's prefill to its first token; each one also decodes the running batch.
+STEPS_TO_FIRST_TOKEN = 3
 
 
 class PrefillPlanner:
@@ -63,7 +68,7 @@ class PrefillPlanner:
         if not self.measured:
             return candidate * (count + 1) <= self.static_budget
         assert self.decode_s is not None and self.token_s is not None
-        return self.token_s * added < self.decode_s
+        return self.token_s * added < STEPS_TO_FIRST_TOKEN * self.decode_s
 
 
 def _ewma(old: float | None, new: float) -> float:

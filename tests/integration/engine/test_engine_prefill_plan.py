@@ -9,6 +9,7 @@ from pathlib import Path
 from mlxd.backend import mlx_lm_compat as compat
 from mlxd.backend.batch import BatchRunner
 from mlxd.backend.loader import load_checkpoint
+from mlxd.backend.prefill_plan import STEPS_TO_FIRST_TOKEN
 from mlxd.backend.prefix import PrefixCache
 from mlxd.types import SamplingParams
 from tests.integration.engine.engine_helpers import random_prompts
@@ -48,3 +49,33 @@ def test_planner_measures_real_steps_and_the_runner_follows_it(tiny_chat_model: 
     assert planner.token_s is not None and planner.token_s >= 0
     assert groups, "no prefill group started"
     assert all(expected == left for expected, left in groups), groups
+
+
+def test_a_prompt_takes_the_planned_steps_to_its_first_token(tiny_chat_model: Path) -> None:
+    # The planner's rule counts STEPS_TO_FIRST_TOKEN steps from a group's prefill to its
+    # first token, each also decoding the running batch: that count is the real runner's.
+    runner = BatchRunner(
+        load_checkpoint(tiny_chat_model),
+        "m",
+        PrefixCache(0),
+        max_batch=8,
+        prefill_chunk=512,
+        prefill_batch=8,
+        prefill_group_tokens=256,
+    )
+    params = SamplingParams(max_tokens=40, ignore_eos=True)
+    try:
+        first = runner.insert(random_prompts(1, 400, (64, 65), seed=1)[0], params, 40, "a")[0]
+        while not any(out.uid == first for out in runner.step().tokens):
+            pass
+        uid, _ = runner.insert(random_prompts(1, 400, (64, 65), seed=2)[0], params, 40, "b")
+        steps = 0
+        while True:
+            result = runner.step()
+            steps += 1
+            assert any(out.uid == first for out in result.tokens)  # the batch kept decoding
+            if any(out.uid == uid for out in result.tokens):
+                break
+    finally:
+        runner.close()
+    assert steps == STEPS_TO_FIRST_TOKEN

@@ -1,10 +1,11 @@
-"""The prefill grouping rule: prompts go together while each costs less than a step."""
+"""The prefill grouping rule: prompts go together while each costs less than the steps a
+group takes to its first token (STEPS_TO_FIRST_TOKEN = 3)."""
 
 from __future__ import annotations
 
 import pytest
 
-from mlxd.backend.prefill_plan import PrefillPlanner
+from mlxd.backend.prefill_plan import STEPS_TO_FIRST_TOKEN, PrefillPlanner
 
 
 def measured(decode_s: float, token_s: float, *, max_prompts: int = 8) -> PrefillPlanner:
@@ -30,15 +31,23 @@ def test_overhead_bound_steps_group_every_waiting_prompt() -> None:
 
 
 def test_compute_bound_steps_prefill_one_at_a_time() -> None:
-    # 256 tokens cost 25.6 ms, more than a 10 ms step: the first prompt should not wait.
-    planner = measured(decode_s=0.010, token_s=0.0001)
+    # 256 tokens cost 51.2 ms, more than three 10 ms steps: the first prompt should not wait.
+    planner = measured(decode_s=0.010, token_s=0.0002)
     assert planner.plan([256] * 12) == 1
-    assert planner.plan([50] * 12) == 8  # short prompts (5 ms each) still go together
+    assert planner.plan([100] * 12) == 8  # short prompts (20 ms each) still go together
+
+
+def test_a_prompt_costing_less_than_the_steps_to_a_first_token_joins() -> None:
+    # 256 tokens cost 25.6 ms: more than one 10 ms step, less than the 3 a group takes.
+    assert STEPS_TO_FIRST_TOKEN == 3
+    planner = measured(decode_s=0.010, token_s=0.0001)
+    assert planner.plan([256] * 12) == 8
+    assert measured(decode_s=0.010, token_s=0.000125).plan([256] * 12) == 1  # 32 ms
 
 
 def test_padding_counts_against_the_prompt_that_causes_it() -> None:
-    planner = measured(decode_s=0.010, token_s=0.0001)
-    # Adding a 90-token prompt to a 10-token one pads the first: +170 tokens = 17 ms > 10 ms.
+    planner = measured(decode_s=0.010, token_s=0.0002)
+    # Adding a 90-token prompt to a 10-token one pads the first: +170 tokens = 34 ms > 30 ms.
     assert planner.plan([10, 90]) == 1
     assert planner.plan([10, 10, 10, 90]) == 3
 
@@ -50,7 +59,7 @@ def test_prompts_longer_than_a_chunk_are_never_grouped() -> None:
 
 
 def test_estimates_follow_the_regime() -> None:
-    planner = measured(decode_s=0.010, token_s=0.0001)
+    planner = measured(decode_s=0.010, token_s=0.0002)
     assert planner.plan([256] * 4) == 1
     for _ in range(40):  # the BLAS got faster (or the batch smaller): prompts became cheap
         planner.observe_prefill(0.010 + 0.000001 * 256, padded_tokens=256)
