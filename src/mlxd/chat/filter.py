@@ -62,6 +62,13 @@ class StreamFilter:
     ) -> list[ChatEvent]:
         if self.stopped or self._finished:
             return []
+        if not logprobs:
+            # No logprobs to pair with text: the parser takes the tokens' text in one piece
+            # (it gives the same events for any split; half the filter's cost per token).
+            for token in token_ids:
+                if token not in self._skip:
+                    self._detok.add_token(int(token))
+            return self.parser.feed(self._detok.last_segment)
         events: list[ChatEvent] = []
         # One token at a time, so each token's logprob goes with the text it produced.
         for i, token in enumerate(token_ids):

@@ -163,3 +163,19 @@ def test_chat_filter_reuses_mlx_lm_tool_parsers(tiny_chat_model):
     assert events[0].message.startswith("could not parse a pythonic tool call")
     assert events[1].text == "<|tool_call_start|>nonsense<|tool_call_end|>"
     assert finish.reason == FinishReason.STOP
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 5, 100])
+def test_chat_filter_stops_and_skips_eos_in_any_token_grouping(chat_tokenizer, chunk):
+    # Tokens without logprobs reach the parser as one text per feed: a stop string and an EOS
+    # inside a feed behave as they do token by token.
+    eos = next(iter(chat_tokenizer.eos_token_ids))
+    ids = chat_tokenizer.encode("The capital of France is Paris.", add_special_tokens=False)
+    ids = ids[:2] + [eos] + ids[2:]
+    f = StreamFilter(chat_tokenizer, stop=["France is"])
+    events = []
+    for i in range(0, len(ids), chunk):
+        events += f.feed(ids[i : i + chunk])
+    events += f.finish(DONE)
+    assert "".join(e.text for e in events[:-1]) == "The capital of "
+    assert events[-1].stop_string == "France is"
