@@ -76,9 +76,11 @@ class EngineConfig:
     watchdog_seconds: float = _DEFAULTS["watchdog_seconds"]
     trust_remote_code: bool = False
     # Prefill is first come first served. Waiting prompts are prefilled side by side (at most
-    # prefill_batch of them) only while the padded group, longest prompt x count, stays within
-    # prefill_group_tokens: short bursts start together, long prompts go one at a time so the
-    # first streams early (0 disables grouping: always prefill_batch prompts per group).
+    # prefill_batch of them) while each costs less than the steps a group takes to its first
+    # token (backend/prefill_plan.py, from measured step costs; until they are measured, while
+    # the padded group, longest prompt x count, stays within prefill_group_tokens): short
+    # bursts start together, long prompts go one at a time so the first streams early
+    # (0 disables grouping: always prefill_batch prompts per group).
     prefill_batch: int = 16
     prefill_group_tokens: int = 256
     # Residency: at most max_models stay loaded (least recently used idle ones unload first;
@@ -87,8 +89,9 @@ class EngineConfig:
     max_models: int = _DEFAULTS["max_models"]
     model_ttl_seconds: float = _DEFAULTS["model_ttl_seconds"]
     # Consumers of running streams are woken at most once per stream_interval_s (0: every
-    # step); first tokens and finishes are delivered at once, and pending tokens before any
-    # step that prefills. Each wake-up costs a consumer thread or event loop GIL time that
+    # step); first tokens, the tokens of a consumer that shows nothing yet (until_shown) and
+    # finishes are delivered at once, and pending tokens before any step that prefills.
+    # Each wake-up costs a consumer thread or event loop GIL time that
     # the engine thread waits for; on small fast models (a step of 1-3 ms) waking every step
     # costs ~5% of throughput, while 50 updates per second read the same to a person.
     stream_interval_s: float = _DEFAULTS["stream_interval_s"]
