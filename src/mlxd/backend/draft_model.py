@@ -1,18 +1,23 @@
-"""A draft model's proposals for the rows that speculate with kind `model`.
+"""A draft model's proposals for the rows that speculate with kind `model`, batched.
 
-Each such row keeps its own KV cache of the draft model: per row, not one batch cache,
-because rows join and leave the batch at any step and a batch cache mirroring the target's
-would have to follow every extend and filter; a draft model is small, and the rows' forwards
-are built lazily and evaluated together (one sync per step). A row's draft cache always
-holds a prefix of the row's context: at its next draft, what it holds past the common prefix
-with the context (the drafts the target rejected) is trimmed, and the tokens it lacks (the
-whole prompt at the first draft, from token ids, never from the target's prefix cache; then
-the accepted drafts and the target's next token) are fed in one forward.
+The draft keeps one batch KV cache whose rows follow the drafting rows (by uid; a row joins
+at its first draft and leaves when it finishes or is cancelled). A row's draft cache always
+holds a prefix of the row's context (the tokens in the target's cache) plus, maybe, tokens
+the target did not keep. Each step:
+
+1. a new row's prompt is prefilled alone, from token ids (never from the target's prefix
+   cache), and appended to the batch;
+2. each row is rewound to its common prefix with context + [next token] (what the target
+   rejected leaves, per row, as the target's own cache does: mlx_lm_compat.rewind_rows);
+3. one forward feeds each row what it lacks (the accepted drafts and the next token),
+   right-padded to the longest, and the padding is rewound; its last real position gives
+   the first draft;
+4. K-1 one-token forwards for all rows give the others (a row asking fewer than the most
+   drafts, or none, is fed too: its cache holds what it was fed, and step 2 trims it).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 import mlx.core as mx
@@ -26,12 +31,6 @@ if TYPE_CHECKING:
     from mlx.nn.layers.base import Module
 
 
-@dataclass(slots=True)
-class _RowCache:
-    cache: compat.PromptCache
-    tokens: list[int]  # exactly what `cache` holds
-
-
 class DraftModel:
     """Greedy proposals of one draft model for many rows (backend.speculative.Drafts calls)."""
 
@@ -39,56 +38,104 @@ class DraftModel:
         self.model = model
         self.vocab_size = vocab_size  # the target's: the draft's logits are cut to it
         self.prefill_chunk = prefill_chunk
-        self._rows: dict[int, _RowCache] = {}
+        self._cache: compat.PromptCache | None = None  # one row per uid of _uids
+        self._uids: list[int] = []
+        self._held: list[list[int]] = []  # per row: exactly the tokens its cache holds
 
     def propose(self, asks: list[DraftRequest]) -> list[tuple[list[int], mx.array]]:
         """Per ask: its k greedy draft tokens and the draft's log-probabilities at each drafted
-        position (k x vocab, the draft distribution q a sampled acceptance rule needs)."""
-        pending = [self._draft(ask) for ask in asks]
-        mx.eval([t for tokens, _ in pending for t in tokens])
+        position (k x vocab)."""
+        self._admit([ask for ask in asks if ask.uid not in self._uids])
+        feeds = self._rewind(asks)
+        logits = self._catch_up(feeds)
+        steps = max(ask.k for ask in asks)
+        tokens: list[mx.array] = []
+        logprobs: list[mx.array] = []
+        for j in range(steps):
+            if j:
+                logits = self._forward(tokens[-1][:, None])
+            lp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+            tokens.append(mx.argmax(lp, axis=-1).astype(mx.uint32))
+            logprobs.append(lp)
+        drafted = mx.stack(tokens, axis=1)  # rows x steps
+        mx.eval(drafted)
+        rows = cast("list[list[int]]", drafted.tolist())
+        for held, row in zip(self._held, rows, strict=True):
+            held += row[:-1]  # every row was fed all but the last draft
+        where = {uid: i for i, uid in enumerate(self._uids)}
+        stacked = mx.stack(logprobs, axis=1)  # rows x steps x vocab
         out = []
-        for ask, (tokens, logprobs) in zip(asks, pending, strict=True):
-            drafted = cast("list[int]", mx.concatenate(tokens).tolist())
-            self._rows[ask.uid].tokens += drafted[:-1]  # the last draft is never fed
-            out.append((drafted, mx.concatenate(logprobs, axis=0)))
+        for ask in asks:
+            i = where[ask.uid]
+            out.append((rows[i][: ask.k], stacked[i, : ask.k]))
         return out
 
     def discard(self, uid: int) -> None:
-        self._rows.pop(uid, None)
+        """The row left the batch: drop its draft cache."""
+        if uid not in self._uids:
+            return
+        i = self._uids.index(uid)
+        del self._uids[i], self._held[i]
+        if not self._uids:
+            self._cache = None
+        elif self._cache is not None:
+            compat.keep_rows(self._cache, [j for j in range(len(self._uids) + 1) if j != i])
 
-    def _draft(self, ask: DraftRequest) -> tuple[list[mx.array], list[mx.array]]:
-        """The lazy graph of one row's k drafts and their log-probabilities."""
-        logits = self._catch_up(ask.uid, [*ask.context, ask.last])
-        row = self._rows[ask.uid]
-        tokens: list[mx.array] = []
-        logprobs: list[mx.array] = []
-        for i in range(ask.k):
-            if i:
-                logits = self._forward(tokens[-1].reshape(1, 1), row.cache)
-            lp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-            tokens.append(mx.argmax(lp, axis=-1))
-            logprobs.append(lp)
-        return tokens, logprobs
+    def _admit(self, asks: list[DraftRequest]) -> None:
+        """Prefill each new row's context alone, then append the rows to the batch."""
+        if not asks:
+            return
+        caches = []
+        for ask in asks:
+            cache = make_prompt_cache(self.model)
+            for start in range(0, len(ask.context), self.prefill_chunk):
+                chunk = ask.context[start : start + self.prefill_chunk]
+                self.model(mx.array([chunk], dtype=mx.uint32), cache=cache)
+                mx.eval([c.state for c in cache])
+            caches.append(cache)
+            self._uids.append(ask.uid)
+            self._held.append(list(ask.context))
+        rows = compat.batch_rows(caches)
+        if self._cache is None:
+            self._cache = rows
+        else:
+            compat.append_rows(self._cache, rows)
 
-    def _catch_up(self, uid: int, sequence: list[int]) -> mx.array:
-        """Make the row's cache hold `sequence` but its last token, then feed that one too;
-        returns the logits after it (1 x vocab)."""
-        row = self._rows.get(uid)
-        if row is None:
-            row = self._rows[uid] = _RowCache(make_prompt_cache(self.model), [])
-        keep = min(common_prefix_len(row.tokens, sequence), len(sequence) - 1)
-        if keep < len(row.tokens):
-            compat.trim_cache(row.cache, len(row.tokens) - keep)
-            del row.tokens[keep:]
-        missing = sequence[keep:]
-        while len(missing) > self.prefill_chunk:
-            chunk, missing = missing[: self.prefill_chunk], missing[self.prefill_chunk :]
-            self._forward(mx.array([chunk], dtype=mx.uint32), row.cache)
-            mx.eval([c.state for c in row.cache])  # type: ignore[attr-defined]
-            row.tokens += chunk
-        row.tokens += missing
-        return self._forward(mx.array([missing], dtype=mx.uint32), row.cache)
+    def _rewind(self, asks: list[DraftRequest]) -> list[list[int]]:
+        """Rewind each row to its common prefix with its context + next token (keeping at
+        least that last token to feed); returns what each row must be fed (rows not asking
+        this step: nothing)."""
+        wanted = {ask.uid: [*ask.context, ask.last] for ask in asks}
+        rejected: list[int] = []
+        feeds: list[list[int]] = []
+        for uid, held in zip(self._uids, self._held, strict=True):
+            sequence = wanted.get(uid)
+            keep = len(held)
+            if sequence is not None:
+                keep = min(common_prefix_len(held, sequence), len(sequence) - 1)
+            rejected.append(len(held) - keep)
+            del held[keep:]
+            feeds.append(sequence[keep:] if sequence is not None else [])
+        if any(rejected):
+            assert self._cache is not None
+            compat.rewind_rows(self._cache, rejected)
+        return feeds
 
-    def _forward(self, inputs: mx.array, cache: compat.PromptCache) -> mx.array:
-        logits: mx.array = self.model(inputs, cache=cache)[:, -1, :]
-        return logits[:, : self.vocab_size] if logits.shape[-1] > self.vocab_size else logits
+    def _catch_up(self, feeds: list[list[int]]) -> mx.array:
+        """Feed every row its tokens (right-padded, the padding then rewound); returns the
+        logits at each row's last fed position (rows x vocab; a row fed nothing: garbage)."""
+        width = max(len(feed) for feed in feeds)
+        inputs = mx.array([feed + [0] * (width - len(feed)) for feed in feeds], dtype=mx.uint32)
+        logits = self._forward(inputs, last=False)
+        assert self._cache is not None
+        compat.rewind_rows(self._cache, [width - len(feed) for feed in feeds])
+        for held, feed in zip(self._held, feeds, strict=True):
+            held += feed
+        at = mx.array([max(len(feed), 1) - 1 for feed in feeds])
+        return mx.take_along_axis(logits, at[:, None, None], axis=1)[:, 0, :]
+
+    def _forward(self, inputs: mx.array, *, last: bool = True) -> mx.array:
+        logits: mx.array = self.model(inputs, cache=self._cache)
+        if last:
+            logits = logits[:, -1, :]
+        return logits[..., : self.vocab_size] if logits.shape[-1] > self.vocab_size else logits

@@ -35,6 +35,8 @@ Nothing else in mlxd reads or writes mlx-lm's private state. What we rely on:
   row. A `BatchKVCache` rewinds per row with `trim` (all rows) then `prepare(right_padding=)`
   and `finalize()` (rolls each row right into its left padding). `samplers[i]` is None or
   `greedy_sampler` for a greedy row; a sampled row's verifies drafts (DraftVerifier).
+  The draft model's batch cache (backend/draft_model.py) is built with `BatchKVCache.merge`
+  of single-row caches, grows with `extend`, shrinks with `filter`, rewinds as the target's.
 
 The Protocols name what we use of mlx-lm's objects, private members included, so mypy checks
 them against the installed mlx-lm; tests/integration/engine/test_engine_mlx_lm_compat.py checks
@@ -299,6 +301,27 @@ def rewind_rows(cache: PromptCache, rejected: list[int]) -> None:
         if shift:
             layer.prepare(right_padding=rest)  # type: ignore[no-untyped-call]
             layer.finalize()  # type: ignore[no-untyped-call]
+
+
+def batch_rows(caches: list[PromptCache]) -> PromptCache:
+    """One batch KV cache holding each of `caches` (single-row plain KV caches) as a row,
+    left-padded to the longest (`BatchKVCache.merge`, per layer)."""
+    layers = zip(*caches, strict=True)
+    return [BatchKVCache.merge(list(layer)) for layer in layers]  # type: ignore[no-untyped-call]
+
+
+def append_rows(cache: PromptCache, rows: PromptCache) -> None:
+    """Add the rows of batch cache `rows` after those of `cache`, in place (`extend`)."""
+    for layer, more in zip(cache, rows, strict=True):
+        assert isinstance(layer, BatchKVCache), "needs a batch KV cache"
+        layer.extend(more)  # type: ignore[no-untyped-call]
+
+
+def keep_rows(cache: PromptCache, indices: list[int]) -> None:
+    """Keep only these rows of a batch KV cache, in place (`filter`; `indices` not empty)."""
+    for layer in cache:
+        assert isinstance(layer, BatchKVCache), "needs a batch KV cache"
+        layer.filter(mx.array(indices))  # type: ignore[no-untyped-call]
 
 
 def enable_speculation(gen: BatchGen, drafter: RowDrafter) -> None:

@@ -5,13 +5,14 @@ batch of 8; a draft with another vocabulary is refused before loading. Real forw
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
 
 from mlxd.engine import Engine, ModelInfo
 from mlxd.errors import InvalidRequest
-from mlxd.types import DraftKind
+from mlxd.types import DraftKind, TokenEvent
 
 from .engine_helpers import random_prompts, request
 
@@ -120,7 +121,8 @@ def test_cancelled_and_finished_rows_drop_their_draft_state(make_engine, tiny_ch
     _run(engine, info, prompts[1:], max_tokens=10, ignore_eos=True)
     runner = engine._core.runner
     assert runner is not None and runner._drafts is not None
-    assert runner._drafts.rows == {} and runner._drafts.model._rows == {}
+    drafter = runner._drafts.model
+    assert runner._drafts.rows == {} and drafter._uids == [] and drafter._cache is None
 
 
 def test_draft_with_another_vocabulary_is_refused(
@@ -141,3 +143,31 @@ def test_model_kind_without_a_draft_is_refused_and_the_next_request_served(chat)
         engine.submit(request(info, prompt, draft_kind=MODEL))
     tokens, _ = engine.submit(request(info, prompt, max_tokens=5, ignore_eos=True)).collect()
     assert len(tokens) == 5
+
+
+@pytest.mark.parametrize("draft", ["self", "other"])
+def test_rows_joining_and_leaving_a_drafting_batch_stay_exact(
+    make_engine, tiny_chat_model: Path, tiny_draft_model: Path, draft: str
+) -> None:
+    """Rows join while others draft (the draft's batch cache grows) and leave at different
+    steps (it shrinks), with different K and budgets: every output equals plain greedy, and
+    a self-draft still accepts nearly everything (its cache rows stay in step)."""
+    engine = make_engine()
+    source = tiny_chat_model if draft == "self" else tiny_draft_model
+    info = engine.load_model(tiny_chat_model, draft=source)
+    prompts = _prompts(info, 8)
+    budgets = [7, 30, 12, 25, 3, 18, 40, 9]
+    plain = [
+        _run(engine, info, [p], draft_kind=NONE, max_tokens=b, ignore_eos=True)[0]
+        for p, b in zip(prompts, budgets, strict=True)
+    ]
+    streams = []
+    for i, (p, b) in enumerate(zip(prompts, budgets, strict=True)):
+        handle = engine.submit(request(info, p, max_tokens=b, num_draft_tokens=1 + i % 6))
+        streams.append(iter(handle))
+        if i % 3 == 2:
+            streams[i] = itertools.chain([next(streams[i])], streams[i])  # others draft
+    outputs = [[t for e in s if isinstance(e, TokenEvent) for t in e.token_ids] for s in streams]
+    assert outputs == plain
+    if draft == "self":
+        assert _acceptance(engine) >= 0.9

@@ -126,3 +126,31 @@ def test_streamed_text_keeps_the_first_tokens_leading_space(tiny_chat_model: Pat
         detok.add_token(token)
     detok.finalize()
     assert detok.text == tokenizer.decode(ids) == " the quick fox"
+
+
+def test_draft_batch_cache_rows_merge_grow_rewind_and_shrink(tiny_chat_model: Path) -> None:
+    """The draft model's batch cache (backend/draft_model.py): rows built from single-row
+    caches, appended, rewound per row and filtered give each row's logits as a lone cache."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    model = load_checkpoint(tiny_chat_model).model
+    prompts = [[11, 12, 13, 14, 15], [21, 22], [31, 32, 33, 34, 35, 36, 37]]
+
+    def alone(tokens: list[int]) -> mx.array:
+        logits: mx.array = model(mx.array([tokens]), cache=make_prompt_cache(model))
+        return logits[0, -1]
+
+    def lone(prompt: list[int]) -> compat.PromptCache:
+        cache = make_prompt_cache(model)
+        model(mx.array([prompt]), cache=cache)
+        return cache
+
+    cache = compat.batch_rows([lone(p) for p in prompts[:2]])
+    compat.append_rows(cache, compat.batch_rows([lone(prompts[2])]))
+    model(mx.array([[1, 2, 3], [4, 0, 0], [5, 6, 0]]), cache=cache)  # padded feeds
+    compat.rewind_rows(cache, [3, 2, 1])  # row 0 keeps none, row 1 keeps 4, row 2 keeps 5, 6
+    compat.keep_rows(cache, [1, 2])
+    logits = model(mx.array([[7], [8]]), cache=cache)[:, -1]
+    expected = [alone([*prompts[1], 4, 7]), alone([*prompts[2], 5, 6, 8])]
+    for got, want in zip(logits, expected, strict=True):
+        assert mx.allclose(got, want, atol=1e-4).item()
