@@ -171,3 +171,25 @@ def test_rows_joining_and_leaving_a_drafting_batch_stay_exact(
     assert outputs == plain
     if draft == "self":
         assert _acceptance(engine) >= 0.9
+
+
+@pytest.mark.parametrize("draft", ["self", "other"])
+def test_sampled_histograms_with_model_drafts_match_the_target(
+    make_engine, tiny_chat_model: Path, tiny_draft_model: Path, draft: str
+) -> None:
+    """Sampled rows drafting with the model (its argmax: a one-hot q) keep the target's law of
+    the first tokens (the chi-square test of test_engine_speculative_sampling)."""
+    from .test_engine_speculative_sampling import (
+        _chi_square,
+        _chi_square_critical,
+        _samples,
+        _target_law,
+    )
+
+    engine = make_engine(max_batch=32, max_queue=2000)
+    source = tiny_chat_model if draft == "self" else tiny_draft_model
+    info = engine.load_model(tiny_chat_model, draft=source)
+    samples = _samples(engine, info, range(800), draft_kind=MODEL, num_draft_tokens=2)
+    stat, df = _chi_square(samples, _target_law(tiny_chat_model))
+    assert stat < _chi_square_critical(df), (stat, df)
+    assert engine.stats().draft_tokens_total > 0
