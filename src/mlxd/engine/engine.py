@@ -81,10 +81,6 @@ def _source(path: ModelSource | str | PathLike[str], name: str | None) -> tuple[
     return name or path.name, Path(path.path).expanduser()
 
 
-def _draft_path(draft: DraftInfo | None) -> Path | None:
-    return draft.path.resolve() if draft is not None else None
-
-
 class ModelSource(Protocol):
     """A model to load: its name and its directory (a store ModelRef is one)."""
 
@@ -134,11 +130,15 @@ class Engine:
         `model`. Raises ModelBroken / ModelRefused / ModelNotFound with a one-line reason,
         InvalidRequest when the draft's vocabulary differs."""
         name, directory = _source(path, name)
-        drafted = DraftInfo(*_source(draft, None)) if draft is not None else None
+        drafted = None
+        if draft is not None:
+            draft_name, draft_dir = _source(draft, None)
+            drafted = DraftInfo(draft_name, draft_dir.resolve())
         entry = self._models.touch(name)
         if entry is not None and entry.info.path.resolve() != directory.resolve():
             raise InvalidRequest(f"another model is already loaded as {name!r}")
-        if entry is not None and _draft_path(entry.info.draft) != _draft_path(drafted):
+        # Without `draft`, a loaded model is taken with whatever draft it has.
+        if entry is not None and drafted is not None and entry.info.draft != drafted:
             raise InvalidRequest(f"{name!r} is already loaded with another draft model")
         if pin:
             self._models.pin(name)

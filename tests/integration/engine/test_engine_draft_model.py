@@ -48,7 +48,7 @@ def test_model_draft_alone_equals_plain(
     drafter = make_engine()
     source = tiny_chat_model if draft == "self" else tiny_draft_model
     dinfo = drafter.load_model(tiny_chat_model, draft=source)
-    assert dinfo.draft is not None and dinfo.draft.path == source
+    assert dinfo.draft is not None and dinfo.draft.path == source.resolve()
     params = dict(max_tokens=40, ignore_eos=True)
     for prompt in _prompts(info, 4):
         plain = _run(engine, info, [prompt], **params)
@@ -134,6 +134,17 @@ def test_draft_with_another_vocabulary_is_refused(
     ):
         engine.load_model(tiny_chat_model, draft=tiny_foreign_vocab_model)
     assert engine.stats().models_loaded == ()
+
+
+def test_a_loaded_model_keeps_its_draft(make_engine, tiny_chat_model, tiny_draft_model) -> None:
+    """Loading it again without a draft gives it with its draft; with another draft: refused."""
+    engine = make_engine()
+    info = engine.load_model(tiny_chat_model, draft=tiny_draft_model)
+    assert engine.load_model(tiny_chat_model) is info
+    with pytest.raises(InvalidRequest, match="another draft model"):
+        engine.load_model(tiny_chat_model, draft=tiny_chat_model)
+    drafted = engine.draft_of(info)
+    assert drafted is not None and (drafted.model, drafted.kind) == ("tiny-draft", MODEL)
 
 
 def test_model_kind_without_a_draft_is_refused_and_the_next_request_served(chat) -> None:
