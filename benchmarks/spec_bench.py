@@ -1,26 +1,28 @@
 """Speculative decoding on the demo model with copy-heavy work (issue 14); prints JSON.
 
-    python benchmarks/spec_bench.py                                # engine mode, ~2-3 min
-    python benchmarks/spec_bench.py --servers mlxd-ngram,mlxd-draft,mlx_lm-draft
+    python benchmarks/spec_bench.py                               # engine mode, ~2-3 min
+    python benchmarks/spec_bench.py --rounds 2 --servers mlxd,mlxd-ngram,mlxd-draft,mlx_lm-draft
 
 Engine mode (default): the same greedy requests (repeat, fix or edit a given paragraph or
 piece of code) with and without `ngram` speculation on one engine, alternating (ABBA per
-round), at each batch size: aggregate tokens/s, the speed-up, tokens emitted per target
-forward pass (per request: completion / (completion - accepted drafts), pooled), the
-acceptance rate, and whether every output is identical to the one without speculation.
-`step_cost_ratio` is the time of one (K+1)-token forward over one 1-token forward at the same
-batch size and context (the model alone); `engine_step_cost_ratio` the same for whole engine
-steps (a wave's seconds over its longest request's forwards, speculating over not), which
-also counts the per-step work outside the model. The speed-up is about tokens per forward
-over the step-cost ratio: on a CPU the ratio is close to K+1, which hides the gain; where it
-is near 1 (Apple silicon at small batches) the speed-up approaches the tokens per forward.
+round), at each batch size: aggregate tokens/s, the speed-up, tokens per target forward
+pass (pooled over requests, forwards counted by forwards_of), the acceptance rate, and
+whether every output is identical to the one without speculation. `step_cost_ratio` is the
+time of one (K+1)-token forward over one 1-token forward at the same batch size and context
+(the model alone); `engine_step_cost_ratio` the same for whole engine steps (a wave's seconds
+over its longest request's forwards, speculating over not), which also counts the per-step
+work outside the model. The speed-up is about tokens per forward over the step-cost ratio:
+on a CPU the ratio is close to K+1, which hides the gain; where it is near 1 (Apple silicon
+at small batches) the speed-up approaches the tokens per forward.
 
-Server mode (--servers): 8 concurrent streaming clients, each sending --requests-per-client
-copy tasks one after another, against each server in turn: `mlxd serve` without speculation
-(`mlxd`), with `--draft-kind ngram` (`mlxd-ngram`), with the model as its own draft
-(`mlxd-draft`, skipped when this mlxd has no --draft-model), and `mlx_lm.server --draft-model`
-with the same self-draft (`mlx_lm-draft`, --mlx-lm-python picks its venv). Every server runs
-with Intel MKL. Reported: aggregate completion tokens/s and the ratio to `mlx_lm-draft`.
+Server mode (--servers; after engine mode unless --no-engine): 8 concurrent streaming
+clients, each sending --requests-per-client copy tasks one after another, against `mlxd
+serve` without speculation (`mlxd`), with `--draft-kind ngram` (`mlxd-ngram`), with the
+model as its own draft (`mlxd-draft`, skipped when this mlxd has no --draft-model), and
+`mlx_lm.server --draft-model` with the same self-draft (`mlx_lm-draft`; --mlx-lm-python
+picks its venv). Each round starts every server in turn, in alternating order; the median
+round is kept (of two, the better). Every server runs with Intel MKL. Reported: aggregate
+completion tokens/s and the ratio to `mlx_lm-draft`.
 """
 
 from __future__ import annotations
@@ -162,12 +164,7 @@ def engine_mode(args: argparse.Namespace) -> dict[str, Any]:
         )
         for t in TASKS
     ]
-    report: dict[str, Any] = {
-        "mode": "engine",
-        "model": ref.name,
-        "k": args.k,
-        "tokens": args.tokens,
-    }
+    report: dict[str, Any] = {"model": ref.name}
     engine = Engine(EngineConfig.from_settings(max_batch=max(args.sizes)))
     try:
         info = engine.load_model(ref.path)
@@ -256,37 +253,48 @@ async def clients(url: str, model: str, args: argparse.Namespace) -> dict[str, A
     }
 
 
+def one_server(kind: str, path: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Start one server, warm it with one request, run the clients, stop it."""
+    cmd = server_command(kind, path, port := free_port(), args)
+    python = args.mlx_lm_python or sys.executable
+    env = blas_env("mlxd" if kind.startswith("mlxd") else "mlx_lm", dict(os.environ), "mkl", python)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = wait_ready(proc, port, f"{kind}: {' '.join(cmd)}")
+        model = "default" if kind.startswith("mlxd") else str(path)
+        warm = argparse.Namespace(**{**vars(args), "clients": 1, "requests_per_client": 1})
+        asyncio.run(clients(url, model, warm))
+        return asyncio.run(clients(url, model, args))
+    finally:
+        stop(proc)
+
+
 def server_mode(args: argparse.Namespace) -> dict[str, Any]:
+    """Every server once per round, in alternating order; the median round per server."""
     ref = default_model()
     report: dict[str, Any] = {
-        "mode": "servers", "model": ref.name, "k": args.k, "tokens": args.tokens,
         "clients": args.clients, "requests_per_client": args.requests_per_client,
+        "rounds": args.rounds,
     }  # fmt: skip
-    for kind in args.servers:
-        if kind == "mlxd-draft" and not mlxd_has_draft_model():
-            report[kind] = {"skipped": "this mlxd has no serve --draft-model"}
-            continue
-        cmd = server_command(kind, ref.path, port := free_port(), args)
-        python = args.mlx_lm_python or sys.executable
-        env = blas_env(
-            "mlxd" if kind.startswith("mlxd") else "mlx_lm", dict(os.environ), "mkl", python
-        )
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            url = wait_ready(proc, port, f"{kind}: {' '.join(cmd)}")
-            model = "default" if kind.startswith("mlxd") else str(ref.path)
-            warm = argparse.Namespace(**{**vars(args), "clients": 1, "requests_per_client": 1})
-            asyncio.run(clients(url, model, warm))
-            report[kind] = asyncio.run(clients(url, model, args))
-        finally:
-            stop(proc)
-        print(f"{kind}: {json.dumps(report[kind])}", file=sys.stderr, flush=True)
+    kinds = list(args.servers)
+    if "mlxd-draft" in kinds and not mlxd_has_draft_model():
+        kinds.remove("mlxd-draft")
+        report["mlxd-draft"] = {"skipped": "this mlxd has no serve --draft-model"}
+    runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
+    for round_ in range(args.rounds):
+        for kind in kinds if round_ % 2 == 0 else kinds[::-1]:
+            runs[kind].append(one_server(kind, ref.path, args))
+            print(f"{kind}: {json.dumps(runs[kind][-1])}", file=sys.stderr, flush=True)
+    for kind, results in runs.items():
+        results.sort(key=lambda r: r["agg_tok_s"])
+        report[kind] = {
+            **results[len(results) // 2],
+            "agg_tok_s_rounds": [r["agg_tok_s"] for r in results],
+        }
     peer = report.get("mlx_lm-draft", {}).get("agg_tok_s")
-    if peer:
-        for kind in args.servers:
-            tps = report.get(kind, {}).get("agg_tok_s")
-            if tps and kind != "mlx_lm-draft":
-                report[kind]["vs_mlx_lm_draft"] = round(tps / peer, 3)
+    for kind in kinds:
+        if peer and kind != "mlx_lm-draft":
+            report[kind]["vs_mlx_lm_draft"] = round(report[kind]["agg_tok_s"] / peer, 3)
     return report
 
 
@@ -295,8 +303,9 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=96, help="max_tokens per request")
     ap.add_argument("--k", type=int, default=4, help="num_draft_tokens")
     ap.add_argument("--sizes", default="1,8", help="engine mode: batch sizes")
-    ap.add_argument("--rounds", type=int, default=1, help="engine mode: ABBA rounds per size")
-    ap.add_argument("--servers", default="", help=f"server mode: some of {','.join(SERVERS)}")
+    ap.add_argument("--rounds", type=int, default=1, help="ABBA rounds per size; server rounds")
+    ap.add_argument("--servers", default="", help=f"also server mode: some of {','.join(SERVERS)}")
+    ap.add_argument("--no-engine", action="store_true", help="server mode only")
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--requests-per-client", type=int, default=2)
     ap.add_argument("--mlx-lm-python", default="/work/peers/mlxlm/bin/python")
@@ -306,7 +315,11 @@ def main() -> None:
     unknown = set(args.servers) - set(SERVERS)
     if unknown:
         ap.error(f"unknown servers: {sorted(unknown)}")
-    report = server_mode(args) if args.servers else engine_mode(args)
+    report: dict[str, Any] = {"k": args.k, "tokens": args.tokens}
+    if not args.no_engine:
+        report["engine"] = engine_mode(args)
+    if args.servers:
+        report["servers"] = server_mode(args)
     print(json.dumps(report, indent=2))
 
 
