@@ -14,6 +14,9 @@ import dataclasses
 import json
 import os
 import secrets
+import sys
+import threading
+import time
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -22,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from mlxd.backend.batch import BatchRunner
 from mlxd.backend.loader import LoadedModel, load_checkpoint
 from mlxd.backend.mlx_backend import MlxBackend
-from mlxd.backend.outputs import StepResult
+from mlxd.backend.outputs import ClusterStats, RankStatus, StepResult
 from mlxd.backend.rank_monitor import RankMonitor, leader_address, send_heartbeats
 from mlxd.errors import InvalidRequest, MlxdError, ModelBroken, one_line
 from mlxd.types import ImageInputs, PromptBoundaries, SamplingParams
@@ -62,6 +65,7 @@ def init_group() -> mx.distributed.Group:
 @dataclass(frozen=True, slots=True)
 class HelloMsg:
     heartbeat_port: int  # rank 0's RankMonitor: followers send their heartbeats there
+    stall_seconds: float  # a follower exits when rank 0's echoes stop this long
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +173,8 @@ class Channel:
         self.rank = group.rank()
         self.size = group.size()
         self.broken: str | None = None  # after a failed exchange, the ring is never used again
+        self.sends = 0  # rank 0: messages broadcast, and the seconds their collectives took
+        self.send_seconds = 0.0
 
     def send(self, msg: LockstepMsg) -> None:
         assert self.rank == 0
@@ -200,6 +206,9 @@ class Channel:
         # The batch's stream: queued behind the step still in flight (async_eval), so every
         # rank meets the model's collectives and these in the same order.
         stream = generation_stream
+        if self.rank == 0:  # wait for that step here, so the timing covers the broadcast only
+            mx.synchronize(stream)
+            started = time.perf_counter()
         length = mx.distributed.all_sum(
             mx.array([len(data)], dtype=mx.int32), group=self.group, stream=stream
         )
@@ -207,6 +216,9 @@ class Channel:
         buf = np.frombuffer(data, dtype=np.uint8) if data else np.zeros(n, dtype=np.uint8)
         total = mx.distributed.all_sum(mx.array(buf), group=self.group, stream=stream)
         mx.eval(total)
+        if self.rank == 0:
+            self.sends += 1
+            self.send_seconds += time.perf_counter() - started
         return bytes(np.array(total, copy=False))
 
 
@@ -326,7 +338,21 @@ class DistributedBackend(MlxBackend):
             on_fault(detail)
 
         self.monitor = RankMonitor(self.group.size(), failed, stall_seconds)
-        self.channel.send(HelloMsg(self.monitor.port))
+        self.channel.send(HelloMsg(self.monitor.port, stall_seconds))
+
+    def cluster(self) -> ClusterStats:
+        size = self.group.size()
+        if self.monitor is not None:
+            followers = self.monitor.ranks()
+        else:  # no heartbeat under this launcher: nothing to say
+            followers = tuple(RankStatus(rank, None) for rank in range(1, size))
+        return ClusterStats(
+            size=size,
+            layout=self.layout.value,
+            ranks=(RankStatus(0, True), *followers),
+            broadcasts=self.channel.sends,
+            broadcast_seconds=self.channel.send_seconds,
+        )
 
     @property
     def fault(self) -> str | None:
@@ -348,6 +374,8 @@ class DistributedBackend(MlxBackend):
         super().unload(name)
 
     def shutdown(self) -> None:
+        if self.monitor is not None:  # followers leave now: not a fault
+            self.monitor.close()
         try:
             self.channel.send(StopMsg())
         finally:
@@ -357,56 +385,109 @@ class DistributedBackend(MlxBackend):
 # ---- ranks 1..N-1 -----------------------------------------------------------------------
 
 
+def _leader_lost(rank: int, detail: str, stopping: threading.Event) -> None:
+    """Rank 0 died or stalled: leave at once, since this rank's next collective would wait
+    forever (and so would MLX's teardown). The launcher then stops the rest of the job."""
+    if stopping.is_set():
+        return
+    try:
+        print(f"mlxd serve (rank {rank}): {detail}; exiting", file=sys.stderr, flush=True)
+    finally:
+        os._exit(1)
+
+
 class LockstepDiverged(RuntimeError):
     """A follower's runner disagreed with rank 0's: the ranks no longer run the same batch."""
 
 
 def follow(group: mx.distributed.Group, backend: MlxBackend, mode: ShardMode) -> None:
-    """Apply rank 0's messages until it stops (a StopMsg) or the ring breaks (raises)."""
-    channel = Channel(group)
-    models: dict[str, LoadedModel] = {}
-    runner: BatchRunner | None = None
-    while True:
-        msg = channel.receive()
+    """Apply rank 0's messages until it stops (a StopMsg). A broken ring or a lost rank 0
+    ends this process with exit code 1 and one line on stderr (no traceback)."""
+    follower = Follower(Channel(group), backend, mode)
+    try:
+        while follower.apply(follower.channel.receive()):
+            pass
+    except Exception as exc:
+        _leader_lost(follower.channel.rank, f"stopped: {one_line(exc)}", follower.stopping)
+    follower.close()
+
+
+class Follower:
+    """A follower's state: the models rank 0 loaded and the runner it drives."""
+
+    def __init__(self, channel: Channel, backend: MlxBackend, mode: ShardMode) -> None:
+        self.channel = channel
+        self.backend = backend
+        self.mode = mode
+        self.models: dict[str, LoadedModel] = {}
+        self.runner: BatchRunner | None = None
+        self.stopping = threading.Event()  # a StopMsg came: rank 0 leaving is no fault
+
+    def apply(self, msg: LockstepMsg) -> bool:
+        """Run one message; False after a StopMsg."""
         if isinstance(msg, StopMsg):
-            break
+            self.stopping.set()
+            return False
         if isinstance(msg, HelloMsg):
-            address = leader_address()
-            if address is not None:
-                send_heartbeats(address, msg.heartbeat_port, channel.rank)
+            self._hello(msg)
         elif isinstance(msg, LoadMsg):
-            models[msg.name] = load_sharded(
-                Path(msg.path), group, mode, trust_remote_code=backend.trust_remote_code
+            self.models[msg.name] = load_sharded(
+                Path(msg.path),
+                self.channel.group,
+                self.mode,
+                trust_remote_code=self.backend.trust_remote_code,
             )
         elif isinstance(msg, MakeRunnerMsg):
-            if runner is not None:
-                runner.close()
-            runner = backend.make_runner(msg.name, models[msg.name])
+            self._close_runner()
+            self.runner = self.backend.make_runner(msg.name, self.models[msg.name])
         elif isinstance(msg, InsertMsg):
-            if runner is None:
-                raise LockstepDiverged("insert with no runner")
-            got = runner.insert(
-                msg.prompt_ids,
-                params_from_wire(msg.params),
-                msg.max_new,
-                msg.request_id,
-                None,
-                PromptBoundaries(*msg.boundaries),
-            )
-            if got != (msg.uid, msg.cached):
-                raise LockstepDiverged(f"insert gave {got}, rank 0 {(msg.uid, msg.cached)}")
-        elif isinstance(msg, RemoveMsg) and runner is not None:
-            runner.remove(msg.uids, keep_cache=msg.keep_cache)
+            self._insert(msg)
+        elif isinstance(msg, RemoveMsg) and self.runner is not None:
+            self.runner.remove(msg.uids, keep_cache=msg.keep_cache)
         elif isinstance(msg, StepMsg):
-            if runner is None:
-                raise LockstepDiverged("step with no runner")
-            runner.step()
-        elif isinstance(msg, CloseRunnerMsg) and runner is not None:
-            runner.close()
-            runner = None
+            self._live_runner("step").step()
+        elif isinstance(msg, CloseRunnerMsg):
+            self._close_runner()
         elif isinstance(msg, UnloadMsg):
-            models.pop(msg.name, None)
-            backend.unload(msg.name)
-    if runner is not None:
-        runner.close()
-    backend.shutdown()
+            self.models.pop(msg.name, None)
+            self.backend.unload(msg.name)
+        return True
+
+    def close(self) -> None:
+        self._close_runner()
+        self.backend.shutdown()
+
+    def _hello(self, msg: HelloMsg) -> None:
+        address = leader_address()
+        if address is None:
+            return
+        rank, stopping = self.channel.rank, self.stopping
+        send_heartbeats(
+            address,
+            msg.heartbeat_port,
+            rank,
+            msg.stall_seconds,
+            lambda detail: _leader_lost(rank, detail, stopping),
+        )
+
+    def _insert(self, msg: InsertMsg) -> None:
+        got = self._live_runner("insert").insert(
+            msg.prompt_ids,
+            params_from_wire(msg.params),
+            msg.max_new,
+            msg.request_id,
+            None,
+            PromptBoundaries(*msg.boundaries),
+        )
+        if got != (msg.uid, msg.cached):
+            raise LockstepDiverged(f"insert gave {got}, rank 0 {(msg.uid, msg.cached)}")
+
+    def _live_runner(self, what: str) -> BatchRunner:
+        if self.runner is None:
+            raise LockstepDiverged(f"{what} with no runner")
+        return self.runner
+
+    def _close_runner(self) -> None:
+        if self.runner is not None:
+            self.runner.close()
+            self.runner = None

@@ -8,7 +8,7 @@ from mlxd.backend import blas
 from mlxd.backend.batch import BatchRunner, release_thread_streams
 from mlxd.backend.loader import LoadedModel, load_checkpoint, load_with_draft
 from mlxd.backend.memory import free_unused
-from mlxd.backend.outputs import FaultHook, PrefixCacheStats
+from mlxd.backend.outputs import ClusterStats, FaultHook, PrefixCacheStats
 from mlxd.backend.prefix import PrefixCache
 from mlxd.backend.prefix_disk import DiskTier
 
@@ -75,3 +75,6 @@ class MlxBackend:
 
     def blas(self) -> str:
         return blas.active().name
+
+    def cluster(self) -> ClusterStats | None:
+        return None  # one process (backend.distributed overrides this)

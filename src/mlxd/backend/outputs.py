@@ -52,3 +52,25 @@ class PrefixCacheStats:
     stored: int = 0  # snapshots stored
     evictions: int = 0  # entries dropped to stay within the byte budget
     pruned: int = 0  # entries made redundant by a newer one (same conversation, or trimmable)
+
+
+@dataclass(frozen=True, slots=True)
+class RankStatus:
+    """One rank of a distributed job as rank 0 sees it. `up` is None where nothing watches
+    it (no heartbeat under that launcher); `heartbeat_age` is seconds since its last beat."""
+
+    rank: int
+    up: bool | None
+    heartbeat_age: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterStats:
+    """A distributed job (backend.distributed): its ranks, its split, and rank 0's lockstep
+    broadcasts (count, and seconds in their collectives after rank 0's queued work is done)."""
+
+    size: int
+    layout: str  # "tensor" or "pipeline"
+    ranks: tuple[RankStatus, ...]
+    broadcasts: int = 0
+    broadcast_seconds: float = 0.0

@@ -4,7 +4,9 @@ A collective on a broken ring may block forever, so rank 0 cannot learn from MLX
 rank died or stalled. Each follower keeps one TCP connection to rank 0 and sends a heartbeat
 byte every `HEARTBEAT_SECONDS`: a closed connection means that rank's process is gone, a
 silence of `stall_seconds` means it (or its machine, or the link) stalled. Either way rank 0
-learns it in bounded time and which rank it was. Liveness only: no data crosses this socket.
+learns it in bounded time and which rank it was. Rank 0 echoes each beat, so a follower
+learns the same of rank 0 and exits instead of waiting in a collective forever. Liveness
+only: no data crosses this socket.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+
+from mlxd.backend.outputs import RankStatus
 
 HEARTBEAT_SECONDS = 0.5
 DEFAULT_STALL_SECONDS = 10.0
@@ -49,6 +53,8 @@ class RankMonitor:
         self._on_fault = on_fault
         self._lock = threading.Lock()
         self._last_beat: dict[int, float] = {}
+        self._failed_ranks: set[int] = set()
+        self._started = time.monotonic()
         self.fault: str | None = None
         self._listener = socket.create_server(("", 0))
         self.port = int(self._listener.getsockname()[1])
@@ -62,12 +68,23 @@ class RankMonitor:
         with self._lock:
             return {rank: now - seen for rank, seen in sorted(self._last_beat.items())}
 
+    def ranks(self) -> tuple[RankStatus, ...]:
+        """Every follower, in rank order: up until its connection closes or goes silent."""
+        ages = self.alive()
+        with self._lock:
+            failed = set(self._failed_ranks)
+        return tuple(
+            RankStatus(rank, rank in ages and rank not in failed, ages.get(rank))
+            for rank in range(1, self.size)
+        )
+
     def close(self) -> None:
         self._closed.set()
         self._listener.close()
 
-    def _failed(self, detail: str) -> None:
+    def _failed(self, rank: int, detail: str) -> None:
         with self._lock:
+            self._failed_ranks.add(rank)
             if self.fault is not None or self._closed.is_set():
                 return
             self.fault = detail
@@ -97,29 +114,59 @@ class RankMonitor:
                 except OSError:
                     data = b""
                 if not data:
-                    self._failed(f"rank {rank} is gone: its process exited or its link broke")
+                    self._failed(rank, f"rank {rank} is gone: its process exited or its link broke")
                     return
                 with self._lock:
                     self._last_beat[rank] = time.monotonic()
+                try:
+                    conn.sendall(b".")  # the echo: rank 0 is alive
+                except OSError:
+                    pass  # the next recv says why
 
     def _watch(self) -> None:
         while not self._closed.wait(HEARTBEAT_SECONDS):
-            for rank, silent in self.alive().items():
+            ages = self.alive()
+            for rank, silent in ages.items():
                 if silent > self.stall_seconds:
-                    self._failed(f"rank {rank} stalled: no heartbeat for {self.stall_seconds:g}s")
+                    self._failed(
+                        rank, f"rank {rank} stalled: no heartbeat for {self.stall_seconds:g}s"
+                    )
+            if time.monotonic() - self._started > self.stall_seconds:
+                for rank in set(range(1, self.size)) - ages.keys():
+                    self._failed(rank, f"rank {rank} never connected to rank 0's heartbeat")
 
 
-def send_heartbeats(host: str, port: int, rank: int) -> None:
-    """A follower's side: connect to rank 0 and beat until the process exits (daemon)."""
+def send_heartbeats(
+    host: str, port: int, rank: int, stall_seconds: float, on_lost: Callable[[str], None]
+) -> None:
+    """A follower's side: connect to rank 0 and beat until the process exits (daemon).
+    `on_lost` gets one line when rank 0's echoes stop (gone, or silent `stall_seconds`)."""
 
     def beat() -> None:
         try:
-            conn = socket.create_connection((host, port), timeout=10)
-            conn.sendall(f"{rank}\n".encode())
-            while True:
-                time.sleep(HEARTBEAT_SECONDS)
-                conn.sendall(b".")
-        except OSError:
-            return  # rank 0 is gone: the ring tells this rank soon enough
+            conn = socket.create_connection((host, port), timeout=stall_seconds)
+        except OSError as exc:
+            on_lost(f"rank 0 is unreachable at {host}:{port}: {exc.strerror or exc}")
+            return
+        last_echo = time.monotonic()
+        with conn:
+            conn.settimeout(HEARTBEAT_SECONDS)
+            try:
+                conn.sendall(f"{rank}\n".encode())
+                while time.monotonic() - last_echo <= stall_seconds:
+                    conn.sendall(b".")
+                    try:
+                        if not conn.recv(64):
+                            break
+                        last_echo = time.monotonic()
+                        time.sleep(HEARTBEAT_SECONDS)
+                    except TimeoutError:
+                        pass  # waited a heartbeat period already
+                else:
+                    on_lost(f"rank 0 stalled: no heartbeat echo for {stall_seconds:g}s")
+                    return
+            except OSError:
+                pass
+        on_lost("rank 0 is gone: its process exited or its link broke")
 
     threading.Thread(target=beat, name="mlxd-heartbeat", daemon=True).start()

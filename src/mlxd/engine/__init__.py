@@ -9,9 +9,10 @@ from mlxd.engine.engine_config import EngineConfig
 from mlxd.engine.handle import RequestHandle
 from mlxd.engine.loaded_models import ModelInfo
 from mlxd.engine.request import EngineRequest, RequestStatus
-from mlxd.engine.stats import EngineHealth, EngineState, EngineStats
+from mlxd.engine.stats import ClusterStats, EngineHealth, EngineState, EngineStats, RankStatus
 
 __all__ = [
+    "ClusterStats",
     "Engine",
     "EngineConfig",
     "EngineHealth",
@@ -19,6 +20,7 @@ __all__ = [
     "EngineState",
     "EngineStats",
     "ModelInfo",
+    "RankStatus",
     "RequestHandle",
     "RequestStatus",
 ]

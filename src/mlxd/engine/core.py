@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from mlxd.backend.loader import LoadedModel
-from mlxd.backend.outputs import DraftCount, PrefixCacheStats, StepResult
+from mlxd.backend.outputs import ClusterStats, DraftCount, PrefixCacheStats, StepResult
 from mlxd.engine.collector import Collector, StreamWaker
 from mlxd.engine.engine_config import EngineConfig
 from mlxd.engine.inbox import Cancel, LoadModel, Message, Submit
@@ -65,6 +65,8 @@ class Backend(Protocol):
     def cache_stats(self) -> PrefixCacheStats: ...
 
     def blas(self) -> str: ...  # which BLAS the CPU matmuls use ("mkl", "reference", ...)
+
+    def cluster(self) -> ClusterStats | None: ...  # the ranks of a distributed job, or None
 
     def unload(self, name: str) -> None: ...  # free what a dropped model held (prefix cache)
 

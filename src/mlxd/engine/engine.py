@@ -244,9 +244,10 @@ class Engine:
     def health(self) -> EngineHealth:
         """Cheap and non-blocking."""
         state, detail, blas = self._state, self._detail, self._backend.blas()
+        cluster = self._backend.cluster()
         if state.open and self._stalled():
-            return EngineHealth(False, EngineState.STALLED, self._stall_message(), blas)
-        return EngineHealth(state.open, state, detail, blas)
+            return EngineHealth(False, EngineState.STALLED, self._stall_message(), blas, cluster)
+        return EngineHealth(state.open, state, detail, blas, cluster)
 
     def stats(self) -> EngineStats:
         core, c = self._core, self._core.counters
@@ -274,6 +275,7 @@ class Engine:
             blas=self._backend.blas(),
             draft_tokens_total=c.draft_tokens_total,
             accepted_tokens_total=c.accepted_tokens_total,
+            cluster=self._backend.cluster(),
         )
 
     def drain(self, timeout_s: float) -> bool:

@@ -5,7 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from mlxd.backend.outputs import ClusterStats, RankStatus
 from mlxd.types import FinishReason
+
+__all__ = ["ClusterStats", "Counters", "EngineHealth", "EngineState", "EngineStats", "RankStatus"]
 
 
 class EngineState(StrEnum):
@@ -29,6 +32,7 @@ class EngineHealth:
     state: EngineState
     detail: str | None = None
     blas: str = ""  # the CPU BLAS, as in EngineStats
+    cluster: ClusterStats | None = None  # as in EngineStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +59,7 @@ class EngineStats:
     blas: str = ""  # the CPU BLAS: "mkl" or "reference" (see docs/usage/blas.md)
     draft_tokens_total: int = 0  # draft tokens verified (speculative decoding)
     accepted_tokens_total: int = 0  # of those, accepted
+    cluster: ClusterStats | None = None  # distributed serve: the ranks (backend.distributed)
 
 
 @dataclass(slots=True)

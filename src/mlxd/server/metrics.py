@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from mlxd.engine import EngineStats
+    from mlxd.engine import ClusterStats, EngineStats
 
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -111,7 +111,37 @@ class Metrics:
             if value is not None:
                 _header(out, name, kind, help_text)
                 out.append(f"{name} {value}")
+        cluster = getattr(engine_stats, "cluster", None)
+        if cluster is not None:
+            _cluster_lines(out, cluster)
         return "\n".join(out) + "\n"
+
+
+def _cluster_lines(out: list[str], cluster: ClusterStats) -> None:
+    """A distributed job: its size and split, each rank's liveness, rank 0's broadcasts."""
+    _header(out, "mlxd_distributed_ranks", "gauge", "ranks of the distributed job (label: split)")
+    out.append(f'mlxd_distributed_ranks{{layout="{cluster.layout}"}} {cluster.size}')
+    _header(out, "mlxd_rank_up", "gauge", "1 while a rank is alive (its heartbeat arrives)")
+    out.extend(
+        f'mlxd_rank_up{{rank="{r.rank}"}} {int(r.up)}' for r in cluster.ranks if r.up is not None
+    )
+    _header(
+        out, "mlxd_rank_heartbeat_age_seconds", "gauge", "seconds since a rank's last heartbeat"
+    )
+    out.extend(
+        f'mlxd_rank_heartbeat_age_seconds{{rank="{r.rank}"}} {r.heartbeat_age:.3f}'
+        for r in cluster.ranks
+        if r.heartbeat_age is not None
+    )
+    _header(
+        out,
+        "mlxd_lockstep_broadcast_seconds",
+        "summary",
+        "rank 0's broadcasts of each step's decisions to the other ranks: the collectives "
+        "only, after rank 0's queued work is done (includes waiting for the slowest rank)",
+    )
+    out.append(f"mlxd_lockstep_broadcast_seconds_sum {cluster.broadcast_seconds:.6f}")
+    out.append(f"mlxd_lockstep_broadcast_seconds_count {cluster.broadcasts}")
 
 
 def _header(out: list[str], name: str, kind: str, help_text: str) -> None:

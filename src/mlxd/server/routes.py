@@ -9,6 +9,7 @@ import time
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
+from mlxd.engine import RankStatus
 from mlxd.errors import ModelNotFound
 from mlxd.server import anthropic_api, responses_api
 from mlxd.server.generation import respond, start_chat_stream
@@ -87,7 +88,15 @@ async def health(request: Request) -> Response:
         "draft": st.models.draft(st.models.default.name) if st.models.default else None,
         "blas": h.blas,
     }
+    if h.cluster is not None:
+        body["ranks"] = [_rank_json(r) for r in h.cluster.ranks]
     return JSONResponse(body, status_code=200 if ok else 503)
+
+
+def _rank_json(rank: RankStatus) -> dict[str, object]:
+    """One rank in /health's "ranks" list (distributed serve)."""
+    age = None if rank.heartbeat_age is None else round(rank.heartbeat_age, 3)
+    return {"rank": rank.rank, "up": rank.up, "heartbeat_age_seconds": age}
 
 
 @router.get("/metrics")

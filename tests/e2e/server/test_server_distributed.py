@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.server.serverproc import ServerProcess, launch, server_env
+from tests.e2e.server.serverproc import ServerProcess, launch, metric, server_env
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -117,3 +117,22 @@ def test_seeded_sampling_repeats_and_unseeded_stays_in_lockstep(ranks2: ServerPr
     # Unseeded: rank 0 picks each seed for every rank; the ring must stay healthy.
     _batch(ranks2, temperature=1.0)
     assert _complete(ranks2, PROMPTS[0]) == _complete(ranks2, PROMPTS[0])
+
+
+def test_metrics_and_health_show_each_rank(
+    layout: Layout, single: ServerProcess, ranks2: ServerProcess
+) -> None:
+    _complete(ranks2, PROMPTS[0])
+    health = httpx.get(ranks2.url + "/health", timeout=10).json()
+    assert [(r["rank"], r["up"]) for r in health["ranks"]] == [(0, True), (1, True)]
+    assert 0 <= health["ranks"][1]["heartbeat_age_seconds"] < 10  # the stall bound (default)
+    text = httpx.get(ranks2.url + "/metrics", timeout=10).text
+    assert metric(text, f'mlxd_distributed_ranks{{layout="{layout.chosen}"}}') == 2
+    assert metric(text, 'mlxd_rank_up{rank="1"}') == 1
+    assert 'mlxd_rank_heartbeat_age_seconds{rank="1"}' in text
+    # Every step is broadcast: at least one per generated token of that request.
+    assert metric(text, "mlxd_lockstep_broadcast_seconds_count") >= 24
+    assert metric(text, "mlxd_lockstep_broadcast_seconds_sum") > 0
+    # A single process has no ranks to show.
+    assert "ranks" not in httpx.get(single.url + "/health", timeout=10).json()
+    assert "mlxd_rank_up" not in httpx.get(single.url + "/metrics", timeout=10).text

@@ -1,7 +1,9 @@
 """A rank of `mlx.launch -n 2 --backend ring` dies (SIGKILL) or stalls (SIGSTOP) mid-stream:
 rank 0 notices (backend.rank_monitor), the stream ends with an error event naming the rank,
-/health and new requests get 503, and rank 0 exits 1 when the job stops. Nothing may hang:
-each job runs in its own process group, killed in a `finally`."""
+/health and new requests get 503, and rank 0 exits 1 when the job stops. Rank 0 dies or
+stalls: rank 1 exits on its own (no echo of its heartbeat), with the launcher stopped too so
+that only mlxd's heartbeat can end it. Nothing may hang: each job runs in its own process
+group, killed in a `finally`."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.server.serverproc import ServerProcess, launch, server_env, wait_for
+from tests.e2e.server.serverproc import ServerProcess, launch, metric, server_env, wait_for
 from tests.e2e.server.test_server_distributed import _ring
 
 pytestmark = pytest.mark.timeout(180)
@@ -119,6 +121,8 @@ def test_stalled_rank_fails_streams_health_and_new_requests(job: ServerProcess) 
     assert health.status_code == 503
     assert health.json()["state"] == "failed"
     assert "rank 1 stalled" in health.json()["detail"]
+    assert [(r["rank"], r["up"]) for r in health.json()["ranks"]] == [(0, True), (1, False)]
+    assert metric(httpx.get(job.url + "/metrics", timeout=10).text, 'mlxd_rank_up{rank="1"}') == 0
     body = {"model": "default", "prompt": "Hi", "max_tokens": 4}
     refused = httpx.post(job.base_url + "/completions", json=body, timeout=10)
     assert refused.status_code == 503
@@ -128,3 +132,26 @@ def test_stalled_rank_fails_streams_health_and_new_requests(job: ServerProcess) 
     os.kill(rank1, signal.SIGCONT)
     os.kill(rank0, signal.SIGTERM)
     wait_for(lambda: not _alive(rank0), "rank 0 to exit", timeout=60)
+
+
+def test_rank_1_leaves_on_its_own_when_rank_0_dies(job: ServerProcess) -> None:
+    rank0, rank1 = _rank_pid(job, 0), _rank_pid(job, 1)
+    os.kill(job.proc.pid, signal.SIGSTOP)  # the launcher cannot stop the job for us
+    os.kill(rank0, signal.SIGKILL)
+    wait_for(lambda: not _alive(rank1), "rank 1 to exit", timeout=60)
+    os.kill(job.proc.pid, signal.SIGCONT)
+    job.proc.wait(timeout=60)
+    wait_for(lambda: "rank 1 exited" in "".join(job.stderr), "the launcher's report", 10)
+    # Whichever tells first: the heartbeat's closed connection or the ring's own socket.
+    lines = [line for line in job.stderr if line.startswith("mlxd serve (rank 1): ")]
+    assert len(lines) == 1, job.stderr[-20:]
+    assert "rank 0 is gone" in lines[0] or "[ring] connection to a peer was lost" in lines[0]
+    assert "Traceback" not in "".join(job.stderr)
+
+
+def test_rank_1_leaves_on_its_own_when_rank_0_stalls(job: ServerProcess) -> None:
+    rank0, rank1 = _rank_pid(job, 0), _rank_pid(job, 1)
+    os.kill(rank0, signal.SIGSTOP)
+    wait_for(lambda: not _alive(rank1), "rank 1 to exit", timeout=60)
+    wait_for(lambda: "rank 0 stalled" in "".join(job.stderr), "rank 1's last line", 10)
+    assert "mlxd serve (rank 1): rank 0 stalled: no heartbeat echo for 2s" in "".join(job.stderr)

@@ -1,16 +1,18 @@
-"""RankMonitor (rank 0's view of the followers' heartbeats) with plain sockets: no mlx."""
+"""RankMonitor (rank 0's view of the followers' heartbeats) and send_heartbeats (a
+follower's view of rank 0) with plain sockets: no mlx."""
 
 from __future__ import annotations
 
 import queue
 import socket
+import time
 
-from mlxd.backend.rank_monitor import RankMonitor
+from mlxd.backend.rank_monitor import RankMonitor, send_heartbeats
 
 
-def _monitor(stall_seconds: float) -> tuple[RankMonitor, queue.SimpleQueue[str]]:
+def _monitor(stall_seconds: float, size: int = 3) -> tuple[RankMonitor, queue.SimpleQueue[str]]:
     faults: queue.SimpleQueue[str] = queue.SimpleQueue()
-    return RankMonitor(3, faults.put, stall_seconds), faults
+    return RankMonitor(size, faults.put, stall_seconds), faults
 
 
 def test_a_closed_connection_names_the_rank_once() -> None:
@@ -25,7 +27,7 @@ def test_a_closed_connection_names_the_rank_once() -> None:
 
 
 def test_a_silent_rank_counts_as_stalled_and_strangers_are_ignored() -> None:
-    monitor, faults = _monitor(stall_seconds=0.5)
+    monitor, faults = _monitor(stall_seconds=0.5, size=2)
     try:
         with socket.create_connection(("127.0.0.1", monitor.port)) as stranger:
             stranger.sendall(b"7\n")  # not a follower of a 3-rank job: no fault when it goes
@@ -34,3 +36,53 @@ def test_a_silent_rank_counts_as_stalled_and_strangers_are_ignored() -> None:
             assert faults.get(timeout=10) == "rank 1 stalled: no heartbeat for 0.5s"
     finally:
         monitor.close()
+
+
+def test_ranks_report_liveness_and_a_follower_hears_the_echo() -> None:
+    monitor, faults = _monitor(stall_seconds=60, size=3)
+    lost: queue.SimpleQueue[str] = queue.SimpleQueue()
+    try:
+        assert [(r.rank, r.up, r.heartbeat_age) for r in monitor.ranks()] == [
+            (1, False, None),
+            (2, False, None),
+        ]
+        send_heartbeats("127.0.0.1", monitor.port, 1, 2.0, lost.put)
+        deadline = time.monotonic() + 10
+        while not monitor.ranks()[0].up and time.monotonic() < deadline:
+            time.sleep(0.05)
+        first, second = monitor.ranks()
+        assert first.up and first.heartbeat_age is not None and first.heartbeat_age < 60
+        assert not second.up
+        time.sleep(3.0)  # longer than the follower's stall bound: the echoes keep it calm
+        assert lost.empty() and faults.empty()
+    finally:
+        monitor.close()
+
+
+def test_a_never_connected_rank_is_named() -> None:
+    monitor, faults = _monitor(stall_seconds=0.5, size=2)
+    try:
+        assert faults.get(timeout=10) == "rank 1 never connected to rank 0's heartbeat"
+        assert [r.up for r in monitor.ranks()] == [False]
+    finally:
+        monitor.close()
+
+
+def test_a_follower_learns_that_rank_0_is_gone_or_stalled() -> None:
+    for close, expected in ((True, "rank 0 is gone"), (False, "rank 0 stalled")):
+        lost: queue.SimpleQueue[str] = queue.SimpleQueue()
+        with socket.create_server(("127.0.0.1", 0)) as leader:
+            send_heartbeats("127.0.0.1", leader.getsockname()[1], 1, 0.5, lost.put)
+            conn, _ = leader.accept()
+            with conn:
+                if close:
+                    conn.close()
+                assert lost.get(timeout=10).startswith(expected)
+
+
+def test_a_follower_that_cannot_reach_rank_0_says_so() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+    lost: queue.SimpleQueue[str] = queue.SimpleQueue()
+    send_heartbeats("127.0.0.1", port, 1, 0.5, lost.put)
+    assert lost.get(timeout=10).startswith("rank 0 is unreachable")

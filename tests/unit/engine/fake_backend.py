@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlxd.backend.loader import LoadedModel
-from mlxd.backend.outputs import PrefixCacheStats, StepOutput, StepResult
+from mlxd.backend.outputs import ClusterStats, PrefixCacheStats, StepOutput, StepResult
 from mlxd.types import PromptBoundaries, SamplingParams
 
 VOCAB = 1000
@@ -123,6 +123,9 @@ class FakeBackend:
 
     def blas(self) -> str:
         return "none"
+
+    def cluster(self) -> ClusterStats | None:
+        return None
 
     def unload(self, name: str) -> None:
         pass
