@@ -233,14 +233,7 @@ def load_sharded(
 
     base = load_checkpoint(path, trust_remote_code=trust_remote_code, lazy=True)
     model = base.model
-    can_tensor = hasattr(model, "shard")
-    can_pipeline = hasattr(getattr(model, "model", None), "pipeline")
-    if mode is ShardMode.AUTO:
-        mode = ShardMode.TENSOR if can_tensor else ShardMode.PIPELINE
-    if mode is ShardMode.TENSOR and not can_tensor:
-        raise DistributedUnsupported(f"{path.name}: this architecture has no tensor sharding")
-    if mode is ShardMode.PIPELINE and not can_pipeline:
-        raise DistributedUnsupported(f"{path.name}: this architecture has no pipeline sharding")
+    mode = resolve_mode(model, mode, path.name)
     try:
         if mode is ShardMode.TENSOR:
             model.shard(group)
@@ -250,6 +243,21 @@ def load_sharded(
     except Exception as exc:
         raise ModelBroken(f"cannot shard {path.name}: {one_line(exc)}") from exc
     return base
+
+
+def resolve_mode(model: Any, mode: ShardMode, name: str) -> ShardMode:
+    """The split `mode` means for this model (AUTO: tensor where the architecture has it).
+    Weights are loaded lazily, so a rank evaluates only its own layers: a pipeline split
+    needs no model.safetensors.index.json (mlx-lm's `sharded_load` reads one)."""
+    can_tensor = hasattr(model, "shard")
+    can_pipeline = hasattr(getattr(model, "model", None), "pipeline")
+    if mode is ShardMode.AUTO:
+        mode = ShardMode.TENSOR if can_tensor else ShardMode.PIPELINE
+    if mode is ShardMode.TENSOR and not can_tensor:
+        raise DistributedUnsupported(f"{name}: this architecture has no tensor sharding")
+    if mode is ShardMode.PIPELINE and not can_pipeline:
+        raise DistributedUnsupported(f"{name}: this architecture has no pipeline sharding")
+    return mode
 
 
 _NO_BOUNDARIES = PromptBoundaries()
@@ -324,6 +332,7 @@ class DistributedBackend(MlxBackend):
         super().__init__(**kwargs)
         self.group = group
         self.mode = mode
+        self.layout = mode  # the split of the last model loaded (AUTO resolved)
         self.channel = Channel(group)
         self.monitor: RankMonitor | None = None
 
@@ -363,7 +372,9 @@ class DistributedBackend(MlxBackend):
         if draft is not None:
             raise InvalidRequest("a draft model is not supported under mlx.launch yet")
         self.channel.send(LoadMsg(str(path), path.name))
-        return load_sharded(path, self.group, self.mode, trust_remote_code=self.trust_remote_code)
+        loaded = load_sharded(path, self.group, self.mode, trust_remote_code=self.trust_remote_code)
+        self.layout = resolve_mode(loaded.model, self.mode, path.name)
+        return loaded
 
     def make_runner(self, name: str, model: LoadedModel) -> LockstepRunner:  # type: ignore[override]
         self.channel.send(MakeRunnerMsg(name))

@@ -197,8 +197,8 @@ def serve(
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
         banner = f"mlxd serve: {info.name} on http://{shown}:{port}/v1{_draft_note(engine, info)}"
-        if role is not None:
-            banner += f" ({role.size} ranks, --shard {role.mode.value})"
+        if backend is not None:
+            banner += f" ({backend.group.size()} ranks, {backend.layout.value})"
         server = MlxdServer(config, app.state.mlxd.lifecycle, settings.drain_seconds, banner)
         server.run(sockets=[sock])
     finally:

@@ -1,9 +1,16 @@
 """`mlxd serve` under `mlx.launch -n 2 --backend ring` on 127.0.0.1: rank 0 serves, rank 1
-follows its steps on the other half of a tensor-parallel model (backend.distributed).
+follows its steps on its half of the model (backend.distributed), split two ways:
 
-Greedy output must equal the single-process server's, alone and in a batch of 8: in float32
-the two shards' partial sums differ from one matmul only in reduction order (logits within
-~1e-5 of 15), far below the gaps between the top logits of these prompts.
+- tensor: a llama checkpoint (it implements `shard`), `--shard tensor`: every rank holds half
+  of every layer;
+- pipeline: a qwen3_next checkpoint (no `shard`), `--shard auto` picks pipeline: rank 1 runs
+  the first two layers, rank 0 the last two. A single-file checkpoint, no
+  model.safetensors.index.json: mlxd loads lazily and evaluates only its own layers.
+
+Greedy output must equal the single-process server's, alone and in a batch of 8. In float32
+the tensor shards' partial sums differ from one matmul only in reduction order (logits within
+~1e-5 of 15), far below the gaps between the top logits of these prompts; pipeline stages
+run the same layers on the same numbers, only on two processes.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import socket
 import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -57,26 +65,40 @@ def _stop(srv: ServerProcess) -> None:
         srv.proc.wait(timeout=10)
 
 
+@dataclass(frozen=True)
+class Layout:
+    model: Path
+    shard: str  # what the command line asks for
+    chosen: str  # what the ready line reports
+
+
+@pytest.fixture(scope="module", params=["tensor", "pipeline"])
+def layout(request: pytest.FixtureRequest) -> Layout:
+    if request.param == "tensor":
+        return Layout(request.getfixturevalue("tiny_chat_model"), "tensor", "tensor")
+    return Layout(request.getfixturevalue("tiny_gated_model"), "auto", "pipeline")
+
+
 @pytest.fixture(scope="module")
-def single(
-    tiny_chat_model: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServerProcess]:
-    srv = launch(["--model", str(tiny_chat_model)], server_env(tmp_path_factory.mktemp("one")))
+def single(layout: Layout, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    srv = launch(["--model", str(layout.model)], server_env(tmp_path_factory.mktemp("one")))
     yield srv
     srv.stop()
 
 
-@pytest.fixture(scope="module")
-def ranks2(
-    tiny_chat_model: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServerProcess]:
-    env = server_env(tmp_path_factory.mktemp("two"))
-    srv = launch(
-        ["--model", str(tiny_chat_model), "--shard", "tensor"],
+def launch_ranks(model: Path, shard: str, env: dict[str, str]) -> ServerProcess:
+    """`mlxd serve` under `mlx.launch -n 2 --backend ring`, in its own process group."""
+    return launch(
+        ["--model", str(model), "--shard", shard],
         env,
         preexec_fn=os.setpgrp,  # the launcher and both ranks stop together
         launcher=[*_ring(2), "--python", sys.executable],
     )
+
+
+@pytest.fixture(scope="module")
+def ranks2(layout: Layout, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    srv = launch_ranks(layout.model, layout.shard, server_env(tmp_path_factory.mktemp("two")))
     yield srv
     _stop(srv)
 
@@ -93,8 +115,8 @@ def _batch(srv: ServerProcess, **extra: object) -> list[str]:
         return list(pool.map(lambda p: _complete(srv, p, **extra), PROMPTS))
 
 
-def test_two_ranks_serve_and_say_so(ranks2: ServerProcess) -> None:
-    assert any("2 ranks" in line for line in ranks2.stderr)
+def test_two_ranks_serve_and_say_so(layout: Layout, ranks2: ServerProcess) -> None:
+    assert any(f"(2 ranks, {layout.chosen})" in line for line in ranks2.stderr), ranks2.stderr
     assert httpx.get(ranks2.url + "/health", timeout=10).status_code == 200
 
 
