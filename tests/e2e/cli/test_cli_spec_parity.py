@@ -104,3 +104,18 @@ def test_run_json_with_ngram_equals_plain_and_the_server(
     lowered = draft_totals(base)
     lowered_counts = lowered[0] - after[0], lowered[1] - after[1]
     assert lowered_counts[0] > 0 and lowered_counts != counts  # K=1 drafts differently
+
+
+def test_chat_stats_show_the_answers_draft_counts(
+    server: tuple[openai.OpenAI, str, dict[str, str]], looping_model: Path
+) -> None:
+    _, _, env = server
+    spec = run_json(looping_model, env, "--draft-kind", "ngram")
+    proc = run_mlxd(
+        "chat", str(looping_model), "--draft-kind", "ngram", "--max-tokens", str(MAX_TOKENS),
+        "--temperature", "0", input=f"{PROMPT}\n/stats\n", env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    timings = spec["timings"]
+    counts = f"({timings['accepted_draft_tokens']} of {timings['draft_tokens']} draft tokens"
+    assert proc.stdout.count(counts) == 2  # the last answer and the session
