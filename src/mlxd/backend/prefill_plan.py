@@ -18,6 +18,10 @@ from collections.abc import Iterable
 
 # Weight of the newest step in the moving averages: steps are noisy (GC, other threads).
 _ALPHA = 0.2
+# A step counts as at most this many times the estimate: one step stalled by something else
+# (another process on a busy machine: per-token prefill costs 60x the usual were seen) moves
+# the estimate by at most 40%, while a real change of regime still wins in a few steps.
+_OUTLIER = 3.0
 # Steps from a group's prefill to its first token; each one also decodes the running batch.
 STEPS_TO_FIRST_TOKEN = 3
 
@@ -72,4 +76,6 @@ class PrefillPlanner:
 
 
 def _ewma(old: float | None, new: float) -> float:
-    return new if old is None else old + _ALPHA * (new - old)
+    if old is None:
+        return new
+    return old + _ALPHA * (min(new, _OUTLIER * old) - old)

@@ -70,3 +70,13 @@ def test_prefill_before_any_decode_is_not_attributed() -> None:
     planner = PrefillPlanner(8, static_budget=256, chunk=512)
     planner.observe_prefill(0.5, padded_tokens=100)
     assert planner.token_s is None
+
+
+def test_one_stalled_step_moves_the_estimates_little() -> None:
+    planner = measured(decode_s=0.010, token_s=0.0001)
+    assert planner.plan([256] * 4) == 4
+    planner.observe_decode(0.5)  # the machine stalled this step
+    planner.observe_prefill(0.010 + 0.01 * 256, padded_tokens=256)
+    assert planner.decode_s is not None and planner.decode_s < 0.015
+    assert planner.token_s is not None and planner.token_s < 0.00015
+    assert planner.plan([256] * 4) == 4
