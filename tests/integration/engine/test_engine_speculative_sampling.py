@@ -106,20 +106,24 @@ def test_the_prompt_makes_drafts_matter(law: dict[tuple[int, ...], float]) -> No
     assert 0.3 < first < 0.8 and 0.3 < accept < 0.8
 
 
-def test_sampled_histograms_with_and_without_ngram_drafts_match_the_target(
-    make_engine, tiny_chat_model: Path, law: dict[tuple[int, ...], float]
+@pytest.mark.parametrize("kind", [NGRAM, DraftKind.MODEL])
+def test_sampled_histograms_with_and_without_drafts_match_the_target(
+    make_engine, tiny_chat_model: Path, law: dict[tuple[int, ...], float], kind: DraftKind
 ) -> None:
+    """ngram drafts (about half the rows draft), and the model as its own draft (its argmax:
+    every row drafts, and the target gives that draft ~0.5 under top-k and temperature)."""
     engine = make_engine(max_batch=32, max_queue=2000)
-    info = engine.load_model(tiny_chat_model)
+    draft = tiny_chat_model if kind is DraftKind.MODEL else None
+    info = engine.load_model(tiny_chat_model, draft=draft)
     n = 800
-    plain = _samples(engine, info, range(n))
+    plain = _samples(engine, info, range(n), draft_kind=DraftKind.NONE)
     assert engine.stats().draft_tokens_total == 0
-    spec = _samples(engine, info, range(n, 2 * n), draft_kind=NGRAM, num_draft_tokens=4)
+    spec = _samples(engine, info, range(n, 2 * n), draft_kind=kind, num_draft_tokens=4)
     for samples in (plain, spec):
         stat, df = _chi_square(samples, law)
         assert stat < _chi_square_critical(df), (stat, df)
     stats = engine.stats()
-    assert stats.draft_tokens_total > n // 4  # about half the rows drafted
+    assert stats.draft_tokens_total > n // 4
     assert 0 < stats.accepted_tokens_total < stats.draft_tokens_total
 
 
