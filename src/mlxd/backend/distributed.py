@@ -164,9 +164,12 @@ def params_from_wire(fields: dict[str, Any]) -> SamplingParams:
     return SamplingParams(**fields)
 
 
+HEAD_BYTES = 256  # a length and the message's first bytes: one collective for most messages
+
+
 class Channel:
-    """Rank 0 -> all ranks, over the job's own group: a length, then the bytes, each one
-    `all_sum` in which only rank 0 contributes non-zeros."""
+    """Rank 0 -> all ranks, over the job's own group: `all_sum`s in which only rank 0
+    contributes non-zeros. A fixed head (length + first bytes), then the rest if any."""
 
     def __init__(self, group: mx.distributed.Group) -> None:
         self.group = group
@@ -209,17 +212,27 @@ class Channel:
         if self.rank == 0:  # wait for that step here, so the timing covers the broadcast only
             mx.synchronize(stream)
             started = time.perf_counter()
-        length = mx.distributed.all_sum(
-            mx.array([len(data)], dtype=mx.int32), group=self.group, stream=stream
-        )
-        n = int(np.array(length)[0])
-        buf = np.frombuffer(data, dtype=np.uint8) if data else np.zeros(n, dtype=np.uint8)
-        total = mx.distributed.all_sum(mx.array(buf), group=self.group, stream=stream)
-        mx.eval(total)
+        # One collective for the usual message (a step: a few bytes), two for a long one.
+        head = np.zeros(HEAD_BYTES, dtype=np.uint8)
+        if self.rank == 0:
+            head[:4] = np.frombuffer(len(data).to_bytes(4, "little"), dtype=np.uint8)
+            first = data[: HEAD_BYTES - 4]
+            head[4 : 4 + len(first)] = np.frombuffer(first, dtype=np.uint8)
+        got = np.array(mx.distributed.all_sum(mx.array(head), group=self.group, stream=stream))
+        n = int.from_bytes(got[:4].tobytes(), "little")
+        if n == 0:  # every message has a kind: only this rank's own zeros came back
+            raise RuntimeError("rank 0 is gone: the ring delivered an empty message")
+        out = got[4 : 4 + n].tobytes()
+        if n > HEAD_BYTES - 4:
+            rest = np.frombuffer(data[HEAD_BYTES - 4 :], dtype=np.uint8) if self.rank == 0 else None
+            if rest is None:
+                rest = np.zeros(n - (HEAD_BYTES - 4), dtype=np.uint8)
+            tail = mx.distributed.all_sum(mx.array(rest), group=self.group, stream=stream)
+            out += np.array(tail).tobytes()
         if self.rank == 0:
             self.sends += 1
             self.send_seconds += time.perf_counter() - started
-        return bytes(np.array(total, copy=False))
+        return out
 
 
 # ---- loading ----------------------------------------------------------------------------

@@ -1,0 +1,329 @@
+"""Benchmark distributed serving: `mlxd serve` on 2 ranks (`mlx.launch -n 2 --backend ring`,
+tensor parallel) against one mlxd process and against `mlx_lm.server` on 2 ranks, on the
+same generated checkpoint and load; JSON on stdout (progress on stderr).
+
+Servers (--servers):
+  mlxd_1proc_2t  one process, MKL with 2 threads per matmul (MLXD_BLAS_THREADS=2): both cores
+  mlxd_1proc_1t  one process, MKL sequential (1 thread): one core for matmuls
+  mlxd_2ranks    two ranks, MKL sequential each: both cores, each on half of every layer
+  mlx_lm_2ranks  mlx-lm's server under its own venv's mlx.launch, tensor parallel (its
+                 default when the architecture has `shard`), MKL sequential per rank
+                 (LD_PRELOAD of libmkl_rt, as server_bench --blas mkl does)
+  mlx_lm_1proc   mlx-lm's server, one process, MKL sequential
+The fair single-process baseline on this 2-core machine is the better of the two mlxd_1proc
+rows: 2 ranks x 1 thread use the same 2 cores as 1 process x 2 threads.
+
+Load: closed loop, N streaming clients (1 and 8 by default), each sending its share of
+--requests distinct prompts one after another (server_bench's clients, EOS suppressed so
+every request decodes max_tokens). Per server and level: aggregate tokens/s, TTFT, ITL.
+
+Communication, two numbers:
+  broadcast_ms    mlxd's /metrics (mlxd_lockstep_broadcast_seconds): rank 0's broadcast of
+                  each step's decisions, its collectives only (after rank 0's queued work),
+                  including waiting for the slower rank to arrive; per broadcast (~per step).
+  probe           a separate 2-rank job times all_sum on the ring: one [clients, hidden]
+                  float32 reduction (tensor parallel runs 2 per layer per decode step, inside
+                  the forward, where they cannot be timed apart) and the broadcast's one small
+                  all_sum; `est_comm_per_step_ms` = 2 x layers x reduction + broadcast.
+
+    python benchmarks/distributed_bench.py                       # big (29M), 64 tokens
+    python benchmarks/distributed_bench.py --size medium --max-tokens 16 --requests 8  # quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.server_bench import (  # noqa: E402
+    _param_count,
+    _prompt_tokens,
+    free_port,
+    run_level,
+    wait_ready,
+)
+
+SERVERS = ("mlxd_1proc_2t", "mlxd_1proc_1t", "mlxd_2ranks", "mlx_lm_2ranks", "mlx_lm_1proc")
+PEER_BIN = Path("/work/peers/mlxlm/bin")
+
+
+def _launcher(bin_dir: Path, python: str) -> list[str]:
+    return [
+        str(bin_dir / "mlx.launch"),
+        "-n",
+        "2",
+        "--backend",
+        "ring",
+        "-p",
+        str(free_port()),
+        "--python",
+        python,
+    ]
+
+
+def server_command(name: str, model: Path, port: int, args: argparse.Namespace) -> list[str]:
+    mlxd = ["-m", "mlxd.cli.main", "serve", "--model", str(model), "--port", str(port)]
+    mlx_lm = ["-m", "mlx_lm.server", "--model", str(model), "--port", str(port)]
+    peer_python = str(Path(args.mlx_lm_bin) / "python")
+    if name.startswith("mlxd_1proc"):
+        return [sys.executable, *mlxd]
+    if name == "mlxd_2ranks":
+        return [*_launcher(Path(sys.executable).parent, sys.executable), *mlxd, "--shard", "tensor"]
+    if name == "mlx_lm_2ranks":
+        return [*_launcher(Path(args.mlx_lm_bin), peer_python), *mlx_lm]
+    if name == "mlx_lm_1proc":
+        return [peer_python, *mlx_lm]
+    raise ValueError(name)
+
+
+def server_env(name: str, base: dict[str, str]) -> dict[str, str]:
+    """MKL everywhere; 2 threads per matmul only for mlxd_1proc_2t."""
+    env = dict(base, MLXD_BLAS="mkl", MLXD_BLAS_THREADS="2" if name.endswith("_2t") else "1")
+    if name.startswith("mlx_lm"):
+        env.update(
+            LD_PRELOAD=str(Path(sys.prefix) / "lib" / "libmkl_rt.so.3"),
+            MKL_THREADING_LAYER="SEQUENTIAL",
+        )
+    return env
+
+
+def start(
+    name: str, model: Path, env: dict[str, str], args: argparse.Namespace
+) -> tuple[subprocess.Popen[bytes], str]:
+    """A server (and, under mlx.launch, its ranks) in a new process group."""
+    port = free_port()
+    cmd = server_command(name, model, port, args)
+    proc = subprocess.Popen(
+        cmd,
+        env=server_env(name, env),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        return proc, wait_ready(proc, port, f"{name}: {' '.join(cmd)}")
+    except BaseException:
+        stop_group(proc)
+        raise
+
+
+def stop_group(proc: subprocess.Popen[bytes], seconds: float = 30.0) -> None:
+    """SIGTERM the server's process group (the launcher and every rank), SIGKILL if it lingers."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=seconds)
+            time.sleep(0.5)  # the ranks leave after the launcher
+        except subprocess.TimeoutExpired:
+            continue
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def broadcast_totals(url: str) -> tuple[float, int]:
+    """(seconds, count) of mlxd's lockstep broadcasts so far (0, 0 for other servers)."""
+    try:
+        text = httpx.get(url + "/metrics", timeout=10).text
+    except httpx.HTTPError:
+        return 0.0, 0
+    values = {}
+    for line in text.splitlines():
+        if line.startswith("mlxd_lockstep_broadcast_seconds_"):
+            key, value = line.split()
+            values[key] = float(value)
+    return (
+        values.get("mlxd_lockstep_broadcast_seconds_sum", 0.0),
+        int(values.get("mlxd_lockstep_broadcast_seconds_count", 0)),
+    )
+
+
+def bench_server(
+    name: str, model_dir: Path, env: dict[str, str], args: argparse.Namespace, eos: int
+) -> list[dict[str, float]]:
+    """One server: a warm-up, then every concurrency level."""
+    proc, url = start(name, model_dir, env, args)
+    model = "default" if name.startswith("mlxd") else str(model_dir)
+    try:
+        asyncio.run(run_level(name, url, "greedy", 1, 1, args, eos, model))  # warm-up
+        out = []
+        for clients in args.concurrency:
+            per_client = max(1, args.requests // clients)
+            seconds, count = broadcast_totals(url)
+            level = asyncio.run(
+                run_level(name, url, "greedy", clients, per_client, args, eos, model)
+            )
+            seconds2, count2 = broadcast_totals(url)
+            if count2 > count:
+                level["broadcasts"] = count2 - count
+                level["broadcast_ms"] = round(1000 * (seconds2 - seconds) / (count2 - count), 3)
+            out.append(level)
+            print(f"{name} {clients}: {json.dumps(level)}", file=sys.stderr, flush=True)
+        return out
+    finally:
+        stop_group(proc)
+
+
+# ---- the collective probe (a 2-rank job of its own) ---------------------------------------
+
+
+def probe_main(hidden: int, rows: list[int], iterations: int) -> None:
+    """Under mlx.launch: time all_sum on the ring; rank 0 prints one JSON line."""
+    import mlx.core as mx
+
+    from mlxd.backend.distributed import HEAD_BYTES
+
+    group = mx.distributed.init(strict=True)
+
+    def timed(run: Callable[[], None], n: int) -> float:
+        for _ in range(5):
+            run()
+        started = time.perf_counter()
+        for _ in range(n):
+            run()
+        return (time.perf_counter() - started) / n
+
+    def reduction(b: int) -> Callable[[], None]:
+        x = mx.ones((b, 1, hidden), dtype=mx.float32)
+        return lambda: mx.eval(mx.distributed.all_sum(x, group=group))
+
+    head = mx.zeros((HEAD_BYTES,), dtype=mx.uint8)
+
+    def broadcast() -> None:  # as backend.distributed.Channel sends a step: one fixed head
+        mx.eval(mx.distributed.all_sum(head, group=group))
+
+    out = {
+        f"reduction_{b}x{hidden}_us": round(1e6 * timed(reduction(b), iterations), 1) for b in rows
+    }
+    out["broadcast_us"] = round(1e6 * timed(broadcast, iterations), 1)
+    if group.rank() == 0:
+        print(json.dumps(out), flush=True)
+
+
+def probe(config: dict[str, int], rows: list[int]) -> dict[str, float]:
+    cmd = [
+        *_launcher(Path(sys.executable).parent, sys.executable),
+        str(Path(__file__).resolve()),
+        "--probe",
+        str(config["hidden_size"]),
+        ",".join(map(str, rows)),
+    ]
+    env = dict(os.environ, MLXD_BLAS_THREADS="1")
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        raise RuntimeError(f"probe failed: {done.stderr[-2000:]}")
+    result: dict[str, float] = json.loads(lines[-1])
+    layers = config["num_hidden_layers"]
+    for b in rows:
+        per_layer = 2 * result[f"reduction_{b}x{config['hidden_size']}_us"]
+        estimate = (layers * per_layer + result["broadcast_us"]) / 1000
+        result[f"est_comm_per_step_ms_{b}_rows"] = round(estimate, 3)
+    return result
+
+
+# ---- main -------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", default="big", help="tests/checkpoints.py size (tiny..big)")
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--prompt-words", type=int, default=48)
+    parser.add_argument("--requests", type=int, default=32, help="requests per level")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--concurrency", default="1,8")
+    parser.add_argument("--servers", default=",".join(SERVERS[:4]))
+    parser.add_argument("--mlx-lm-bin", default=str(PEER_BIN), help="bin/ of a venv with mlx-lm")
+    parser.add_argument("--probe", nargs=2, metavar=("HIDDEN", "ROWS"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.probe:
+        probe_main(int(args.probe[0]), [int(r) for r in args.probe[1].split(",")], 200)
+        return
+    args.concurrency = [int(c) for c in args.concurrency.split(",")]
+
+    from tests.checkpoints import make_checkpoint
+
+    import mlxd.backend  # noqa: F401  (MKL before mlx, as the servers load it)
+
+    work = Path(tempfile.mkdtemp(prefix="mlxd-dist-bench-"))
+    model_dir = make_checkpoint(work / f"bench-{args.size}", "chat", size=args.size)
+    config = json.loads((model_dir / "config.json").read_text())
+    eos = int(config["eos_token_id"])
+    env = dict(
+        os.environ, MLXD_HOME=str(work / "home"), HF_HOME=str(work / "hf"), HF_HUB_OFFLINE="1"
+    )
+    servers = args.servers.split(",")
+    results: dict[str, list[list[dict[str, float]]]] = {s: [] for s in servers}
+    for r in range(args.rounds):
+        for name in servers if r % 2 == 0 else servers[::-1]:
+            results[name].append(bench_server(name, model_dir, env, args, eos))
+    report = {
+        "checkpoint": args.size,
+        "parameters": _param_count(model_dir),
+        "hidden_size": config["hidden_size"],
+        "layers": config["num_hidden_layers"],
+        "prompt_tokens": _prompt_tokens(model_dir, args.prompt_words),
+        "max_tokens": args.max_tokens,
+        "requests_per_level": args.requests,
+        "rounds": args.rounds,
+        "cpu_count": os.cpu_count(),
+        "results": results,
+        "summary": summary(results, args.concurrency),
+        "probe": probe(config, args.concurrency),
+    }
+    print(json.dumps(report, indent=2))
+
+
+def summary(
+    results: dict[str, list[list[dict[str, float]]]], levels: list[int]
+) -> dict[str, object]:
+    """Medians over rounds per server and level, and the issue's two ratios (tokens/s)."""
+    figures: dict[str, dict[str, list[float]]] = {}
+    for name, rounds in results.items():
+        keys = ("agg_tok_s", "ttft_mean_ms", "ttft_p99_ms", "itl_p50_ms", "broadcast_ms")
+        figures[name] = {
+            key: [
+                statistics.median(rnd[i].get(key, 0.0) for rnd in rounds)
+                for i in range(len(levels))
+            ]
+            for key in keys
+        }
+    ratios: dict[str, list[float]] = {}
+    two = figures.get("mlxd_2ranks")
+    singles = [figures[n]["agg_tok_s"] for n in ("mlxd_1proc_2t", "mlxd_1proc_1t") if n in figures]
+    if two and singles:
+        best = [max(col) for col in zip(*singles, strict=True)]
+        ratios["mlxd_2ranks_over_best_1proc"] = [
+            round(a / b, 2) if b else 0.0 for a, b in zip(two["agg_tok_s"], best, strict=True)
+        ]
+    peer = figures.get("mlx_lm_2ranks")
+    if two and peer:
+        ratios["mlxd_2ranks_over_mlx_lm_2ranks"] = [
+            round(a / b, 2) if b else 0.0
+            for a, b in zip(two["agg_tok_s"], peer["agg_tok_s"], strict=True)
+        ]
+    return {"levels": levels, "figures": figures, "ratios": ratios}
+
+
+if __name__ == "__main__":
+    main()
