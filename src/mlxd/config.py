@@ -71,6 +71,12 @@ SETTINGS: dict[str, Setting] = {
         "10",
         "distributed serve: a rank silent this long counts as failed (a dead one at once)",
     ),
+    "rank0_address": Setting(
+        "MLXD_RANK0_ADDRESS",
+        "",
+        "distributed serve: rank 0's address for the ranks' heartbeats (empty: from "
+        "mlx.launch's ring hostfile or JACCL coordinator; set it under MPI)",
+    ),
     "max_models": Setting(
         "MLXD_MAX_MODELS", "2", "most models kept loaded; idle least recently used ones unload"
     ),

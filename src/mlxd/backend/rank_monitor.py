@@ -19,14 +19,22 @@ import time
 from collections.abc import Callable
 
 from mlxd.backend.outputs import RankStatus
+from mlxd.config import setting
 
 HEARTBEAT_SECONDS = 0.5
 DEFAULT_STALL_SECONDS = 10.0
 
 
 def leader_address() -> str | None:
-    """Rank 0's address on the ring's link (MLX_HOSTFILE, written by `mlx.launch`), or None
-    for backends that do not say (the heartbeat is then off)."""
+    """Rank 0's address as the other ranks reach it, or None when nothing says (the heartbeat
+    is then off): MLXD_RANK0_ADDRESS, else what `mlx.launch` tells the ranks (the ring's
+    hostfile, or the JACCL coordinator, which is rank 0). MPI tells neither."""
+    explicit = setting("rank0_address")
+    if explicit:
+        return explicit
+    coordinator = os.environ.get("MLX_JACCL_COORDINATOR", "")
+    if coordinator:
+        return coordinator.rsplit(":", 1)[0]
     path = os.environ.get("MLX_HOSTFILE")
     if not path:
         return None

@@ -155,3 +155,14 @@ def test_rank_1_leaves_on_its_own_when_rank_0_stalls(job: ServerProcess) -> None
     wait_for(lambda: not _alive(rank1), "rank 1 to exit", timeout=60)
     wait_for(lambda: "rank 0 stalled" in "".join(job.stderr), "rank 1's last line", 10)
     assert "mlxd serve (rank 1): rank 0 stalled: no heartbeat echo for 2s" in "".join(job.stderr)
+
+
+def test_a_drained_stop_is_no_fault(job: ServerProcess) -> None:
+    """SIGTERM to rank 0: it drains and sends the stop; neither side then takes the other's
+    leaving for a fault (both exit 0)."""
+    rank0, rank1 = _rank_pid(job, 0), _rank_pid(job, 1)
+    os.kill(rank0, signal.SIGTERM)
+    wait_for(lambda: not _alive(rank0) and not _alive(rank1), "both ranks to exit", 60)
+    assert job.proc.wait(timeout=60) == 0
+    stderr = "".join(job.stderr)
+    assert "exited with code" not in stderr and "is gone" not in stderr, stderr[-2000:]

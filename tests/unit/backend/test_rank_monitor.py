@@ -3,11 +3,15 @@ follower's view of rank 0) with plain sockets: no mlx."""
 
 from __future__ import annotations
 
+import json
 import queue
 import socket
 import time
+from pathlib import Path
 
-from mlxd.backend.rank_monitor import RankMonitor, send_heartbeats
+import pytest
+
+from mlxd.backend.rank_monitor import RankMonitor, leader_address, send_heartbeats
 
 
 def _monitor(stall_seconds: float, size: int = 3) -> tuple[RankMonitor, queue.SimpleQueue[str]]:
@@ -86,3 +90,19 @@ def test_a_follower_that_cannot_reach_rank_0_says_so() -> None:
     lost: queue.SimpleQueue[str] = queue.SimpleQueue()
     send_heartbeats("127.0.0.1", port, 1, 0.5, lost.put)
     assert lost.get(timeout=10).startswith("rank 0 is unreachable")
+
+
+def test_rank_0_address_from_the_launcher_or_the_operator(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("MLXD_RANK0_ADDRESS", "MLX_JACCL_COORDINATOR", "MLX_HOSTFILE"):
+        monkeypatch.delenv(name, raising=False)
+    assert leader_address() is None  # MPI: nothing says
+    hostfile = tmp_path / "hosts.json"
+    hostfile.write_text(json.dumps([["10.0.0.1:5000"], ["10.0.0.2:5000"]]))
+    monkeypatch.setenv("MLX_HOSTFILE", str(hostfile))  # ring
+    assert leader_address() == "10.0.0.1"
+    monkeypatch.setenv("MLX_JACCL_COORDINATOR", "10.0.0.7:32323")  # JACCL
+    assert leader_address() == "10.0.0.7"
+    monkeypatch.setenv("MLXD_RANK0_ADDRESS", "mac1.local")
+    assert leader_address() == "mac1.local"
