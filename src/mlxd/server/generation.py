@@ -148,8 +148,10 @@ async def respond(
         body = await collect(stream, wire, gen, st.lifecycle, timer, request.receive)
         return JSONResponse(body)
 
-    def cleanup() -> None:
-        # Safety net: runs even when the client left before the body iterator started.
+    async def cleanup() -> None:
+        # Safety net: runs even when the client left before the body iterator started. On the
+        # loop (a sync task would hop to a worker thread per request): Lifecycle.end may set
+        # the drain's asyncio.Event, which only the loop's thread may touch.
         stream.cancel()
         st.lifecycle.end(gen)
 

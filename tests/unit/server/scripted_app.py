@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -88,10 +89,12 @@ class ScriptedStream:
     def __init__(self, events: list[ChatEvent]) -> None:
         self.events = events
         self.cancelled = False
+        self.cancel_threads: list[int] = []  # the thread of each cancel() call
         self.prompt = FakePrompt()
 
     def cancel(self) -> None:
         self.cancelled = True
+        self.cancel_threads.append(threading.get_ident())
 
     async def __aiter__(self) -> AsyncIterator[ChatEvent]:
         for ev in self.events:
