@@ -204,3 +204,22 @@ def test_sampled_histograms_with_model_drafts_match_the_target(
     stat, df = _chi_square(samples, _target_law(tiny_chat_model))
     assert stat < _chi_square_critical(df), (stat, df)
     assert engine.stats().draft_tokens_total > 0
+
+
+def test_the_draft_unloads_with_its_model(make_engine, tiny_chat_model, tiny_draft_model) -> None:
+    """Residency: the draft belongs to its model's entry; pushing the model out frees both."""
+    import gc
+    import weakref
+
+    engine = make_engine(max_models=1)
+    info = engine.load_model(tiny_chat_model, draft=tiny_draft_model)
+    _run(engine, info, _prompts(info, 1), max_tokens=4, ignore_eos=True)
+    entry = engine._models.get(info.name)
+    assert entry is not None and entry.loaded.draft is not None
+    draft = weakref.ref(entry.loaded.draft.model)
+    del entry
+    base = engine.load_model(tiny_chat_model, "other-name")
+    _run(engine, base, _prompts(base, 1), max_tokens=4, ignore_eos=True)  # swaps the runner
+    assert engine.stats().models_loaded == ("other-name",)
+    gc.collect()
+    assert draft() is None
