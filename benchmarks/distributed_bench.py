@@ -190,7 +190,7 @@ def probe_main(hidden: int, rows: list[int], iterations: int) -> None:
     """Under mlx.launch: time all_sum on the ring; rank 0 prints one JSON line."""
     import mlx.core as mx
 
-    from mlxd.backend.distributed import HEAD_BYTES
+    from mlxd.backend.lockstep_channel import HEAD_BYTES
 
     group = mx.distributed.init(strict=True)
 

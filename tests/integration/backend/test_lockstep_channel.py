@@ -1,11 +1,11 @@
-"""backend.distributed.Channel on a one-rank group (all_sum is then the identity): every
+"""backend.lockstep_channel.Channel on a one-rank group (all_sum is then the identity): every
 message length comes back whole, across the fixed head's boundary."""
 
 from __future__ import annotations
 
 import pytest
 
-from mlxd.backend.distributed import HEAD_BYTES, Channel, StepMsg, decode, encode
+from mlxd.backend.lockstep_channel import HEAD_BYTES, Channel, StepMsg, decode, encode
 
 
 @pytest.mark.parametrize("size", [1, HEAD_BYTES - 4, HEAD_BYTES - 3, HEAD_BYTES, 5000])
