@@ -96,3 +96,26 @@ def test_only_leading_acceptances_count() -> None:
     u = mx.array([[0.1, 0.9, 0.1], [0.9, 0.1, 0.1], [0.1, 0.1, 0.1]])
     n = rule.accepted_count(p, rule.one_hot(draft, V), draft, u)
     assert n.tolist() == [1, 0, 3]
+
+
+def test_a_seeded_sampler_verifies_within_its_filtered_distribution() -> None:
+    """SeededSampler.verify takes p after the request's filters: with top-k every emitted
+    token is in its position's top k, a draft outside them is never accepted, and a seed
+    repeats its verdict."""
+    from mlxd.backend.sampling import make_sampler
+    from mlxd.types import SamplingParams
+
+    logits = mx.random.normal((3, 50), key=mx.random.key(0)) * 2
+    lp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    top = np.argsort(-np.array(lp), axis=-1)[:, :2]
+    outside = int(np.argsort(-np.array(lp[1]))[10])
+    draft = [int(top[0, 0]), outside]
+    verdicts = set()
+    for seed in range(60):
+        params = SamplingParams(temperature=0.9, top_p=0.95, top_k=2, seed=seed)
+        n, token = make_sampler(params, 50).verify(lp, draft)
+        again = make_sampler(params, 50).verify(lp, draft)
+        assert (n.item(), token.item()) == (again[0].item(), again[1].item())
+        verdicts.add((n.item(), token.item()))
+    assert {n for n, _ in verdicts} == {0, 1}  # the first draft is accepted, or not
+    assert all(token in top[n] and token != draft[n] for n, token in verdicts)
