@@ -26,7 +26,7 @@ Communication, two numbers:
                   the forward, where they cannot be timed apart) and the broadcast's one small
                   all_sum; `est_comm_per_step_ms` = 2 x layers x reduction + broadcast.
 
-    python benchmarks/distributed_bench.py                       # big (29M), 64 tokens
+    python benchmarks/distributed_bench.py --size xl --max-tokens 64 --requests 32 --rounds 2
     python benchmarks/distributed_bench.py --size medium --max-tokens 16 --requests 8  # quick
 """
 
@@ -246,7 +246,7 @@ def probe(config: dict[str, int], rows: list[int]) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--size", default="big", help="tests/checkpoints.py size (tiny..big)")
+    parser.add_argument("--size", default="xl", help="tests/checkpoints.py size (tiny..xl)")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--prompt-words", type=int, default=48)
     parser.add_argument("--requests", type=int, default=32, help="requests per level")

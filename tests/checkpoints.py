@@ -14,7 +14,8 @@ make_checkpoint(path, kind) writes one of:
   "hybrid"   lfm2: short-convolution layers (a recurrent ArraysCache) and attention layers
   "gated"    qwen3_next: gated delta-net layers (recurrent) and attention layers, dense MLPs
 `dtype` ("float32", "float16", "bfloat16") is the weights' type; tests use float32.
-`size` ("tiny", "small", "medium", "big") overrides the kind's size (benchmarks use bigger models).
+`size` ("tiny", "small", "medium", "big", "xl") overrides the kind's size (benchmarks use
+bigger models).
 """
 
 from __future__ import annotations
@@ -109,6 +110,13 @@ SIZES = {
         intermediate_size=1536,
         num_attention_heads=8,
         num_key_value_heads=4,
+    ),
+    "xl": dict(  # ~93M parameters: distributed_bench, where matmuls must outweigh the ring
+        hidden_size=1024,
+        num_hidden_layers=8,
+        intermediate_size=2816,
+        num_attention_heads=16,
+        num_key_value_heads=8,
     ),
 }
 
