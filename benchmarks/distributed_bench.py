@@ -111,6 +111,9 @@ def start(
     proc = subprocess.Popen(
         cmd,
         env=server_env(name, env),
+        # An open pipe nobody writes: mlx.launch polls its stdin, and at EOF (/dev/null) that
+        # poll returns at once and spins a core (mlxd and mlx-lm alike).
+        stdin=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,

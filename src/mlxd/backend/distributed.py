@@ -65,6 +65,30 @@ def launched() -> bool:
     return "MLX_RANK" in os.environ or "OMPI_COMM_WORLD_RANK" in os.environ
 
 
+def quiet_launcher_stdin() -> None:
+    """Stop `mlx.launch` spinning on this rank's stdin: its relay thread `select`s on the pipe
+    being writable, which an empty pipe always is, so it loops at full speed (measured: ~20%
+    of a core per rank). A server never reads stdin, so fill that pipe through a second write
+    end: the relay then sleeps in `select` until the rank prints something."""
+    import stat
+
+    try:
+        if not stat.S_ISFIFO(os.fstat(0).st_mode):
+            return
+        fd = os.open("/proc/self/fd/0", os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:  # no /proc (macOS): the launcher keeps spinning, nothing else changes
+        return
+    try:
+        while os.write(fd, bytes(65536)):
+            pass
+    except OSError:  # the pipe is full (EAGAIN): what we wanted
+        pass
+    _held_fds.append(fd)  # kept open for the process's life, so the pipe stays full
+
+
+_held_fds: list[int] = []
+
+
 def init_group() -> mx.distributed.Group:
     import mlx.core as mx
 
@@ -265,7 +289,7 @@ def follow(group: mx.distributed.Group, backend: MlxBackend, mode: ShardMode) ->
     ends this process with exit code 1 and one line on stderr (no traceback)."""
     follower = Follower(Channel(group), backend, mode)
     try:
-        while follower.apply(follower.channel.receive()):
+        while all(follower.apply(msg) for msg in follower.channel.receive()):
             pass
     except Exception as exc:
         _leader_lost(follower.channel.rank, f"stopped: {one_line(exc)}", follower.stopping)

@@ -7,13 +7,17 @@ import dataclasses
 import json
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from mlxd.errors import one_line
 from mlxd.types import SamplingParams
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import mlx.core as mx
+
+T = TypeVar("T")
 
 
 # ---- messages ---------------------------------------------------------------------------
@@ -100,14 +104,16 @@ _KINDS: dict[str, type[LockstepMsg]] = {
 }
 
 
-def encode(msg: LockstepMsg) -> bytes:
+def encode(msgs: list[LockstepMsg]) -> bytes:
     """JSON, not pickle: a follower never executes what arrives."""
-    return json.dumps({"kind": type(msg).__name__, **dataclasses.asdict(msg)}).encode()
+    return json.dumps([{"kind": type(m).__name__, **dataclasses.asdict(m)} for m in msgs]).encode()
 
 
-def decode(data: bytes) -> LockstepMsg:
-    fields = json.loads(data)
-    return _KINDS[fields.pop("kind")](**fields)
+def decode(data: bytes) -> list[LockstepMsg]:
+    out: list[LockstepMsg] = []
+    for fields in json.loads(data):
+        out.append(_KINDS[fields.pop("kind")](**fields))
+    return out
 
 
 def params_to_wire(params: SamplingParams) -> dict[str, Any]:
@@ -123,70 +129,101 @@ def params_from_wire(fields: dict[str, Any]) -> SamplingParams:
 
 HEAD_BYTES = 256  # a length and the message's first bytes: one collective for most messages
 
+# Messages that only change the batch: rank 0 holds them back and sends them with the next
+# message that makes the followers run something (a step, a close), in one broadcast.
+_DEFERRED = (InsertMsg, RemoveMsg)
+
 
 class Channel:
     """Rank 0 -> all ranks, over the job's own group: `all_sum`s in which only rank 0
-    contributes non-zeros. A fixed head (length + first bytes), then the rest if any."""
+    contributes non-zeros. A fixed head (length + first bytes), then the rest if any.
+
+    Rank 0 never waits for a broadcast: its collectives are queued on the batch's stream
+    behind the step in flight (so every rank meets the model's collectives and these in the
+    same order) and rank 0 goes on to build the next step meanwhile. Followers block in
+    `receive` until the message arrives."""
 
     def __init__(self, group: mx.distributed.Group) -> None:
         self.group = group
         self.rank = group.rank()
         self.size = group.size()
         self.broken: str | None = None  # after a failed exchange, the ring is never used again
-        self.sends = 0  # rank 0: messages broadcast, and the seconds their collectives took
+        self.sends = 0  # rank 0: broadcasts, and the host seconds spent queueing them
         self.send_seconds = 0.0
+        self._held: list[LockstepMsg] = []  # rank 0: deferred messages, sent with the next
+        self._in_flight: list[mx.array] = []  # rank 0: the last broadcast's collectives
 
     def send(self, msg: LockstepMsg) -> None:
+        """Broadcast `msg` (with the messages held back before it); inserts and removals
+        are held until the next message that is not one."""
         assert self.rank == 0
-        self._exchange(encode(msg))
+        if self.broken is not None:
+            raise RuntimeError(f"distributed channel is down: {self.broken}")
+        self._held.append(msg)
+        if isinstance(msg, _DEFERRED):
+            return
+        msgs, self._held = self._held, []
+        data = encode(msgs)
+        self._guarded(lambda: self._send_bytes(data, asynchronous=isinstance(msg, StepMsg)))
 
-    def receive(self) -> LockstepMsg:
+    def receive(self) -> list[LockstepMsg]:
+        """A follower: the next broadcast's messages, in rank 0's order."""
         assert self.rank != 0
-        return decode(self._exchange(b""))
+        if self.broken is not None:
+            raise RuntimeError(f"distributed channel is down: {self.broken}")
+        return decode(self._guarded(self._receive_bytes))
 
     def refuse(self, detail: str) -> None:
         """From any thread: every later exchange raises instead of touching the ring."""
         if self.broken is None:
             self.broken = detail
 
-    def _exchange(self, data: bytes) -> bytes:
-        if self.broken is not None:
-            raise RuntimeError(f"distributed channel is down: {self.broken}")
+    def _guarded(self, exchange: Callable[[], T]) -> T:
         try:
-            return self._all_sum_bytes(data)
+            return exchange()
         except Exception as exc:
             self.broken = one_line(exc)
             raise
 
-    def _all_sum_bytes(self, data: bytes) -> bytes:
+    def _send_bytes(self, data: bytes, *, asynchronous: bool) -> None:
         import mlx.core as mx
         import numpy as np
         from mlx_lm.generate import generation_stream
 
-        # The batch's stream: queued behind the step still in flight (async_eval), so every
-        # rank meets the model's collectives and these in the same order.
-        stream = generation_stream
-        if self.rank == 0:  # wait for that step here, so the timing covers the broadcast only
-            mx.synchronize(stream)
-            started = time.perf_counter()
-        # One collective for the usual message (a step: a few bytes), two for a long one.
+        started = time.perf_counter()
         head = np.zeros(HEAD_BYTES, dtype=np.uint8)
-        if self.rank == 0:
-            head[:4] = np.frombuffer(len(data).to_bytes(4, "little"), dtype=np.uint8)
-            first = data[: HEAD_BYTES - 4]
-            head[4 : 4 + len(first)] = np.frombuffer(first, dtype=np.uint8)
-        got = np.array(mx.distributed.all_sum(mx.array(head), group=self.group, stream=stream))
+        head[:4] = np.frombuffer(len(data).to_bytes(4, "little"), dtype=np.uint8)
+        first = data[: HEAD_BYTES - 4]
+        head[4 : 4 + len(first)] = np.frombuffer(first, dtype=np.uint8)
+        parts = [mx.array(head)]
+        if len(data) > HEAD_BYTES - 4:
+            parts.append(mx.array(np.frombuffer(data[HEAD_BYTES - 4 :], dtype=np.uint8)))
+        stream = generation_stream
+        self._in_flight = [
+            mx.distributed.all_sum(p, group=self.group, stream=stream) for p in parts
+        ]
+        for part in self._in_flight:  # one call each: one eval may run them in any order
+            if asynchronous:
+                mx.async_eval(part)  # type: ignore[no-untyped-call]
+            else:  # the followers are about to load, stop...: no step to overlap with
+                mx.eval(part)
+        self.sends += 1
+        self.send_seconds += time.perf_counter() - started
+
+    def _receive_bytes(self) -> bytes:
+        import mlx.core as mx
+        import numpy as np
+        from mlx_lm.generate import generation_stream
+
+        stream = generation_stream  # behind this rank's step in flight, as on rank 0
+        head = mx.zeros((HEAD_BYTES,), dtype=mx.uint8)
+        got = np.array(mx.distributed.all_sum(head, group=self.group, stream=stream))
         n = int.from_bytes(got[:4].tobytes(), "little")
         if n == 0:  # every message has a kind: only this rank's own zeros came back
             raise RuntimeError("rank 0 is gone: the ring delivered an empty message")
         out = got[4 : 4 + n].tobytes()
         if n > HEAD_BYTES - 4:
-            rest = np.frombuffer(data[HEAD_BYTES - 4 :], dtype=np.uint8) if self.rank == 0 else None
-            if rest is None:
-                rest = np.zeros(n - (HEAD_BYTES - 4), dtype=np.uint8)
-            tail = mx.distributed.all_sum(mx.array(rest), group=self.group, stream=stream)
+            rest = mx.zeros((n - (HEAD_BYTES - 4),), dtype=mx.uint8)
+            tail = mx.distributed.all_sum(rest, group=self.group, stream=stream)
             out += np.array(tail).tobytes()
-        if self.rank == 0:
-            self.sends += 1
-            self.send_seconds += time.perf_counter() - started
         return out

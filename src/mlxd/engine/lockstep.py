@@ -36,6 +36,7 @@ def cluster_role(mode: str) -> ClusterRole | None:
     group = distributed.init_group()
     if group.size() < 2:
         return None
+    distributed.quiet_launcher_stdin()
     return ClusterRole(group.rank(), group.size(), distributed.ShardMode(mode))
 
 
