@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from mlxd.backend.draft_policy import Acceptance, DraftPolicy
 from mlxd.backend.outputs import DraftCount
 from mlxd.types import DraftKind
 
@@ -82,6 +83,7 @@ class ModelDrafter(Protocol):
 class _Row:
     k: int
     index: NgramIndex | None  # None: the draft model proposes
+    odds: Acceptance = field(default_factory=Acceptance)
 
 
 @dataclass(slots=True)
@@ -89,6 +91,7 @@ class Drafts:
     """The speculating rows of one batch (by uid) and their draft/accept counts."""
 
     model: ModelDrafter | None = None  # proposes for the rows of kind `model`
+    policy: DraftPolicy = field(default_factory=DraftPolicy)  # how wide each step verifies
     rows: dict[int, _Row] = field(default_factory=dict)
     counts: dict[int, DraftCount] = field(default_factory=dict)  # since the last take_counts
     # Per row of the last propose: the draft model's log-probabilities at each drafted
@@ -111,21 +114,38 @@ class Drafts:
     def propose(
         self, uids: list[int], contexts: list[list[int]], last: list[int], room: list[int]
     ) -> list[list[int]]:
-        """Each row's draft (maybe empty): `contexts` are the tokens in its cache, `last` its
-        next token (sampled, not yet in the cache), `room` how many more it may emit after
-        that one. Sets `draft_logprobs`."""
+        """Each row's draft (maybe empty), as long as the policy's width for this step at
+        most: `contexts` are the tokens in its cache, `last` its next token (sampled, not yet
+        in the cache), `room` how many more it may emit after that one. Sets
+        `draft_logprobs`. Prompt lookup drafts before the choice (it is cheap), the draft
+        model after it, only when the step verifies."""
         rows = self.rows
-        drafts: list[list[int]] = []
         self.draft_logprobs = [None] * len(uids)
-        asks: list[tuple[int, DraftRequest]] = []
+        drafts: list[list[int]] = [[] for _ in uids]
+        offers: list[tuple[int, _Row, int]] = []  # (position, row, draft length on offer)
         for i, (uid, tokens, token, left) in enumerate(
             zip(uids, contexts, last, room, strict=True)
         ):
             row = rows.get(uid)
             k = min(row.k, left) if row is not None else 0
-            if row is not None and k > 0 and row.index is None:
-                asks.append((i, DraftRequest(uid, tokens, token, k)))
-            drafts.append(row.index.propose(tokens, token, k) if row and row.index and k else [])
+            if row is None or k <= 0:
+                continue
+            if row.index is not None:
+                drafts[i] = row.index.propose(tokens, token, k)
+                k = len(drafts[i])
+            if k:
+                offers.append((i, row, k))
+        most = max((k for _, _, k in offers), default=0)
+        width = self.policy.width(len(uids), [(row.odds, k) for _, row, k in offers], most)
+        asks: list[tuple[int, DraftRequest]] = []
+        for i, row, k in offers:
+            if width == 0:
+                row.odds.idle()
+                drafts[i] = []
+            elif row.index is None:
+                asks.append((i, DraftRequest(uids[i], contexts[i], last[i], min(k, width))))
+            else:
+                drafts[i] = drafts[i][:width]
         if asks and self.model is not None:
             proposed = self.model.propose([ask for _, ask in asks])
             for (i, _), (draft, logprobs) in zip(asks, proposed, strict=True):
@@ -133,8 +153,24 @@ class Drafts:
                 self.draft_logprobs[i] = logprobs
         return drafts
 
+    def wants_timing(self, rows: int) -> bool:
+        """A plain step over `rows` rows should be timed (the verifying step then waits for
+        it instead of letting it run behind the next step's work)."""
+        return self.policy.costs.needs_plain(rows)
+
+    def stepped(self, rows: int, width: int, seconds: float | None) -> None:
+        """A step over `rows` rows verified `width` drafts per row (0: plain) in `seconds`
+        (None: not timed)."""
+        costs = self.policy.costs
+        costs.stepped(rows)
+        if seconds is not None:
+            costs.observe(rows, width, seconds)
+
     def record(self, uid: int, drafted: int, accepted: int) -> None:
         if drafted:
+            row = self.rows.get(uid)
+            if row is not None:
+                row.odds.observe(drafted, accepted)
             seen = self.counts.get(uid)
             if seen is not None:
                 drafted, accepted = seen.drafted + drafted, seen.accepted + accepted

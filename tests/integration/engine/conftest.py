@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from mlxd.backend.draft_policy import StepCosts
 from mlxd.engine import Engine, EngineConfig, ModelInfo
 
 EngineFactory = Callable[..., Engine]
@@ -33,3 +34,11 @@ def make_engine() -> Iterator[EngineFactory]:
 def chat(make_engine: EngineFactory, tiny_chat_model: Path) -> tuple[Engine, ModelInfo]:
     engine = make_engine()
     return engine, engine.load_model(tiny_chat_model)
+
+
+@pytest.fixture
+def verify_every_draft(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Steps cost the same at every width, measured: the drafting policy verifies every draft
+    (exactness tests exercise the verify step at each step, whatever this machine's costs)."""
+    monkeypatch.setattr(StepCosts, "ratio", lambda self, rows, width: 1.0)
+    monkeypatch.setattr(StepCosts, "needs_plain", lambda self, rows: False)

@@ -16,6 +16,9 @@ from mlxd.types import DraftKind, TokenEvent
 
 from .engine_helpers import random_prompts, request
 
+# The drafting policy verifies every draft: these tests check the verify step itself.
+pytestmark = pytest.mark.usefixtures("verify_every_draft")
+
 MODEL, NGRAM, NONE = DraftKind.MODEL, DraftKind.NGRAM, DraftKind.NONE
 
 

@@ -11,6 +11,9 @@ from mlxd.types import DraftKind, FinishReason
 
 from .engine_helpers import collect_events, random_prompts, request
 
+# The drafting policy verifies every draft: these tests check the verify step itself.
+pytestmark = pytest.mark.usefixtures("verify_every_draft")
+
 NGRAM = DraftKind.NGRAM
 
 

@@ -4,10 +4,15 @@ as they do alone, and the engine keeps serving. Real forwards."""
 
 from __future__ import annotations
 
+import pytest
+
 from mlxd.engine import Engine, ModelInfo
 from mlxd.types import DraftKind, FinishReason, TokenEvent
 
 from .engine_helpers import random_prompts, request
+
+# The drafting policy verifies every draft: these tests check the verify step itself.
+pytestmark = pytest.mark.usefixtures("verify_every_draft")
 
 NGRAM = DraftKind.NGRAM
 LOOP = [20] * 25  # the tiny checkpoint loops after it: prompt lookup drafts are accepted

@@ -19,6 +19,9 @@ from mlxd.types import DraftKind, FinishEvent, TokenEvent
 
 from .engine_helpers import request
 
+# The drafting policy verifies every draft: these tests check the verify step itself.
+pytestmark = pytest.mark.usefixtures("verify_every_draft")
+
 NGRAM = DraftKind.NGRAM
 TOP_K, TEMPERATURE = 3, 0.8
 DEPTH = 3  # tokens per sample: the first comes from the prefill, drafts verify the next ones

@@ -1,0 +1,139 @@
+"""Cost-aware drafting: how wide each step's verify forward is, from measured costs.
+
+The rule. A verify step of width w (each row's next token plus up to w drafts; w = 0 is
+mlx-lm's plain step) over B rows costs r_B(w) plain steps. Row i, offering a draft of L_i
+tokens whose drafted positions it accepts with probability p_i each (given the ones before
+were accepted), emits in expectation 1 + a_i(min(L_i, w)) tokens, a(k) = p + p^2 + ... + p^k.
+The step takes the w with the most expected tokens per unit of step time,
+(B + sum_i a_i) / r_B(w); w = 0 scores B. Why: on a CPU the forward's cost grows with its
+width B x (w + 1), and a row with a short draft or none pays the padded width too, so a wide
+verify pays only where enough rows are likely to accept; where r is near 1 (Apple silicon at
+small batches) the rule drafts wide. It only picks which drafts are verified, never what is
+accepted: greedy output is the same with any choice.
+
+r_B(w) is measured online (StepCosts: moving averages of real steps' seconds per shape);
+p_i is each row's own record (Acceptance), which drifts back to a prior while the row does
+not draft, so a row turned off is tried again now and then.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Weight of the newest step in the moving averages, and the outlier bound (as prefill_plan).
+_ALPHA = 0.2
+_OUTLIER = 3.0
+# r(w) = 1 + slope * w until some width is measured: optimistic, so that a batch drafts
+# at the prior acceptance and so measures what verifying costs.
+PRIOR_SLOPE = 0.1
+# The plain step's cost per row count is re-measured once every this many steps.
+PLAIN_REFRESH = 64
+# Acceptance: a prior of PRIOR_P worth PRIOR_WEIGHT drafted positions; older evidence decays
+# by DECAY per verified draft, and by IDLE_DECAY per step a row's draft is not verified.
+PRIOR_P = 0.5
+PRIOR_WEIGHT = 2.0
+DECAY = 0.9
+IDLE_DECAY = 0.98
+
+
+@dataclass(slots=True)
+class Acceptance:
+    """One row's chance that a drafted position is accepted, given the ones before were."""
+
+    accepted: float = 0.0
+    trials: float = 0.0
+
+    @property
+    def p(self) -> float:
+        return (self.accepted + PRIOR_P * PRIOR_WEIGHT) / (self.trials + PRIOR_WEIGHT)
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        """A verified draft of `drafted` tokens kept `accepted`: that many positions passed
+        and, unless all did, one failed."""
+        self.accepted = self.accepted * DECAY + accepted
+        self.trials = self.trials * DECAY + accepted + (accepted < drafted)
+
+    def idle(self) -> None:
+        self.accepted *= IDLE_DECAY
+        self.trials *= IDLE_DECAY
+
+    def expected(self, k: int) -> float:
+        """Expected accepted tokens of a k-token draft."""
+        p = self.p
+        return sum(p**j for j in range(1, k + 1))
+
+
+@dataclass(slots=True)
+class _Shape:
+    """Moving-average seconds of the steps over one row count, by width (0 = plain)."""
+
+    seconds: dict[int, float] = field(default_factory=dict)
+    steps_since_plain: int = 0
+
+
+class StepCosts:
+    """Measured cost of a step by shape (rows x width) relative to a plain step; the one
+    place where step times are kept. Pure Python, no mlx."""
+
+    def __init__(self) -> None:
+        self._shapes: dict[int, _Shape] = {}
+
+    def observe(self, rows: int, width: int, seconds: float) -> None:
+        shape = self._shapes.setdefault(rows, _Shape())
+        old = shape.seconds.get(width)
+        shape.seconds[width] = seconds if old is None else _ewma(old, seconds)
+        if width == 0:
+            shape.steps_since_plain = 0
+
+    def stepped(self, rows: int) -> None:
+        """A step over `rows` rows ran (measured or not)."""
+        self._shapes.setdefault(rows, _Shape()).steps_since_plain += 1
+
+    def needs_plain(self, rows: int) -> bool:
+        """The plain step over `rows` rows is unmeasured or due for a new measurement."""
+        shape = self._shapes.get(rows)
+        return shape is None or 0 not in shape.seconds or shape.steps_since_plain >= PLAIN_REFRESH
+
+    def ratio(self, rows: int, width: int) -> float:
+        """r_rows(width): a step of this shape over a plain step over as many rows. An
+        unmeasured width follows the mean slope of the measured ones (of the nearest row
+        count with any), else PRIOR_SLOPE."""
+        if width == 0:
+            return 1.0
+        shape = self._shapes.get(rows)
+        if shape is not None and 0 in shape.seconds and width in shape.seconds:
+            return shape.seconds[width] / shape.seconds[0]
+        return 1.0 + self._slope(rows) * width
+
+    def _slope(self, rows: int) -> float:
+        for count in sorted(self._shapes, key=lambda n: abs(n - rows)):
+            seconds = self._shapes[count].seconds
+            plain = seconds.get(0)
+            slopes = [(s / plain - 1) / w for w, s in seconds.items() if w and plain]
+            if slopes:
+                return max(sum(slopes) / len(slopes), 0.0)
+        return PRIOR_SLOPE
+
+
+class DraftPolicy:
+    """Chooses each step's verify width (module docstring: the rule and why)."""
+
+    def __init__(self, costs: StepCosts | None = None) -> None:
+        self.costs = costs if costs is not None else StepCosts()
+
+    def width(self, rows: int, offers: list[tuple[Acceptance, int]], most: int) -> int:
+        """The verify width for a step over `rows` rows, where each drafting row offers a
+        draft of some length with its acceptance record; at most `most` (0: plain step)."""
+        if not offers or most <= 0 or self.costs.needs_plain(rows):
+            return 0
+        best, best_score = 0, float(rows)
+        for w in range(1, most + 1):
+            tokens = rows + sum(acc.expected(min(length, w)) for acc, length in offers)
+            score = tokens / self.costs.ratio(rows, w)
+            if score > best_score:
+                best, best_score = w, score
+        return best
+
+
+def _ewma(old: float, new: float) -> float:
+    return old + _ALPHA * (min(new, _OUTLIER * old) - old)

@@ -1,0 +1,47 @@
+"""The drafting policy in a real engine: a row whose drafts keep being rejected stops
+drafting when verifying costs something, and drafts every step when it is free; greedy
+output is the same either way (real forwards; step costs fixed so the test is exact)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mlxd.backend.draft_policy import StepCosts
+from mlxd.backend.speculative import NgramIndex
+from mlxd.engine import Engine, ModelInfo
+from mlxd.types import DraftKind
+
+from .engine_helpers import request
+
+TOKENS = 120
+
+
+def _run(engine: Engine, info: ModelInfo, draft: bool) -> tuple[list[int], int]:
+    params = dict(max_tokens=TOKENS, ignore_eos=True)
+    if draft:
+        params.update(draft_kind=DraftKind.NGRAM, num_draft_tokens=4)
+    tokens, finish = engine.submit(request(info, [20, 100, 300] * 8, **params)).collect()
+    return tokens, finish.timings.draft_tokens
+
+
+@pytest.mark.parametrize("slope", [0.0, 0.25])
+def test_a_row_whose_drafts_are_rejected_stops_drafting_when_width_costs(
+    chat: tuple[Engine, ModelInfo], monkeypatch: pytest.MonkeyPatch, slope: float
+) -> None:
+    engine, info = chat
+    wrong = info.vocab_size - 1  # proposed at every step; the target (almost) never says it
+
+    def propose(self: NgramIndex, tokens: list[int], last: int, k: int) -> list[int]:
+        return [wrong] * k
+
+    monkeypatch.setattr(NgramIndex, "propose", propose)
+    monkeypatch.setattr(StepCosts, "ratio", lambda self, rows, width: 1.0 + slope * width)
+    monkeypatch.setattr(StepCosts, "needs_plain", lambda self, rows: False)
+    plain, _ = _run(engine, info, draft=False)
+    spec, drafted = _run(engine, info, draft=True)
+    assert spec == plain
+    assert wrong not in plain
+    if slope == 0.0:  # free width: every step verifies a full draft
+        assert drafted >= 4 * (TOKENS - 4)  # the last steps have less room
+    else:  # a few probes: the first steps, then one now and then as the record relaxes
+        assert 0 < drafted <= TOKENS // 8

@@ -1,0 +1,81 @@
+"""The drafting policy's choice of verify width, on fake step costs (no model)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mlxd.backend.draft_policy import Acceptance, DraftPolicy, StepCosts
+
+
+class FixedCosts(StepCosts):
+    """r(w) = 1 + slope * w, the plain step already measured."""
+
+    def __init__(self, slope: float) -> None:
+        super().__init__()
+        self.slope = slope
+
+    def ratio(self, rows: int, width: int) -> float:
+        return 1.0 + self.slope * width
+
+    def needs_plain(self, rows: int) -> bool:
+        return False
+
+
+def _odds(p: float) -> Acceptance:
+    """A record of many drafts whose positions were accepted with probability p."""
+    odds = Acceptance()
+    for _ in range(200):
+        odds.accepted, odds.trials = odds.accepted * 0.9 + p, odds.trials * 0.9 + 1
+    return odds
+
+
+def test_flat_cost_drafts_as_wide_as_the_drafts() -> None:
+    policy = DraftPolicy(FixedCosts(slope=0.0))
+    offers = [(_odds(0.3), 4), (_odds(0.9), 2)]
+    assert policy.width(8, offers, most=4) == 4
+
+
+def test_linear_cost_and_low_acceptance_does_not_draft() -> None:
+    policy = DraftPolicy(FixedCosts(slope=1.0))  # a (w+1)-wide forward costs w+1 steps
+    assert policy.width(1, [(_odds(0.2), 4)], most=4) == 0
+    assert policy.width(8, [(_odds(0.6), 4)] * 4, most=4) == 0
+
+
+def test_cheap_width_and_good_drafts_draft_where_the_gain_beats_the_cost() -> None:
+    policy = DraftPolicy(FixedCosts(slope=0.2))
+    assert policy.width(1, [(_odds(0.95), 4)], most=4) == 4
+    # one good row among eight does not pay for widening all eight
+    assert policy.width(8, [(_odds(0.95), 4)], most=4) == 0
+
+
+def test_no_offer_or_an_unmeasured_plain_step_runs_the_plain_step() -> None:
+    assert DraftPolicy(FixedCosts(slope=0.0)).width(4, [], most=4) == 0
+    assert DraftPolicy(StepCosts()).width(4, [(_odds(0.9), 4)], most=4) == 0
+
+
+def test_rejections_lower_acceptance_and_idle_steps_bring_it_back() -> None:
+    odds = Acceptance()
+    prior = odds.p
+    for _ in range(5):
+        odds.observe(drafted=4, accepted=0)
+    low = odds.p
+    assert low < 0.2 < prior
+    for _ in range(400):
+        odds.idle()
+    assert odds.p == pytest.approx(prior, abs=0.01)
+    odds.observe(drafted=4, accepted=4)
+    assert odds.p > prior
+
+
+def test_step_costs_measure_ratios_and_extrapolate_unmeasured_widths() -> None:
+    costs = StepCosts()
+    assert costs.needs_plain(2)
+    costs.observe(2, 0, 0.010)
+    costs.observe(2, 2, 0.020)
+    assert not costs.needs_plain(2)
+    assert costs.ratio(2, 2) == pytest.approx(2.0)
+    assert costs.ratio(2, 4) == pytest.approx(3.0)  # slope 0.5 per width
+    assert costs.ratio(3, 1) == pytest.approx(1.5)  # the nearest measured row count
+    for _ in range(100):
+        costs.stepped(2)
+    assert costs.needs_plain(2)
