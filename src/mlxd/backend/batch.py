@@ -140,7 +140,8 @@ class BatchRunner:
         report.uid = uid  # set before any step can call the sampler
         if self._speculates(params, sampler, procs):
             assert params.draft_kind is not None  # _speculates checked it
-            self._speculation().add(uid, params.draft_kind, params.num_draft_tokens or 0)
+            fixed = sampler is not GREEDY and params.seed is not None
+            self._speculation().add(uid, params.draft_kind, params.num_draft_tokens or 0, fixed)
         if params.logprobs:
             self._top_n[uid] = params.top_logprobs
         if self.prefix_cache.enabled:

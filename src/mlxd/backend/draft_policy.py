@@ -121,18 +121,25 @@ class DraftPolicy:
     def __init__(self, costs: StepCosts | None = None) -> None:
         self.costs = costs if costs is not None else StepCosts()
 
-    def width(self, rows: int, offers: list[tuple[Acceptance, int]], most: int) -> int:
+    def width(
+        self, rows: int, offers: list[tuple[Acceptance, int]], most: int, least: int = 0
+    ) -> int:
         """The verify width for a step over `rows` rows, where each drafting row offers a
-        draft of some length with its acceptance record; at most `most` (0: plain step)."""
-        if not offers or most <= 0 or self.costs.needs_plain(rows):
-            return 0
-        best, best_score = 0, float(rows)
-        for w in range(1, most + 1):
-            tokens = rows + sum(acc.expected(min(length, w)) for acc, length in offers)
-            score = tokens / self.costs.ratio(rows, w)
+        draft of some length with its acceptance record: from `least` (rows that must
+        verify their drafts) to `most`; 0 is a plain step."""
+        if not offers or most <= 0 or (least == 0 and self.costs.needs_plain(rows)):
+            return least
+        best, best_score = least, self._score(rows, offers, least)
+        for w in range(least + 1, most + 1):
+            score = self._score(rows, offers, w)
             if score > best_score:
                 best, best_score = w, score
         return best
+
+    def _score(self, rows: int, offers: list[tuple[Acceptance, int]], width: int) -> float:
+        """Expected tokens per plain step's time of a step of this width."""
+        tokens = rows + sum(acc.expected(min(length, width)) for acc, length in offers)
+        return tokens / self.costs.ratio(rows, width)
 
 
 def _ewma(old: float, new: float) -> float:

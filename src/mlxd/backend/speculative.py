@@ -83,6 +83,7 @@ class ModelDrafter(Protocol):
 class _Row:
     k: int
     index: NgramIndex | None  # None: the draft model proposes
+    fixed: bool = False  # verifies its whole draft at every step (a seeded sampled row)
     odds: Acceptance = field(default_factory=Acceptance)
 
 
@@ -100,11 +101,13 @@ class Drafts:
     # (these are the q of a drafter that samples its drafts from them).
     draft_logprobs: list[mx.array | None] = field(default_factory=list)
 
-    def add(self, uid: int, kind: DraftKind, k: int) -> None:
+    def add(self, uid: int, kind: DraftKind, k: int, fixed: bool = False) -> None:
+        """A speculating row; `fixed`: its drafts are verified whatever the policy says (a
+        seeded sampled row's tokens depend on which drafts are verified, and a seed repeats)."""
         if k > 0 and kind is DraftKind.NGRAM:
-            self.rows[uid] = _Row(k, NgramIndex())
+            self.rows[uid] = _Row(k, NgramIndex(), fixed)
         elif k > 0 and kind is DraftKind.MODEL and self.model is not None:
-            self.rows[uid] = _Row(k, None)
+            self.rows[uid] = _Row(k, None, fixed)
 
     def discard(self, uid: int) -> None:
         row = self.rows.pop(uid, None)
@@ -136,7 +139,9 @@ class Drafts:
             if k:
                 offers.append((i, row, k))
         most = max((k for _, _, k in offers), default=0)
-        width = self.policy.width(len(uids), [(row.odds, k) for _, row, k in offers], most)
+        least = max((k for _, row, k in offers if row.fixed), default=0)
+        chances = [(row.odds, k) for _, row, k in offers]
+        width = self.policy.width(len(uids), chances, most, least)
         asks: list[tuple[int, DraftRequest]] = []
         for i, row, k in offers:
             if width == 0:

@@ -45,3 +45,21 @@ def test_a_row_whose_drafts_are_rejected_stops_drafting_when_width_costs(
         assert drafted >= 4 * (TOKENS - 4)  # the last steps have less room
     else:  # a few probes: the first steps, then one now and then as the record relaxes
         assert 0 < drafted <= TOKENS // 8
+
+
+def test_a_seeded_sampled_row_repeats_whatever_the_step_costs(
+    chat: tuple[Engine, ModelInfo], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its tokens depend on which drafts are verified: it verifies all of its own."""
+    engine, info = chat
+    params = dict(max_tokens=60, ignore_eos=True, temperature=0.8, seed=11)
+    params.update(draft_kind=DraftKind.NGRAM, num_draft_tokens=4)
+    outputs = []
+    for slope in (0.0, 5.0):
+        monkeypatch.setattr(StepCosts, "ratio", lambda self, rows, width, s=slope: 1 + s * width)
+        monkeypatch.setattr(StepCosts, "needs_plain", lambda self, rows: False)
+        handle = engine.submit(request(info, [20, 100, 300] * 8, **params))
+        tokens, finish = handle.collect()
+        outputs.append(tokens)
+        assert finish.timings.draft_tokens > 0
+    assert outputs[0] == outputs[1]

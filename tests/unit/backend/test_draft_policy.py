@@ -79,3 +79,9 @@ def test_step_costs_measure_ratios_and_extrapolate_unmeasured_widths() -> None:
     for _ in range(100):
         costs.stepped(2)
     assert costs.needs_plain(2)
+
+
+def test_rows_that_must_verify_set_the_least_width() -> None:
+    policy = DraftPolicy(FixedCosts(slope=1.0))
+    assert policy.width(8, [(_odds(0.2), 4), (_odds(0.2), 3)], most=4, least=3) == 3
+    assert DraftPolicy(StepCosts()).width(2, [(_odds(0.9), 2)], most=2, least=2) == 2

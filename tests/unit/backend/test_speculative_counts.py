@@ -1,9 +1,12 @@
-"""Per-row speculation counts (backend.speculative.Drafts): what one step reports per uid."""
+"""Per-row speculation (backend.speculative.Drafts): what one step reports per uid, and
+which drafts the policy lets through."""
 
 from __future__ import annotations
 
+from mlxd.backend.draft_policy import DraftPolicy, StepCosts
 from mlxd.backend.outputs import DraftCount
 from mlxd.backend.speculative import Drafts
+from mlxd.types import DraftKind
 
 
 def test_counts_are_per_row_summed_within_a_step_and_taken_once() -> None:
@@ -14,3 +17,20 @@ def test_counts_are_per_row_summed_within_a_step_and_taken_once() -> None:
     drafts.record(8, 4, 0)
     assert drafts.take_counts() == {7: DraftCount(6, 5), 8: DraftCount(4, 0)}
     assert drafts.take_counts() == {}
+
+
+def test_the_policy_width_truncates_drafts_and_a_fixed_row_keeps_its_own() -> None:
+    class Linear(StepCosts):
+        def ratio(self, rows: int, width: int) -> float:
+            return 1.0 + width
+
+        def needs_plain(self, rows: int) -> bool:
+            return False
+
+    drafts = Drafts(policy=DraftPolicy(Linear()))
+    drafts.add(1, DraftKind.NGRAM, 4)
+    drafts.add(2, DraftKind.NGRAM, 4)
+    loop = [5, 6, 7, 8, 9] * 3
+    assert drafts.propose([1, 2], [loop, loop], [5, 5], [9, 9]) == [[], []]
+    drafts.add(2, DraftKind.NGRAM, 2, fixed=True)
+    assert drafts.propose([1, 2], [loop, loop], [5, 5], [9, 9]) == [[6, 7], [6, 7]]
