@@ -4,10 +4,14 @@
     python benchmarks/spec_bench.py --rounds 2 --servers mlxd,mlxd-ngram,mlxd-draft,mlx_lm-draft
 
 Engine mode (default): the same greedy requests (repeat, fix or edit a given paragraph or
-piece of code) with and without `ngram` speculation on one engine, alternating (ABBA per
-round), at each batch size: aggregate tokens/s, the speed-up, tokens per target forward
-pass (pooled over requests, forwards counted by forwards_of), the acceptance rate, and
-whether every output is identical to the one without speculation. `step_cost_ratio` is the
+piece of code) without speculation (`plain`), with `ngram` speculation as the engine runs it
+(the drafting policy, backend/draft_policy.py, picks each step's verify width from measured
+costs) and with every draft verified (`ngram_every`, the policy's costs forced flat: the
+engine before the policy), on one engine, alternating (ABC CBA per round), at each batch
+size: aggregate tokens/s, `speedup` (ngram over plain), `speedup_every_draft_verified`
+(ngram_every over plain), tokens per target forward pass of `ngram` (pooled over requests,
+forwards counted by forwards_of), its acceptance rate, and whether every output of each kind
+is identical to the one without speculation. `step_cost_ratio` is the
 time of one (K+1)-token forward over one 1-token forward at the same batch size and context
 (the model alone); `engine_step_cost_ratio` the same for whole engine steps (a wave's seconds
 over its longest request's forwards, speculating over not), which also counts the per-step
@@ -35,6 +39,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +52,7 @@ sys.path.insert(0, str(ROOT))
 
 import mlxd.backend  # noqa: E402, F401  (loads the fast BLAS before mlx is imported)
 from mlxd.backend import mlx_lm_compat as compat  # noqa: E402
+from mlxd.backend.draft_policy import StepCosts  # noqa: E402
 from mlxd.engine import Engine, EngineConfig, EngineRequest  # noqa: E402
 from mlxd.store.default_model import default_model  # noqa: E402
 from mlxd.types import DraftKind, FinishEvent, SamplingParams  # noqa: E402
@@ -84,6 +91,22 @@ def wave(
     return [d[0] for d in done], [d[1] for d in done], time.perf_counter() - started
 
 
+@contextmanager
+def every_draft_verified(on: bool) -> Iterator[None]:
+    """While on, the drafting policy sees every width as free (and the plain step measured):
+    every draft is verified, as before the policy."""
+    if not on:
+        yield
+        return
+    ratio, needs_plain = StepCosts.ratio, StepCosts.needs_plain
+    StepCosts.ratio = lambda self, rows, width: 1.0
+    StepCosts.needs_plain = lambda self, rows: False
+    try:
+        yield
+    finally:
+        StepCosts.ratio, StepCosts.needs_plain = ratio, needs_plain
+
+
 def forwards_of(finish: FinishEvent) -> int:
     """Target forwards that made one request's tokens: its prefill's last one (the first
     token), then one per decode step, which emits its next token plus the drafts accepted."""
@@ -97,15 +120,18 @@ def bench_size(
     spec = SamplingParams(
         max_tokens=args.tokens, draft_kind=DraftKind.NGRAM, num_draft_tokens=args.k
     )
-    speeds: dict[str, list[float]] = {"plain": [], "ngram": []}
-    step_s: dict[str, list[float]] = {"plain": [], "ngram": []}  # wave seconds per batch step
+    kinds = ("plain", "ngram", "ngram_every")
+    speeds: dict[str, list[float]] = {kind: [] for kind in kinds}
+    step_s: dict[str, list[float]] = {kind: [] for kind in kinds}  # wave s per batch step
     outputs: dict[str, list[list[int]]] = {}
     identical = True
     completion = accepted = drafted = forwards = 0
     by_task = [[0, 0] for _ in TASKS]  # [completion tokens, forwards] per task
     for _ in range(args.rounds):
-        for kind in ("plain", "ngram", "ngram", "plain"):
-            outs, finishes, secs = wave(engine, model, prompts, spec if kind == "ngram" else plain)
+        for kind in (*kinds, *reversed(kinds)):
+            with every_draft_verified(kind == "ngram_every"):
+                params = plain if kind == "plain" else spec
+                outs, finishes, secs = wave(engine, model, prompts, params)
             speeds[kind].append(sum(len(o) for o in outs) / secs)
             step_s[kind].append(secs / max(forwards_of(f) for f in finishes))
             identical = identical and outputs.setdefault(kind, outs) == outs
@@ -117,11 +143,12 @@ def bench_size(
                     by_task[i % len(TASKS)][1] += forwards_of(f)
                 drafted += sum(f.timings.draft_tokens for f in finishes)
                 accepted += sum(f.timings.accepted_draft_tokens for f in finishes)
-    plain_tps, ngram_tps = statistics.median(speeds["plain"]), statistics.median(speeds["ngram"])
+    tps = {kind: statistics.median(speeds[kind]) for kind in kinds}
     return {
-        "tokens_per_s_plain": round(plain_tps, 2),
-        "tokens_per_s_ngram": round(ngram_tps, 2),
-        "speedup": round(ngram_tps / plain_tps, 3),
+        "tokens_per_s_plain": round(tps["plain"], 2),
+        "tokens_per_s_ngram": round(tps["ngram"], 2),
+        "speedup": round(tps["ngram"] / tps["plain"], 3),
+        "speedup_every_draft_verified": round(tps["ngram_every"] / tps["plain"], 3),
         "tokens_per_target_forward": round(completion / max(forwards, 1), 3),
         # a wave lasts as long as its slowest row: the task that drafts worst bounds the speed-up
         "tokens_per_target_forward_by_task": [round(c / f, 3) for c, f in by_task if f],
@@ -131,7 +158,8 @@ def bench_size(
         "drafted": drafted,
         "accepted": accepted,
         "acceptance": round(accepted / drafted, 3) if drafted else 0.0,
-        "identical_to_plain": identical and outputs["plain"] == outputs["ngram"],
+        "identical_to_plain": identical
+        and outputs["plain"] == outputs["ngram"] == outputs["ngram_every"],
         "completion_tokens_per_wave": sum(len(o) for o in outputs["plain"]),
     }
 
