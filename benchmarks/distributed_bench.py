@@ -181,6 +181,15 @@ def bench_server(
                 level["broadcast_ms"] = round(1000 * (seconds2 - seconds) / (count2 - count), 3)
             out.append(level)
             print(f"{name} {clients}: {json.dumps(level)}", file=sys.stderr, flush=True)
+        if args.prefill_words:  # long prompts, few tokens: TTFT, where compute dominates
+            heavy = argparse.Namespace(
+                **(vars(args) | {"prompt_words": args.prefill_words, "max_tokens": 2})
+            )
+            clients = max(args.concurrency)
+            level = asyncio.run(run_level(name, url, "greedy", clients, 1, heavy, eos, model))
+            level["phase"] = "prefill"  # type: ignore[assignment]
+            out.append(level)
+            print(f"{name} prefill {clients}: {json.dumps(level)}", file=sys.stderr, flush=True)
         return out
     finally:
         stop_group(proc)
@@ -252,6 +261,12 @@ def main() -> None:
     parser.add_argument("--size", default="xl", help="tests/checkpoints.py size (tiny..xl)")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--prompt-words", type=int, default=48)
+    parser.add_argument(
+        "--prefill-words",
+        type=int,
+        default=64,
+        help="prefill-heavy phase: prompts this long, 2 tokens each, at the top level (0: off)",
+    )
     parser.add_argument("--requests", type=int, default=32, help="requests per level")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--concurrency", default="1,8")
@@ -291,41 +306,47 @@ def main() -> None:
         "rounds": args.rounds,
         "cpu_count": os.cpu_count(),
         "results": results,
-        "summary": summary(results, args.concurrency),
+        "summary": summary(
+            results,
+            [f"{c}_clients" for c in args.concurrency]
+            + ([f"prefill_{max(args.concurrency)}_clients"] if args.prefill_words else []),
+        ),
         "probe": probe(config, args.concurrency),
     }
     print(json.dumps(report, indent=2))
 
 
-def summary(
-    results: dict[str, list[list[dict[str, float]]]], levels: list[int]
-) -> dict[str, object]:
-    """Medians over rounds per server and level, and the issue's two ratios (tokens/s)."""
+def summary(results: dict[str, list[list[dict[str, float]]]], rows: list[str]) -> dict[str, object]:
+    """Medians over rounds per server and row (each concurrency level, then the prefill
+    phase), and the issue's ratios: tokens/s, and TTFT as a speed-up (theirs / ours)."""
     figures: dict[str, dict[str, list[float]]] = {}
     for name, rounds in results.items():
         keys = ("agg_tok_s", "ttft_mean_ms", "ttft_p99_ms", "itl_p50_ms", "broadcast_ms")
         figures[name] = {
             key: [
-                statistics.median(rnd[i].get(key, 0.0) for rnd in rounds)
-                for i in range(len(levels))
+                statistics.median(rnd[i].get(key, 0.0) for rnd in rounds) for i in range(len(rows))
             ]
             for key in keys
         }
     ratios: dict[str, list[float]] = {}
     two = figures.get("mlxd_2ranks")
-    singles = [figures[n]["agg_tok_s"] for n in ("mlxd_1proc_2t", "mlxd_1proc_1t") if n in figures]
-    if two and singles:
-        best = [max(col) for col in zip(*singles, strict=True)]
-        ratios["mlxd_2ranks_over_best_1proc"] = [
-            round(a / b, 2) if b else 0.0 for a, b in zip(two["agg_tok_s"], best, strict=True)
-        ]
+    singles = [figures[n] for n in ("mlxd_1proc_2t", "mlxd_1proc_1t") if n in figures]
     peer = figures.get("mlx_lm_2ranks")
+    if two and singles:
+        best_tok = [max(col) for col in zip(*(f["agg_tok_s"] for f in singles), strict=True)]
+        best_ttft = [min(col) for col in zip(*(f["ttft_mean_ms"] for f in singles), strict=True)]
+        ratios["mlxd_2ranks_over_best_1proc"] = _ratios(two["agg_tok_s"], best_tok)
+        ratios["ttft_speedup_over_best_1proc"] = _ratios(best_ttft, two["ttft_mean_ms"])
     if two and peer:
-        ratios["mlxd_2ranks_over_mlx_lm_2ranks"] = [
-            round(a / b, 2) if b else 0.0
-            for a, b in zip(two["agg_tok_s"], peer["agg_tok_s"], strict=True)
-        ]
-    return {"levels": levels, "figures": figures, "ratios": ratios}
+        ratios["mlxd_2ranks_over_mlx_lm_2ranks"] = _ratios(two["agg_tok_s"], peer["agg_tok_s"])
+        ratios["ttft_speedup_over_mlx_lm_2ranks"] = _ratios(
+            peer["ttft_mean_ms"], two["ttft_mean_ms"]
+        )
+    return {"rows": rows, "figures": figures, "ratios": ratios}
+
+
+def _ratios(top: list[float], bottom: list[float]) -> list[float]:
+    return [round(a / b, 2) if b else 0.0 for a, b in zip(top, bottom, strict=True)]
 
 
 if __name__ == "__main__":
