@@ -11,14 +11,15 @@ verify pays only where enough rows are likely to accept; where r is near 1 (Appl
 small batches) the rule drafts wide. It only picks which drafts are verified, never what is
 accepted: greedy output is the same with any choice.
 
-r_B(w) is measured online (StepCosts: moving averages of real steps' seconds per shape);
+r_B(w) = 1 + w * extra_B / plain_B is measured online (StepCosts: moving averages of real
+steps' seconds: a plain step's, and what each verified position adds, per row count B);
 p_i is each row's own record (Acceptance), which drifts back to a prior while the row does
 not draft, so a row turned off is tried again now and then.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 # Weight of the newest step in the moving averages, and the outlier bound (as prefill_plan).
 _ALPHA = 0.2
@@ -26,8 +27,8 @@ _OUTLIER = 3.0
 # r(w) = 1 + slope * w until some width is measured: optimistic, so that a batch drafts
 # at the prior acceptance and so measures what verifying costs.
 PRIOR_SLOPE = 0.1
-# The plain step's cost per row count is re-measured once every this many steps.
-PLAIN_REFRESH = 64
+# A row count's plain and verify steps are measured again after this many steps without.
+REFRESH = 64
 # Acceptance: a prior of PRIOR_P worth PRIOR_WEIGHT drafted positions; older evidence decays
 # by DECAY per verified draft, and by IDLE_DECAY per step a row's draft is not verified.
 PRIOR_P = 0.5
@@ -65,53 +66,57 @@ class Acceptance:
 
 @dataclass(slots=True)
 class _Shape:
-    """Moving-average seconds of the steps over one row count, by width (0 = plain)."""
+    """Moving averages over the steps of one row count: a plain step's seconds, and what
+    each verified position adds per row count (a step of width w: plain + w * extra)."""
 
-    seconds: dict[int, float] = field(default_factory=dict)
-    steps_since_plain: int = 0
+    plain_s: float | None = None
+    extra_s: float | None = None
+    since_plain: int = 0
+    since_verify: int = 0
 
 
 class StepCosts:
     """Measured cost of a step by shape (rows x width) relative to a plain step; the one
-    place where step times are kept. Pure Python, no mlx."""
+    place where step times are kept. Each row count's plain step and verify steps are
+    measured again after REFRESH steps without one. Pure Python, no mlx."""
 
     def __init__(self) -> None:
         self._shapes: dict[int, _Shape] = {}
 
     def observe(self, rows: int, width: int, seconds: float) -> None:
         shape = self._shapes.setdefault(rows, _Shape())
-        old = shape.seconds.get(width)
-        shape.seconds[width] = seconds if old is None else _ewma(old, seconds)
         if width == 0:
-            shape.steps_since_plain = 0
+            shape.plain_s = _ewma(shape.plain_s, seconds)
+            shape.since_plain = 0
+        elif shape.plain_s is not None:
+            shape.extra_s = _ewma(shape.extra_s, max(seconds - shape.plain_s, 0.0) / width)
+            shape.since_verify = 0
 
     def stepped(self, rows: int) -> None:
         """A step over `rows` rows ran (measured or not)."""
-        self._shapes.setdefault(rows, _Shape()).steps_since_plain += 1
+        shape = self._shapes.setdefault(rows, _Shape())
+        shape.since_plain += 1
+        shape.since_verify += 1
 
     def needs_plain(self, rows: int) -> bool:
         """The plain step over `rows` rows is unmeasured or due for a new measurement."""
         shape = self._shapes.get(rows)
-        return shape is None or 0 not in shape.seconds or shape.steps_since_plain >= PLAIN_REFRESH
+        return shape is None or shape.plain_s is None or shape.since_plain >= REFRESH
 
     def ratio(self, rows: int, width: int) -> float:
-        """r_rows(width): a step of this shape over a plain step over as many rows. An
-        unmeasured width follows the mean slope of the measured ones (of the nearest row
-        count with any), else PRIOR_SLOPE."""
-        if width == 0:
-            return 1.0
+        """r_rows(width): a step of this shape over a plain step over as many rows. A row
+        count never measured verifying takes the nearest one's slope, else PRIOR_SLOPE, and
+        so does one due for a new measurement (optimistic, so that a step measures it)."""
         shape = self._shapes.get(rows)
-        if shape is not None and 0 in shape.seconds and width in shape.seconds:
-            return shape.seconds[width] / shape.seconds[0]
+        if shape is not None and shape.since_verify >= REFRESH:
+            return 1.0 + PRIOR_SLOPE * width
         return 1.0 + self._slope(rows) * width
 
     def _slope(self, rows: int) -> float:
         for count in sorted(self._shapes, key=lambda n: abs(n - rows)):
-            seconds = self._shapes[count].seconds
-            plain = seconds.get(0)
-            slopes = [(s / plain - 1) / w for w, s in seconds.items() if w and plain]
-            if slopes:
-                return max(sum(slopes) / len(slopes), 0.0)
+            shape = self._shapes[count]
+            if shape.plain_s and shape.extra_s is not None:
+                return shape.extra_s / shape.plain_s
         return PRIOR_SLOPE
 
 
@@ -142,5 +147,7 @@ class DraftPolicy:
         return tokens / self.costs.ratio(rows, width)
 
 
-def _ewma(old: float, new: float) -> float:
-    return old + _ALPHA * (min(new, _OUTLIER * old) - old)
+def _ewma(old: float | None, new: float) -> float:
+    if old is None:
+        return new
+    return old + _ALPHA * ((min(new, _OUTLIER * old) if old > 0 else new) - old)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mlxd.backend.draft_policy import Acceptance, DraftPolicy, StepCosts
+from mlxd.backend.draft_policy import PRIOR_SLOPE, REFRESH, Acceptance, DraftPolicy, StepCosts
 
 
 class FixedCosts(StepCosts):
@@ -67,21 +67,20 @@ def test_rejections_lower_acceptance_and_idle_steps_bring_it_back() -> None:
     assert odds.p > prior
 
 
-def test_step_costs_measure_ratios_and_extrapolate_unmeasured_widths() -> None:
+def test_step_costs_measure_ratios_and_measure_again_when_stale() -> None:
     costs = StepCosts()
     assert costs.needs_plain(2)
+    assert costs.ratio(2, 4) == pytest.approx(1.0 + 4 * PRIOR_SLOPE)
     costs.observe(2, 0, 0.010)
     costs.observe(2, 2, 0.020)
     assert not costs.needs_plain(2)
     assert costs.ratio(2, 2) == pytest.approx(2.0)
-    assert costs.ratio(2, 4) == pytest.approx(3.0)  # slope 0.5 per width
+    assert costs.ratio(2, 4) == pytest.approx(3.0)  # 0.5 plain step per verified position
     assert costs.ratio(3, 1) == pytest.approx(1.5)  # the nearest measured row count
-    for _ in range(100):
+    for _ in range(REFRESH):
         costs.stepped(2)
     assert costs.needs_plain(2)
-
-
-def test_rows_that_must_verify_set_the_least_width() -> None:
-    policy = DraftPolicy(FixedCosts(slope=1.0))
-    assert policy.width(8, [(_odds(0.2), 4), (_odds(0.2), 3)], most=4, least=3) == 3
-    assert DraftPolicy(StepCosts()).width(2, [(_odds(0.9), 2)], most=2, least=2) == 2
+    assert costs.ratio(2, 4) == pytest.approx(1.0 + 4 * PRIOR_SLOPE)  # worth a new try
+    costs.observe(2, 0, 0.010)
+    costs.observe(2, 4, 0.030)
+    assert costs.ratio(2, 4) == pytest.approx(3.0)
