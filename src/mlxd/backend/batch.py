@@ -94,6 +94,7 @@ class BatchRunner:
         self._always_trimmable = trimmable_at(make_prompt_cache(loaded.model), 1 << 62)
         self._drafts: Drafts | None = None  # set by the first speculating sequence
         self._rewindable = compat.rows_rewindable(loaded.model)  # can speculate
+        self._planned: int | None = None  # plan_step's padded prefill tokens (see _plan_prefill)
 
     def insert(
         self,
@@ -217,19 +218,29 @@ class BatchRunner:
         """Sequences whose prefill has not started yet, in arrival order."""
         return [uid for uid, _ in compat.waiting_prompts(self._gen)]
 
-    def step(self) -> StepResult:
-        """One decode step for the running batch, then one prefill chunk."""
-        planner = self._planner
-        if planner is None:
-            prompt_resps, gen_resps = self._gen.next()
-        else:
-            prefilled = self._plan_prefill(planner)
-            started = time.perf_counter()
-            prompt_resps, gen_resps = self._gen.next()
-            if prefilled == 0:
-                planner.observe_decode(time.perf_counter() - started)
-            elif prefilled is not None:
-                planner.observe_prefill(time.perf_counter() - started, prefilled)
+    def plan_step(self) -> int:
+        """Decide how many waiting prompts the next step may start prefilling (the planner's
+        choice, when it is on) and return that limit: `follow_plan` applies it to another
+        rank's runner, which then steps exactly as this one."""
+        if self._planner is not None:
+            self._planned = self._plan_prefill(self._planner)
+        return compat.prefill_limit(self._gen)
+
+    def follow_plan(self, limit: int) -> None:
+        compat.limit_next_prefill(self._gen, limit)
+
+    def step(self, *, planned: bool = False) -> StepResult:
+        """One decode step for the running batch, then one prefill chunk (`planned`: the
+        caller ran `plan_step` for it already)."""
+        if not planned:
+            self.plan_step()
+        started = time.perf_counter()
+        prompt_resps, gen_resps = self._gen.next()
+        planner, prefilled = self._planner, self._planned
+        if planner is not None and prefilled == 0:
+            planner.observe_decode(time.perf_counter() - started)
+        elif planner is not None and prefilled is not None:
+            planner.observe_prefill(time.perf_counter() - started, prefilled)
         if self._snapshots:
             self._segments_done([r.uid for r in prompt_resps if compat.segment_ended(r)])
         top_n = self._top_n

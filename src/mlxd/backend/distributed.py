@@ -4,8 +4,9 @@ Rank 0 runs the whole engine (HTTP, scheduler, chat layer) on a `DistributedBack
 other rank runs `follow`. Each runner call rank 0 makes (load, insert, remove, step, close) is
 broadcast first as a typed message, so every rank runs the same batched steps in lockstep on
 its shard of the model. Followers never decide anything: rank 0 fixes each request's seed
-(unseeded requests get a random one) and the prefill grouping is static (no timing-based
-planner), so the ranks' batches stay identical. See docs/usage/distributed.md.
+(unseeded requests get a random one) and how many prompts each step starts prefilling (its
+timing-based planner runs on rank 0 only), so the ranks' batches stay identical.
+See docs/usage/distributed.md.
 """
 
 from __future__ import annotations
@@ -183,8 +184,8 @@ class LockstepRunner:
         return self.inner.awaits_snapshot(prompt_ids)
 
     def step(self) -> StepResult:
-        self.channel.send(StepMsg())
-        return self.inner.step()
+        self.channel.send(StepMsg(self.inner.plan_step()))
+        return self.inner.step(planned=True)
 
     @property
     def prefill_pending(self) -> bool:
@@ -201,7 +202,6 @@ class DistributedBackend(MlxBackend):
     """Rank 0's backend: loads sharded and hands out LockstepRunners."""
 
     def __init__(self, group: mx.distributed.Group, mode: ShardMode, **kwargs: Any) -> None:
-        kwargs["prefill_group_tokens"] = 0  # the planner decides from timings: rank-local
         super().__init__(**kwargs)
         self.group = group
         self.mode = mode
@@ -329,7 +329,9 @@ class Follower:
         elif isinstance(msg, RemoveMsg) and self.runner is not None:
             self.runner.remove(msg.uids, keep_cache=msg.keep_cache)
         elif isinstance(msg, StepMsg):
-            self._live_runner("step").step()
+            runner = self._live_runner("step")
+            runner.follow_plan(msg.prefill_limit)
+            runner.step(planned=True)
         elif isinstance(msg, CloseRunnerMsg):
             self._close_runner()
         elif isinstance(msg, UnloadMsg):

@@ -59,7 +59,7 @@ class RemoveMsg:
 
 @dataclass(frozen=True, slots=True)
 class StepMsg:
-    pass
+    prefill_limit: int  # waiting prompts the step may start prefilling (rank 0's planner)
 
 
 @dataclass(frozen=True, slots=True)

@@ -209,6 +209,12 @@ def limit_next_prefill(gen: BatchGen, prompts: int) -> None:
     gen.prefill_batch_size = prompts
 
 
+def prefill_limit(gen: BatchGen) -> int:
+    """What `limit_next_prefill` last set (another rank's runner copies it to stay in step)."""
+    limit: int = gen.prefill_batch_size
+    return limit
+
+
 def trim_cache(cache: PromptCache, tokens: int) -> int:
     """Trim `tokens` from the end of a trimmable cache, in place; returns how many went."""
     trimmed: object = trim_prompt_cache(cache, tokens)

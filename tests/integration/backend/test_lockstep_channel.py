@@ -34,8 +34,8 @@ def test_every_length_crosses_whole(size: int) -> None:
     data = bytes((7 * i + 3) % 256 for i in range(size))
     channel._send_bytes(data, asynchronous=True)
     assert _sent(channel) == data
-    channel.send(StepMsg())
-    assert decode(_sent(channel)) == [StepMsg()]
+    channel.send(StepMsg(2))
+    assert decode(_sent(channel)) == [StepMsg(2)]
     assert channel.sends == 2 and channel.send_seconds > 0
 
 
@@ -46,9 +46,9 @@ def test_removals_wait_for_the_next_step() -> None:
     channel.send(RemoveMsg([3], True))
     assert channel.sends == 0
     channel.send(RemoveMsg([4], False))
-    channel.send(StepMsg())
+    channel.send(StepMsg(2))
     assert channel.sends == 1
-    assert decode(_sent(channel)) == [RemoveMsg([3], True), RemoveMsg([4], False), StepMsg()]
+    assert decode(_sent(channel)) == [RemoveMsg([3], True), RemoveMsg([4], False), StepMsg(2)]
     channel.send(StopMsg())
     assert decode(_sent(channel)) == [StopMsg()]
 
@@ -65,5 +65,5 @@ def test_an_empty_message_means_rank_0_is_gone() -> None:
 
 
 def test_the_wire_format_round_trips() -> None:
-    msgs = [RemoveMsg([1, 2], True), StepMsg()]
+    msgs = [RemoveMsg([1, 2], True), StepMsg(2)]
     assert decode(encode(msgs)) == msgs
