@@ -93,6 +93,7 @@ class BatchRunner:
         # answer's snapshot serves every shorter prompt, so it needs no mid-prompt ones.
         self._always_trimmable = trimmable_at(make_prompt_cache(loaded.model), 1 << 62)
         self._drafts: Drafts | None = None  # set by the first speculating sequence
+        self._lockstep = False  # ranks step together: drafts may not follow this rank's timing
         self._rewindable = compat.rows_rewindable(loaded.model)  # can speculate
         self._planned: int | None = None  # plan_step's padded prefill tokens (see _plan_prefill)
 
@@ -141,7 +142,7 @@ class BatchRunner:
         report.uid = uid  # set before any step can call the sampler
         if self._speculates(params, sampler, procs):
             assert params.draft_kind is not None  # _speculates checked it
-            fixed = sampler is not GREEDY and params.seed is not None
+            fixed = self._lockstep or (sampler is not GREEDY and params.seed is not None)
             self._speculation().add(uid, params.draft_kind, params.num_draft_tokens or 0, fixed)
         if params.logprobs:
             self._top_n[uid] = params.top_logprobs
@@ -218,6 +219,12 @@ class BatchRunner:
         """Sequences whose prefill has not started yet, in arrival order."""
         return [uid for uid, _ in compat.waiting_prompts(self._gen)]
 
+    def run_in_lockstep(self) -> None:
+        """Other ranks run the same steps (mlx.launch): every speculating row verifies its
+        whole draft, since the drafting policy's timings are this rank's alone and every
+        rank's forward must have the same shape."""
+        self._lockstep = True
+
     def plan_step(self) -> int:
         """Decide how many waiting prompts the next step may start prefilling (the planner's
         choice, when it is on) and return that limit: `follow_plan` applies it to another
@@ -241,6 +248,8 @@ class BatchRunner:
             planner.observe_decode(time.perf_counter() - started)
         elif planner is not None and prefilled is not None:
             planner.observe_prefill(time.perf_counter() - started, prefilled)
+        if prompt_resps and self._drafts is not None:
+            self._drafts.policy.costs.spoil()  # this step's time went to a prefill too
         if self._snapshots:
             self._segments_done([r.uid for r in prompt_resps if compat.segment_ended(r)])
         top_n = self._top_n

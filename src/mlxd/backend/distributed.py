@@ -146,6 +146,7 @@ class LockstepRunner:
     def __init__(self, inner: BatchRunner, channel: Channel) -> None:
         self.inner = inner
         self.channel = channel
+        inner.run_in_lockstep()
 
     def insert(
         self,
@@ -324,6 +325,7 @@ class Follower:
         elif isinstance(msg, MakeRunnerMsg):
             self._close_runner()
             self.runner = self.backend.make_runner(msg.name, self.models[msg.name])
+            self.runner.run_in_lockstep()
         elif isinstance(msg, InsertMsg):
             self._insert(msg)
         elif isinstance(msg, RemoveMsg) and self.runner is not None:

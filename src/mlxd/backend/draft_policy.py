@@ -82,6 +82,23 @@ class StepCosts:
 
     def __init__(self) -> None:
         self._shapes: dict[int, _Shape] = {}
+        self._last: tuple[int, int, float] | None = None  # rows, width, start of the last step
+
+    def started(self, rows: int, width: int, at: float) -> None:
+        """A step of this shape starts at `at` (perf_counter): the previous step took from its
+        own start to now, the work around it included (mlx-lm runs a plain step's forward
+        behind the engine's per-step work, a verify step before it)."""
+        last = self._last
+        if last is not None:
+            self.observe(last[0], last[1], at - last[2])
+        self._last = (rows, width, at)
+        shape = self._shapes.setdefault(rows, _Shape())
+        shape.since_plain += 1
+        shape.since_verify += 1
+
+    def spoil(self) -> None:
+        """The step just started also did other work (a prefill): it is not a sample."""
+        self._last = None
 
     def observe(self, rows: int, width: int, seconds: float) -> None:
         shape = self._shapes.setdefault(rows, _Shape())
@@ -91,12 +108,6 @@ class StepCosts:
         elif shape.plain_s is not None:
             shape.extra_s = _ewma(shape.extra_s, max(seconds - shape.plain_s, 0.0) / width)
             shape.since_verify = 0
-
-    def stepped(self, rows: int) -> None:
-        """A step over `rows` rows ran (measured or not)."""
-        shape = self._shapes.setdefault(rows, _Shape())
-        shape.since_plain += 1
-        shape.since_verify += 1
 
     def needs_plain(self, rows: int) -> bool:
         """The plain step over `rows` rows is unmeasured or due for a new measurement."""

@@ -45,7 +45,6 @@ the behaviour and fails on any mlx-lm other than PINNED.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Collection, Iterator, Sized
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
@@ -278,9 +277,7 @@ class RowDrafter(Protocol):
 
     def record(self, uid: int, drafted: int, accepted: int) -> None: ...
 
-    def wants_timing(self, rows: int) -> bool: ...
-
-    def stepped(self, rows: int, width: int, seconds: float | None) -> None: ...
+    def started(self, rows: int, width: int) -> None: ...
 
 
 @runtime_checkable
@@ -356,20 +353,12 @@ class SpeculativeGenerationBatch(GenerationBatch):
         mx.eval(self._next_tokens)
         last = cast("list[int]", self._next_tokens.tolist())
         room = [m - n - 1 for m, n in zip(self.max_tokens, self._num_tokens, strict=True)]
-        rows, drafter = len(self.uids), self._mlxd_drafter
-        started = time.perf_counter()
-        drafts = drafter.propose(self.uids, self.tokens, last, room)
+        drafts = self._mlxd_drafter.propose(self.uids, self.tokens, last, room)
         width = max(len(d) for d in drafts)
-        if width:
-            responses = self._verify(last, drafts, width)
-        else:
-            responses = super().next()
-            if not drafter.wants_timing(rows):
-                drafter.stepped(rows, 0, None)
-                return responses
-            mx.eval(self._next_tokens, self._next_logprobs)
-        drafter.stepped(rows, width, time.perf_counter() - started)
-        return responses
+        self._mlxd_drafter.started(len(self.uids), width)
+        if width == 0:
+            return super().next()
+        return self._verify(last, drafts, width)
 
     def _verify(
         self, last: list[int], drafts: list[list[int]], width: int

@@ -11,6 +11,7 @@ drafts from backend.draft_model (one draft model per batch, a draft cache per ro
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -158,18 +159,9 @@ class Drafts:
                 self.draft_logprobs[i] = logprobs
         return drafts
 
-    def wants_timing(self, rows: int) -> bool:
-        """A plain step over `rows` rows should be timed (the verifying step then waits for
-        it instead of letting it run behind the next step's work)."""
-        return self.policy.costs.needs_plain(rows)
-
-    def stepped(self, rows: int, width: int, seconds: float | None) -> None:
-        """A step over `rows` rows verified `width` drafts per row (0: plain) in `seconds`
-        (None: not timed)."""
-        costs = self.policy.costs
-        costs.stepped(rows)
-        if seconds is not None:
-            costs.observe(rows, width, seconds)
+    def started(self, rows: int, width: int) -> None:
+        """A step over `rows` rows verifying `width` drafts per row (0: plain) starts now."""
+        self.policy.costs.started(rows, width, time.perf_counter())
 
     def record(self, uid: int, drafted: int, accepted: int) -> None:
         if drafted:

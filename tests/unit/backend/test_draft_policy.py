@@ -77,10 +77,22 @@ def test_step_costs_measure_ratios_and_measure_again_when_stale() -> None:
     assert costs.ratio(2, 2) == pytest.approx(2.0)
     assert costs.ratio(2, 4) == pytest.approx(3.0)  # 0.5 plain step per verified position
     assert costs.ratio(3, 1) == pytest.approx(1.5)  # the nearest measured row count
-    for _ in range(REFRESH):
-        costs.stepped(2)
+    for i in range(REFRESH):
+        costs.started(2, 1, float(i))
+        costs.spoil()
     assert costs.needs_plain(2)
     assert costs.ratio(2, 4) == pytest.approx(1.0 + 4 * PRIOR_SLOPE)  # worth a new try
     costs.observe(2, 0, 0.010)
     costs.observe(2, 4, 0.030)
     assert costs.ratio(2, 4) == pytest.approx(3.0)
+
+
+def test_a_step_lasts_from_its_start_to_the_next_and_a_spoiled_one_is_no_sample() -> None:
+    costs = StepCosts()
+    costs.started(4, 0, 0.0)
+    costs.started(4, 2, 0.010)  # the plain step took 10 ms
+    costs.started(4, 0, 0.030)  # the verify step of width 2 took 20 ms
+    assert costs.ratio(4, 2) == pytest.approx(2.0)
+    costs.spoil()  # the plain step that just started also prefilled
+    costs.started(4, 0, 10.0)
+    assert costs.ratio(4, 2) == pytest.approx(2.0)
