@@ -83,14 +83,17 @@ class StepCosts:
     def __init__(self) -> None:
         self._shapes: dict[int, _Shape] = {}
         self._last: tuple[int, int, float] | None = None  # rows, width, start of the last step
+        self._seen: set[tuple[int, int]] = set()  # (rows, width) that ran once unmeasured
 
     def started(self, rows: int, width: int, at: float) -> None:
         """A step of this shape starts at `at` (perf_counter): the previous step took from its
         own start to now, the work around it included (mlx-lm runs a plain step's forward
         behind the engine's per-step work, a verify step before it)."""
         last = self._last
-        if last is not None:
+        if last is not None and last[:2] in self._seen:
             self.observe(last[0], last[1], at - last[2])
+        elif last is not None:  # a shape's first forward also builds its kernels
+            self._seen.add(last[:2])
         self._last = (rows, width, at)
         shape = self._shapes.setdefault(rows, _Shape())
         shape.since_plain += 1

@@ -89,6 +89,8 @@ def test_step_costs_measure_ratios_and_measure_again_when_stale() -> None:
 
 def test_a_step_lasts_from_its_start_to_the_next_and_a_spoiled_one_is_no_sample() -> None:
     costs = StepCosts()
+    costs.started(4, 0, -2.0)
+    costs.started(4, 2, -1.0)  # a shape's first step is no sample (kernels are built)
     costs.started(4, 0, 0.0)
     costs.started(4, 2, 0.010)  # the plain step took 10 ms
     costs.started(4, 0, 0.030)  # the verify step of width 2 took 20 ms
