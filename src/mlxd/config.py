@@ -43,6 +43,13 @@ SETTINGS: dict[str, Setting] = {
         "use (available RAM, cgroup and rlimit headroom); 0: no check",
     ),
     "max_batch": Setting("MLXD_MAX_BATCH", "16", "most requests decoding at once (server)"),
+    "draft_policy": Setting(
+        "MLXD_DRAFT_POLICY",
+        "measured",
+        "which drafts a speculating step verifies: `measured` (as many as pay for the wider "
+        "forward on this machine, from measured step costs) or `every` (all of them: "
+        "draft counts that repeat run after run)",
+    ),
     "max_queue": Setting("MLXD_MAX_QUEUE", "64", "most requests waiting; more get EngineBusy"),
     "prefill_chunk": Setting("MLXD_PREFILL_CHUNK", "512", "prompt tokens prefilled per step"),
     "kv_budget_tokens": Setting(

@@ -24,6 +24,7 @@ from mlx_lm.models.cache import make_prompt_cache
 from mlxd.backend import mlx_lm_compat as compat
 from mlxd.backend import vision
 from mlxd.backend.draft_model import DraftModel
+from mlxd.backend.draft_policy import draft_policy_every
 from mlxd.backend.grammar import CompiledGrammar
 from mlxd.backend.grammar_mask import GrammarMask
 from mlxd.backend.loader import LoadedModel
@@ -93,7 +94,9 @@ class BatchRunner:
         # answer's snapshot serves every shorter prompt, so it needs no mid-prompt ones.
         self._always_trimmable = trimmable_at(make_prompt_cache(loaded.model), 1 << 62)
         self._drafts: Drafts | None = None  # set by the first speculating sequence
-        self._lockstep = False  # ranks step together: drafts may not follow this rank's timing
+        # Every speculating row verifies its whole draft (MLXD_DRAFT_POLICY=every, or ranks in
+        # lockstep, whose drafts may not follow one rank's timings).
+        self._every_draft = draft_policy_every()
         self._rewindable = compat.rows_rewindable(loaded.model)  # can speculate
         self._planned: int | None = None  # plan_step's padded prefill tokens (see _plan_prefill)
 
@@ -142,7 +145,7 @@ class BatchRunner:
         report.uid = uid  # set before any step can call the sampler
         if self._speculates(params, sampler, procs):
             assert params.draft_kind is not None  # _speculates checked it
-            fixed = self._lockstep or (sampler is not GREEDY and params.seed is not None)
+            fixed = self._every_draft or (sampler is not GREEDY and params.seed is not None)
             self._speculation().add(uid, params.draft_kind, params.num_draft_tokens or 0, fixed)
         if params.logprobs:
             self._top_n[uid] = params.top_logprobs
@@ -223,7 +226,7 @@ class BatchRunner:
         """Other ranks run the same steps (mlx.launch): every speculating row verifies its
         whole draft, since the drafting policy's timings are this rank's alone and every
         rank's forward must have the same shape."""
-        self._lockstep = True
+        self._every_draft = True
 
     def plan_step(self) -> int:
         """Decide how many waiting prompts the next step may start prefilling (the planner's

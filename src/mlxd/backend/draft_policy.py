@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mlxd.config import setting
+
 # Weight of the newest step in the moving averages, and the outlier bound (as prefill_plan).
 _ALPHA = 0.2
 _OUTLIER = 3.0
@@ -159,6 +161,14 @@ class DraftPolicy:
         """Expected tokens per plain step's time of a step of this width."""
         tokens = rows + sum(acc.expected(min(length, width)) for acc, length in offers)
         return tokens / self.costs.ratio(rows, width)
+
+
+def draft_policy_every() -> bool:
+    """MLXD_DRAFT_POLICY: `every` verifies every draft, `measured` (default) follows the rule."""
+    mode = setting("draft_policy").strip().lower()
+    if mode not in ("measured", "every"):
+        raise ValueError(f"MLXD_DRAFT_POLICY must be 'measured' or 'every', not {mode!r}")
+    return mode == "every"
 
 
 def _ewma(old: float | None, new: float) -> float:

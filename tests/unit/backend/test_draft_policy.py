@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from mlxd.backend.draft_policy import PRIOR_SLOPE, REFRESH, Acceptance, DraftPolicy, StepCosts
+from mlxd.backend.draft_policy import (
+    PRIOR_SLOPE,
+    REFRESH,
+    Acceptance,
+    DraftPolicy,
+    StepCosts,
+    draft_policy_every,
+)
 
 
 class FixedCosts(StepCosts):
@@ -98,3 +105,15 @@ def test_a_step_lasts_from_its_start_to_the_next_and_a_spoiled_one_is_no_sample(
     costs.spoil()  # the plain step that just started also prefilled
     costs.started(4, 0, 10.0)
     assert costs.ratio(4, 2) == pytest.approx(2.0)
+
+
+def test_the_policy_setting_accepts_measured_and_every_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("MLXD_DRAFT_POLICY", raising=False)
+    assert not draft_policy_every()
+    monkeypatch.setenv("MLXD_DRAFT_POLICY", "every")
+    assert draft_policy_every()
+    monkeypatch.setenv("MLXD_DRAFT_POLICY", "sometimes")
+    with pytest.raises(ValueError, match="MLXD_DRAFT_POLICY"):
+        draft_policy_every()
