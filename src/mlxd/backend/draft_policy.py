@@ -23,14 +23,18 @@ from dataclasses import dataclass
 
 from mlxd.config import setting
 
-# Weight of the newest step in the moving averages, and the outlier bound (as prefill_plan).
+# Weight of the newest step in the moving averages, and the outlier bound: a step counts as
+# at most twice the estimate (a busy machine stalls single steps).
 _ALPHA = 0.2
-_OUTLIER = 3.0
+_OUTLIER = 2.0
 # r(w) = 1 + slope * w until some width is measured: optimistic, so that a batch drafts
 # at the prior acceptance and so measures what verifying costs.
 PRIOR_SLOPE = 0.1
-# A row count's plain and verify steps are measured again after this many steps without.
+# A row count's plain step is measured again after REFRESH steps without one, its verify
+# steps (optimistically: at the prior slope) after VERIFY_REFRESH: a verify sample stalled
+# by another process must not shut drafting off for long.
 REFRESH = 64
+VERIFY_REFRESH = 16
 # Acceptance: a prior of PRIOR_P worth PRIOR_WEIGHT drafted positions; older evidence decays
 # by DECAY per verified draft, and by IDLE_DECAY per step a row's draft is not verified.
 PRIOR_P = 0.5
@@ -79,8 +83,7 @@ class _Shape:
 
 class StepCosts:
     """Measured cost of a step by shape (rows x width) relative to a plain step; the one
-    place where step times are kept. Each row count's plain step and verify steps are
-    measured again after REFRESH steps without one. Pure Python, no mlx."""
+    place where step times are kept. Pure Python, no mlx."""
 
     def __init__(self) -> None:
         self._shapes: dict[int, _Shape] = {}
@@ -124,7 +127,7 @@ class StepCosts:
         count never measured verifying takes the nearest one's slope, else PRIOR_SLOPE, and
         so does one due for a new measurement (optimistic, so that a step measures it)."""
         shape = self._shapes.get(rows)
-        if shape is not None and shape.since_verify >= REFRESH:
+        if shape is not None and shape.since_verify >= VERIFY_REFRESH:
             return 1.0 + PRIOR_SLOPE * width
         return 1.0 + self._slope(rows) * width
 

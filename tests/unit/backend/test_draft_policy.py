@@ -7,6 +7,7 @@ import pytest
 from mlxd.backend.draft_policy import (
     PRIOR_SLOPE,
     REFRESH,
+    VERIFY_REFRESH,
     Acceptance,
     DraftPolicy,
     StepCosts,
@@ -84,11 +85,14 @@ def test_step_costs_measure_ratios_and_measure_again_when_stale() -> None:
     assert costs.ratio(2, 2) == pytest.approx(2.0)
     assert costs.ratio(2, 4) == pytest.approx(3.0)  # 0.5 plain step per verified position
     assert costs.ratio(3, 1) == pytest.approx(1.5)  # the nearest measured row count
-    for i in range(REFRESH):
+    for i in range(VERIFY_REFRESH):
+        costs.started(2, 1, float(i))
+        costs.spoil()
+    assert costs.ratio(2, 4) == pytest.approx(1.0 + 4 * PRIOR_SLOPE)  # worth a new try
+    for i in range(REFRESH - VERIFY_REFRESH):
         costs.started(2, 1, float(i))
         costs.spoil()
     assert costs.needs_plain(2)
-    assert costs.ratio(2, 4) == pytest.approx(1.0 + 4 * PRIOR_SLOPE)  # worth a new try
     costs.observe(2, 0, 0.010)
     costs.observe(2, 4, 0.030)
     assert costs.ratio(2, 4) == pytest.approx(3.0)
