@@ -13,20 +13,22 @@ Servers (--servers):
 The fair single-process baseline on this 2-core machine is the better of the two mlxd_1proc
 rows: 2 ranks x 1 thread use the same 2 cores as 1 process x 2 threads.
 
-Load: closed loop, N streaming clients (1 and 8 by default), each sending its share of
---requests distinct prompts one after another (server_bench's clients, EOS suppressed so
-every request decodes max_tokens). Per server and level: aggregate tokens/s, TTFT, ITL.
+Load: closed loop, N streaming clients (8 by default; --concurrency 1,8 adds one), each
+sending its share of --requests distinct prompts one after another (server_bench's clients,
+EOS suppressed so every request decodes max_tokens). Per server and level: aggregate
+tokens/s, TTFT, ITL. Then a prefill-heavy row (--prefill-words long prompts, 2 tokens
+each, one per client at the top level): TTFT where compute dominates most.
 
 Communication, two numbers:
-  broadcast_ms    mlxd's /metrics (mlxd_lockstep_broadcast_seconds): rank 0's broadcast of
-                  each step's decisions, its collectives only (after rank 0's queued work),
-                  including waiting for the slower rank to arrive; per broadcast (~per step).
+  broadcast_ms    mlxd's /metrics (mlxd_lockstep_broadcast_seconds): rank 0's host time to
+                  queue each step's broadcast (it never waits for it); per step.
   probe           a separate 2-rank job times all_sum on the ring: one [clients, hidden]
                   float32 reduction (tensor parallel runs 2 per layer per decode step, inside
                   the forward, where they cannot be timed apart) and the broadcast's one small
                   all_sum; `est_comm_per_step_ms` = 2 x layers x reduction + broadcast.
 
-    python benchmarks/distributed_bench.py --size xl --max-tokens 64 --requests 32 --rounds 2
+    python benchmarks/distributed_bench.py  # xl (93M), 8 clients + prefill row, 2 rounds
+    python benchmarks/distributed_bench.py --concurrency 1,8 --rounds 1  # adds 1 client
     python benchmarks/distributed_bench.py --size medium --max-tokens 16 --requests 8  # quick
 """
 
@@ -267,9 +269,9 @@ def main() -> None:
         default=64,
         help="prefill-heavy phase: prompts this long, 2 tokens each, at the top level (0: off)",
     )
-    parser.add_argument("--requests", type=int, default=32, help="requests per level")
-    parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--concurrency", default="1,8")
+    parser.add_argument("--requests", type=int, default=16, help="requests per level")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--concurrency", default="8")
     parser.add_argument("--servers", default=",".join(SERVERS[:4]))
     parser.add_argument("--mlx-lm-bin", default=str(PEER_BIN), help="bin/ of a venv with mlx-lm")
     parser.add_argument("--probe", nargs=2, metavar=("HIDDEN", "ROWS"), help=argparse.SUPPRESS)
