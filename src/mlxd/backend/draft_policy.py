@@ -5,7 +5,8 @@ mlx-lm's plain step) over B rows costs r_B(w) plain steps. Row i, offering a dra
 tokens whose drafted positions it accepts with probability p_i each (given the ones before
 were accepted), emits in expectation 1 + a_i(min(L_i, w)) tokens, a(k) = p + p^2 + ... + p^k.
 The step takes the w with the most expected tokens per unit of step time,
-(B + sum_i a_i) / r_B(w); w = 0 scores B. Why: on a CPU the forward's cost grows with its
+(B + sum_i a_i) / r_B(w) (w = 0 scores B), among the widths where no drafting row expects
+less than a token per plain step's time. Why: on a CPU the forward's cost grows with its
 width B x (w + 1), and a row with a short draft or none pays the padded width too, so a wide
 verify pays only where enough rows are likely to accept; where r is near 1 (Apple silicon at
 small batches) the rule drafts wide. It only picks which drafts are verified, never what is
@@ -156,9 +157,16 @@ class DraftPolicy:
         best, best_score = least, self._score(rows, offers, least)
         for w in range(least + 1, most + 1):
             score = self._score(rows, offers, w)
-            if score > best_score:
+            if score > best_score and self._none_slowed(rows, offers, w):
                 best, best_score = w, score
         return best
+
+    def _none_slowed(self, rows: int, offers: list[tuple[Acceptance, int]], width: int) -> bool:
+        """Every drafting row expects at least a token per plain step's time at this width:
+        a batch that nothing refills ends with its slowest rows, which a width paid for by
+        the other rows' good drafts would slow."""
+        ratio = self.costs.ratio(rows, width)
+        return all(1 + acc.expected(min(length, width)) >= ratio for acc, length in offers)
 
     def _score(self, rows: int, offers: list[tuple[Acceptance, int]], width: int) -> float:
         """Expected tokens per plain step's time of a step of this width."""

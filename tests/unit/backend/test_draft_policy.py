@@ -121,3 +121,11 @@ def test_the_policy_setting_accepts_measured_and_every_only(
     monkeypatch.setenv("MLXD_DRAFT_POLICY", "sometimes")
     with pytest.raises(ValueError, match="MLXD_DRAFT_POLICY"):
         draft_policy_every()
+
+
+def test_no_width_that_slows_a_drafting_row_below_a_plain_step() -> None:
+    policy = DraftPolicy(FixedCosts(slope=0.15))
+    good, poor = (_odds(0.95), 4), (_odds(0.25), 4)  # p 0.88 and 0.29 after the prior
+    assert policy.width(8, [good] * 4, most=4) == 4
+    # the poor rows expect 1.37 tokens at width 2 (cost 1.3) but 1.41 at 4 (cost 1.6)
+    assert policy.width(8, [good] * 4 + [poor] * 4, most=4) == 2
