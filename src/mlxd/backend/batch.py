@@ -22,6 +22,7 @@ from mlx_lm.generate import StopSequences
 from mlx_lm.models.cache import make_prompt_cache
 
 from mlxd.backend import mlx_lm_compat as compat
+from mlxd.backend import mlx_lm_speculation as spec_compat
 from mlxd.backend import vision
 from mlxd.backend.draft_model import DraftModel
 from mlxd.backend.draft_policy import draft_policy_every
@@ -97,7 +98,7 @@ class BatchRunner:
         # Every speculating row verifies its whole draft (MLXD_DRAFT_POLICY=every, or ranks in
         # lockstep, whose drafts may not follow one rank's timings).
         self._every_draft = draft_policy_every()
-        self._rewindable = compat.rows_rewindable(loaded.model)  # can speculate
+        self._rewindable = spec_compat.rows_rewindable(loaded.model)  # can speculate
         self._planned: int | None = None  # plan_step's padded prefill tokens (see _plan_prefill)
 
     def insert(
@@ -287,7 +288,7 @@ class BatchRunner:
             return False
         if kind is DraftKind.MODEL and self.loaded.draft is None:
             return False
-        if procs or not (sampler is GREEDY or isinstance(sampler, compat.DraftVerifier)):
+        if procs or not (sampler is GREEDY or isinstance(sampler, spec_compat.DraftVerifier)):
             return False
         return self._rewindable
 
@@ -298,7 +299,7 @@ class BatchRunner:
             if draft is not None:
                 model = DraftModel(draft.model, self.vocab_size, self.prefill_chunk)
             self._drafts = Drafts(model)
-            compat.enable_speculation(self._gen, self._drafts)
+            spec_compat.enable_speculation(self._gen, self._drafts)
         return self._drafts
 
     def _segments_done(self, uids: list[int]) -> None:

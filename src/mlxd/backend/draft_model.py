@@ -8,7 +8,7 @@ the target did not keep. Each step:
 1. a new row's prompt is prefilled alone, from token ids (never from the target's prefix
    cache), and appended to the batch;
 2. each row is rewound to its common prefix with context + [next token] (what the target
-   rejected leaves, per row, as the target's own cache does: mlx_lm_compat.rewind_rows);
+   rejected leaves, per row, as the target's own cache does: mlx_lm_spec_compat.rewind_rows);
 3. one forward feeds each row what it lacks (the accepted drafts and the next token),
    right-padded to the longest, and the padding is rewound; its last real position gives
    the first draft;
@@ -24,6 +24,7 @@ import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache
 
 from mlxd.backend import mlx_lm_compat as compat
+from mlxd.backend import mlx_lm_speculation as spec_compat
 from mlxd.backend.speculative import DraftRequest
 from mlxd.types import common_prefix_len
 
@@ -79,7 +80,7 @@ class DraftModel:
         if not self._uids:
             self._cache = None
         elif self._cache is not None:
-            compat.keep_rows(self._cache, [j for j in range(len(self._uids) + 1) if j != i])
+            spec_compat.keep_rows(self._cache, [j for j in range(len(self._uids) + 1) if j != i])
 
     def _admit(self, asks: list[DraftRequest]) -> None:
         """Prefill each new row's context alone, then append the rows to the batch."""
@@ -95,11 +96,11 @@ class DraftModel:
             caches.append(cache)
             self._uids.append(ask.uid)
             self._held.append(list(ask.context))
-        rows = compat.batch_rows(caches)
+        rows = spec_compat.batch_rows(caches)
         if self._cache is None:
             self._cache = rows
         else:
-            compat.append_rows(self._cache, rows)
+            spec_compat.append_rows(self._cache, rows)
 
     def _rewind(self, asks: list[DraftRequest]) -> list[list[int]]:
         """Rewind each row to its common prefix with its context + next token (keeping at
@@ -118,7 +119,7 @@ class DraftModel:
             feeds.append(sequence[keep:] if sequence is not None else [])
         if any(rejected):
             assert self._cache is not None
-            compat.rewind_rows(self._cache, rejected)
+            spec_compat.rewind_rows(self._cache, rejected)
         return feeds
 
     def _catch_up(self, feeds: list[list[int]]) -> mx.array:
@@ -128,7 +129,7 @@ class DraftModel:
         inputs = mx.array([feed + [0] * (width - len(feed)) for feed in feeds], dtype=mx.uint32)
         logits = self._forward(inputs, last=False)
         assert self._cache is not None
-        compat.rewind_rows(self._cache, [width - len(feed) for feed in feeds])
+        spec_compat.rewind_rows(self._cache, [width - len(feed) for feed in feeds])
         for held, feed in zip(self._held, feeds, strict=True):
             held += feed
         at = mx.array([max(len(feed), 1) - 1 for feed in feeds])

@@ -105,7 +105,7 @@ def load_with_draft(path: Path, draft: Path, *, trust_remote_code: bool = False)
     known = len(target.tokenizer.get_vocab())
     if min(target.vocab_size, drafter.vocab_size) < known:
         raise _vocab_mismatch(path, draft, "one model's vocab_size is smaller than the tokenizer")
-    from mlxd.backend.mlx_lm_compat import rows_rewindable
+    from mlxd.backend.mlx_lm_speculation import rows_rewindable
 
     for name, loaded in ((path.name, target), (draft.name, drafter)):
         if not rows_rewindable(loaded.model):

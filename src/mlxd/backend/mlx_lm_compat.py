@@ -26,17 +26,8 @@ Nothing else in mlxd reads or writes mlx-lm's private state. What we rely on:
   takes a tokenizer class whose `apply_chat_template` is not transformers' for a custom renderer,
   so `load` sets `has_chat_template` for a CheckpointTokenizer as it is for transformers'.
 
-- Speculation (backend/speculative.py decides, SpeculativeGenerationBatch steps): a
-  `BatchGenerator` keeps one `_generation_batch` for its life (new sequences are `extend`ed
-  into it), so swapping that object's class swaps its `next()`. Between steps a row's
-  `_next_tokens[i]` is sampled but neither emitted nor in the cache, `_next_logprobs[i]` is
-  the distribution it was drawn from, `tokens[i]` is what the cache holds, `_matchers`,
-  `_num_tokens`, `max_tokens`, `samplers`, `logits_processors`, `_token_context` are per
-  row. A `BatchKVCache` rewinds per row with `trim` (all rows) then `prepare(right_padding=)`
-  and `finalize()` (rolls each row right into its left padding). `samplers[i]` is None or
-  `greedy_sampler` for a greedy row; a sampled row's verifies drafts (DraftVerifier).
-  The draft model's batch cache (backend/draft_model.py) is built with `BatchKVCache.merge`
-  of single-row caches, grows with `extend`, shrinks with `filter`, rewinds as the target's.
+- Speculation's step and per-row cache rewinds are in backend/mlx_lm_speculation.py, the
+  same door's second room (it documents what it relies on).
 
 The Protocols name what we use of mlx-lm's objects, private members included, so mypy checks
 them against the installed mlx-lm; tests/integration/engine/test_engine_mlx_lm_compat.py checks
@@ -47,13 +38,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator, Sized
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
+from typing import TYPE_CHECKING, Protocol
 
 import mlx.core as mx
 from mlx_lm import tokenizer_utils, utils
-from mlx_lm.generate import BatchGenerator, GenerationBatch, StopSequences
-from mlx_lm.models.cache import BatchKVCache, KVCache, make_prompt_cache, trim_prompt_cache
-from mlx_lm.sample_utils import greedy_sampler
+from mlx_lm.generate import BatchGenerator, StopSequences
+from mlx_lm.models.cache import trim_prompt_cache
 from mlx_lm.tokenizer_utils import BPEStreamingDetokenizer, TokenizerWrapper
 
 from mlxd.backend import lazy_transformers
@@ -261,215 +251,3 @@ def keep_leading_space(tokenizer: TokenizerWrapper) -> None:
     detokenizer = tokenizer._detokenizer
     if type(detokenizer) is BPEStreamingDetokenizer:
         detokenizer.__class__ = _ExactBPEDetokenizer  # same state, one method less
-
-
-# ---- speculation ----------------------------------------------------------------------
-
-
-class RowDrafter(Protocol):
-    """What the verifying step asks of backend.speculative.Drafts."""
-
-    def propose(
-        self, uids: list[int], contexts: list[list[int]], last: list[int], room: list[int]
-    ) -> list[list[int]]: ...
-
-    def accepted_length(self, targets: list[int], draft: list[int]) -> int: ...
-
-    def record(self, uid: int, drafted: int, accepted: int) -> None: ...
-
-    def started(self, rows: int, width: int) -> None: ...
-
-
-@runtime_checkable
-class DraftVerifier(Protocol):
-    """A sampled row's sampler that verifies drafts (backend.sampling.SeededSampler)."""
-
-    def verify(
-        self, logprobs: mx.array, draft: list[int], draft_probs: mx.array | None = None
-    ) -> tuple[mx.array, mx.array]: ...
-
-
-def rows_rewindable(model: Module) -> bool:
-    """Every layer of the model's cache is a plain KV cache (batched: a BatchKVCache), the
-    kind a row can be rewound in; rotating and recurrent caches cannot."""
-    return all(type(layer) is KVCache for layer in make_prompt_cache(model))
-
-
-def rewind_rows(cache: PromptCache, rejected: list[int]) -> None:
-    """Drop each row's last `rejected[i]` positions from a batch KV cache: the common part is
-    trimmed, the rest of each row is shifted right into its left padding, so every row ends
-    at the shared write position again."""
-    common = min(rejected)
-    rest = [r - common for r in rejected]
-    shift = max(rest) > 0
-    for layer in cache:
-        assert isinstance(layer, BatchKVCache), "speculation needs plain KV caches"
-        if common:
-            layer.trim(common)  # type: ignore[no-untyped-call]
-        if shift:
-            layer.prepare(right_padding=rest)  # type: ignore[no-untyped-call]
-            layer.finalize()  # type: ignore[no-untyped-call]
-
-
-def batch_rows(caches: list[PromptCache]) -> PromptCache:
-    """One batch KV cache holding each of `caches` (single-row plain KV caches) as a row,
-    left-padded to the longest (`BatchKVCache.merge`, per layer)."""
-    layers = zip(*caches, strict=True)
-    return [BatchKVCache.merge(list(layer)) for layer in layers]  # type: ignore[no-untyped-call]
-
-
-def append_rows(cache: PromptCache, rows: PromptCache) -> None:
-    """Add the rows of batch cache `rows` after those of `cache`, in place (`extend`)."""
-    for layer, more in zip(cache, rows, strict=True):
-        assert isinstance(layer, BatchKVCache), "needs a batch KV cache"
-        layer.extend(more)  # type: ignore[no-untyped-call]
-
-
-def keep_rows(cache: PromptCache, indices: list[int]) -> None:
-    """Keep only these rows of a batch KV cache, in place (`filter`; `indices` not empty)."""
-    for layer in cache:
-        assert isinstance(layer, BatchKVCache), "needs a batch KV cache"
-        layer.filter(mx.array(indices))  # type: ignore[no-untyped-call]
-
-
-def enable_speculation(gen: BatchGen, drafter: RowDrafter) -> None:
-    """From now on each decode step of `gen` verifies the drafts `drafter` proposes."""
-    batch = gen._generation_batch
-    batch.__class__ = SpeculativeGenerationBatch
-    batch._mlxd_drafter = drafter  # type: ignore[attr-defined]
-
-
-class SpeculativeGenerationBatch(GenerationBatch):
-    """mlx-lm's GenerationBatch whose `next()` verifies drafts: one forward over each row's
-    [next token, drafts..., padding], then per row the accepted drafts are emitted after
-    the next token, the target's token after them becomes the row's next token, and the
-    rejected positions leave its cache. A step where no row drafts is mlx-lm's own."""
-
-    _mlxd_drafter: RowDrafter
-
-    def next(self) -> list[GenerationBatch.Response]:
-        if not self.uids:
-            return []
-        mx.eval(self._next_tokens)
-        last = cast("list[int]", self._next_tokens.tolist())
-        room = [m - n - 1 for m, n in zip(self.max_tokens, self._num_tokens, strict=True)]
-        drafts = self._mlxd_drafter.propose(self.uids, self.tokens, last, room)
-        width = max(len(d) for d in drafts)
-        self._mlxd_drafter.started(len(self.uids), width)
-        if width == 0:
-            return super().next()
-        return self._verify(last, drafts, width)
-
-    def _verify(
-        self, last: list[int], drafts: list[list[int]], width: int
-    ) -> list[GenerationBatch.Response]:
-        rows = [[t, *d] + [0] * (width - len(d)) for t, d in zip(last, drafts, strict=True)]
-        inputs = mx.array(rows, dtype=mx.uint32)
-        logits = self._processed(self.model(inputs, cache=self.prompt_cache), inputs)
-        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-        emitted: list[list[int]] = []
-        next_tokens: list[int] = []
-        next_logprobs: list[mx.array] = []
-        judged = self._judge(logprobs, drafts)
-        for i, (draft, (n, token)) in enumerate(zip(drafts, judged, strict=True)):
-            self._mlxd_drafter.record(self.uids[i], len(draft), n)
-            emitted.append([last[i], *draft[:n]])
-            next_tokens.append(token)
-            next_logprobs.append(logprobs[i, n])
-        return self._emit(emitted, logprobs, next_tokens, next_logprobs, width)
-
-    def _judge(self, logprobs: mx.array, drafts: list[list[int]]) -> list[tuple[int, int]]:
-        """Per row: how many drafts it accepts and the token that follows them. A greedy row
-        keeps the drafts equal to the target's argmax; a sampled row's sampler verifies them
-        with the accept/resample rule (backend.speculative_sampling), or draws its one token
-        from position 0 when it has no draft."""
-        greedy = mx.argmax(logprobs, axis=-1)
-        samplers: list[Sampler | None] = (
-            list(self.samplers) if self.samplers else [None] * len(self.uids)
-        )
-        verdicts: list[tuple[mx.array, mx.array] | None] = []
-        for e, (s, draft) in enumerate(zip(samplers, drafts, strict=True)):
-            if s is None or s is greedy_sampler:
-                verdicts.append(None)
-            elif draft and isinstance(s, DraftVerifier):
-                verdicts.append(s.verify(logprobs[e, : len(draft) + 1], draft))
-            else:
-                verdicts.append((mx.array(0), s(logprobs[e : e + 1, 0, :])[0]))
-        mx.eval(greedy, [v for v in verdicts if v is not None], self._next_logprobs)
-        chosen = cast("list[list[int]]", greedy.tolist())
-        judged = []
-        for row, draft, verdict in zip(chosen, drafts, verdicts, strict=True):
-            if verdict is None:
-                n = self._mlxd_drafter.accepted_length(row, draft)
-                judged.append((n, row[n]))
-            else:
-                judged.append((cast(int, verdict[0].item()), cast(int, verdict[1].item())))
-        return judged
-
-    def _processed(self, logits: mx.array, inputs: mx.array) -> mx.array:
-        """Logits processors see the row's first position only: rows with processors do not
-        draft (a stateful processor such as a grammar cannot take back a token)."""
-        if not self.logits_processors or not any(self.logits_processors):
-            return logits
-        out = []
-        for e, processors in enumerate(self.logits_processors):
-            row = logits[e : e + 1]
-            if processors:
-                first = row[:, 0, :]
-                context = self._token_context[e].update_and_fetch(inputs[e, :1])  # type: ignore[no-untyped-call]
-                for processor in processors:
-                    first = processor(context, first)
-                row = mx.concatenate([first[:, None, :], row[:, 1:, :]], axis=1)
-            out.append(row)
-        return mx.concatenate(out, axis=0)
-
-    def _emit(
-        self,
-        emitted: list[list[int]],
-        logprobs: mx.array,
-        next_tokens: list[int],
-        next_logprobs: list[mx.array],
-        width: int,
-    ) -> list[GenerationBatch.Response]:
-        """Responses for each row's tokens up to its first finish; rewind every cache to
-        what its row emitted, then drop the finished rows (as mlx-lm's next() does)."""
-        kept: list[list[int]] = []
-        finish: list[str | None] = []
-        for i, tokens in enumerate(emitted):
-            reason = None
-            for count, token in enumerate(tokens, 1):
-                self._num_tokens[i] += 1
-                if self._num_tokens[i] >= self.max_tokens[i]:
-                    reason = "length"
-                if self._matchers[i].advance(token):
-                    reason = "stop"
-                if reason is not None:
-                    tokens = tokens[:count]
-                    break
-            kept.append(tokens)
-            finish.append(reason)
-        rewind_rows(self.prompt_cache, [width + 1 - len(t) for t in kept])
-        responses = []
-        keep = []
-        for i, tokens in enumerate(kept):
-            self.tokens[i].extend(tokens)
-            lps = [self._next_logprobs[i]] + [logprobs[i, j] for j in range(len(tokens) - 1)]
-            for j, (token, lp) in enumerate(zip(tokens, lps, strict=True)):
-                done = finish[i] if j == len(tokens) - 1 else None
-                responses.append(
-                    self.Response(
-                        uid=self.uids[i],
-                        token=token,
-                        logprobs=lp,
-                        finish_reason=done,
-                        prompt_cache=self.extract_cache(i) if done else None,
-                        all_tokens=self.tokens[i] if done else None,
-                    )
-                )
-            if finish[i] is None:
-                keep.append(i)
-        self._next_tokens = mx.array(next_tokens, dtype=mx.uint32)
-        self._next_logprobs = next_logprobs
-        if len(keep) < len(self.uids):
-            self.filter(keep)
-        return responses

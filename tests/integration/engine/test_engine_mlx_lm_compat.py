@@ -10,6 +10,7 @@ from pathlib import Path
 import mlx.core as mx
 
 from mlxd.backend import mlx_lm_compat as compat
+from mlxd.backend import mlx_lm_speculation as spec_compat
 from mlxd.backend.loader import load_checkpoint
 
 
@@ -145,11 +146,11 @@ def test_draft_batch_cache_rows_merge_grow_rewind_and_shrink(tiny_chat_model: Pa
         model(mx.array([prompt]), cache=cache)
         return cache
 
-    cache = compat.batch_rows([lone(p) for p in prompts[:2]])
-    compat.append_rows(cache, compat.batch_rows([lone(prompts[2])]))
+    cache = spec_compat.batch_rows([lone(p) for p in prompts[:2]])
+    spec_compat.append_rows(cache, spec_compat.batch_rows([lone(prompts[2])]))
     model(mx.array([[1, 2, 3], [4, 0, 0], [5, 6, 0]]), cache=cache)  # padded feeds
-    compat.rewind_rows(cache, [3, 2, 1])  # row 0 keeps none, row 1 keeps 4, row 2 keeps 5, 6
-    compat.keep_rows(cache, [1, 2])
+    spec_compat.rewind_rows(cache, [3, 2, 1])  # row 0 keeps none, row 1 keeps 4, row 2 keeps 5, 6
+    spec_compat.keep_rows(cache, [1, 2])
     logits = model(mx.array([[7], [8]]), cache=cache)[:, -1]
     expected = [alone([*prompts[1], 4, 7]), alone([*prompts[2], 5, 6, 8])]
     for got, want in zip(logits, expected, strict=True):
