@@ -23,12 +23,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spec_bench import TASKS, wave  # same directory
+from spec_bench import task_prompts, wave  # same directory
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mlxd.backend import mlx_lm_compat as compat  # noqa: E402
 from mlxd.backend import speculative  # noqa: E402
 from mlxd.engine import Engine, EngineConfig  # noqa: E402
 from mlxd.store.default_model import default_model  # noqa: E402
@@ -118,15 +117,7 @@ def main() -> None:
     args.policy = AdaptiveK()
     args.policy.install()
     ref = default_model()
-    tokenizer = compat.load_tokenizer(ref.path)
-    prompts = [
-        list(
-            tokenizer.apply_chat_template(
-                [{"role": "user", "content": t}], add_generation_prompt=True
-            )
-        )
-        for t in TASKS
-    ]
+    prompts = task_prompts(ref.path)
     sizes = [int(s) for s in args.sizes.split(",")]
     report: dict[str, Any] = {"model": ref.name, "tokens": args.tokens, "rounds": args.rounds}
     engine = Engine(EngineConfig.from_settings(max_batch=max(sizes)))

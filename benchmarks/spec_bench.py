@@ -81,6 +81,19 @@ SERVERS = ("mlxd", "mlxd-ngram", "mlxd-draft", "mlx_lm-draft")
 # ---- engine mode ------------------------------------------------------------------------
 
 
+def task_prompts(path: Path) -> list[list[int]]:
+    """TASKS as the demo model's chat prompts (token ids)."""
+    tokenizer = compat.load_tokenizer(path)
+    return [
+        list(
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": t}], add_generation_prompt=True
+            )
+        )
+        for t in TASKS
+    ]
+
+
 def wave(
     engine: Engine, model: str, prompts: list[list[int]], params: SamplingParams
 ) -> tuple[list[list[int]], list[FinishEvent], float]:
@@ -189,15 +202,7 @@ def step_cost_ratio(path: Path, k: int, batch: int, context: int = 200, reps: in
 
 def engine_mode(args: argparse.Namespace) -> dict[str, Any]:
     ref = default_model()
-    tokenizer = compat.load_tokenizer(ref.path)
-    prompts = [
-        list(
-            tokenizer.apply_chat_template(
-                [{"role": "user", "content": t}], add_generation_prompt=True
-            )
-        )
-        for t in TASKS
-    ]
+    prompts = task_prompts(ref.path)
     report: dict[str, Any] = {"model": ref.name}
     engine = Engine(EngineConfig.from_settings(max_batch=max(args.sizes)))
     try:

@@ -15,9 +15,9 @@ from mlxd.types import SamplingParams
 from tests.integration.engine.engine_helpers import random_prompts
 
 
-def test_planner_measures_real_steps_and_the_runner_follows_it(tiny_chat_model: Path) -> None:
-    runner = BatchRunner(
-        load_checkpoint(tiny_chat_model),
+def make_runner(model: Path) -> BatchRunner:
+    return BatchRunner(
+        load_checkpoint(model),
         "m",
         PrefixCache(0),
         max_batch=8,
@@ -25,6 +25,10 @@ def test_planner_measures_real_steps_and_the_runner_follows_it(tiny_chat_model: 
         prefill_batch=8,
         prefill_group_tokens=256,
     )
+
+
+def test_planner_measures_real_steps_and_the_runner_follows_it(tiny_chat_model: Path) -> None:
+    runner = make_runner(tiny_chat_model)
     planner = runner._planner
     assert planner is not None
     params = SamplingParams(max_tokens=40, ignore_eos=True)
@@ -54,15 +58,7 @@ def test_planner_measures_real_steps_and_the_runner_follows_it(tiny_chat_model: 
 def test_a_prompt_takes_the_planned_steps_to_its_first_token(tiny_chat_model: Path) -> None:
     # The planner's rule counts STEPS_TO_FIRST_TOKEN steps from a group's prefill to its
     # first token, each also decoding the running batch: that count is the real runner's.
-    runner = BatchRunner(
-        load_checkpoint(tiny_chat_model),
-        "m",
-        PrefixCache(0),
-        max_batch=8,
-        prefill_chunk=512,
-        prefill_batch=8,
-        prefill_group_tokens=256,
-    )
+    runner = make_runner(tiny_chat_model)
     params = SamplingParams(max_tokens=40, ignore_eos=True)
     try:
         first = runner.insert(random_prompts(1, 400, (64, 65), seed=1)[0], params, 40, "a")[0]
