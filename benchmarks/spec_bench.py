@@ -139,6 +139,7 @@ def bench_size(
     outputs: dict[str, list[list[int]]] = {}
     identical = True
     completion = accepted = drafted = forwards = 0
+    every = [0, 0]  # [completion tokens, forwards] with every draft verified
     by_task = [[0, 0] for _ in TASKS]  # [completion tokens, forwards] per task
     for _ in range(args.rounds):
         for kind in (*kinds, *reversed(kinds)):
@@ -148,6 +149,9 @@ def bench_size(
             speeds[kind].append(sum(len(o) for o in outs) / secs)
             step_s[kind].append(secs / max(forwards_of(f) for f in finishes))
             identical = identical and outputs.setdefault(kind, outs) == outs
+            if kind == "ngram_every":
+                every[0] += sum(f.usage.completion_tokens for f in finishes)
+                every[1] += sum(forwards_of(f) for f in finishes)
             if kind == "ngram":
                 completion += sum(f.usage.completion_tokens for f in finishes)
                 forwards += sum(forwards_of(f) for f in finishes)
@@ -163,6 +167,8 @@ def bench_size(
         "speedup": round(tps["ngram"] / tps["plain"], 3),
         "speedup_every_draft_verified": round(tps["ngram_every"] / tps["plain"], 3),
         "tokens_per_target_forward": round(completion / max(forwards, 1), 3),
+        # the drafts' own yield: what a verify forward brings when width costs nothing
+        "tokens_per_target_forward_every_draft_verified": round(every[0] / max(every[1], 1), 3),
         # a wave lasts as long as its slowest row: the task that drafts worst bounds the speed-up
         "tokens_per_target_forward_by_task": [round(c / f, 3) for c, f in by_task if f],
         "engine_step_cost_ratio": round(
