@@ -43,33 +43,24 @@ class DraftModel:
         self._uids: list[int] = []
         self._held: list[list[int]] = []  # per row: exactly the tokens its cache holds
 
-    def propose(self, asks: list[DraftRequest]) -> list[tuple[list[int], mx.array]]:
-        """Per ask: its k greedy draft tokens and the draft's log-probabilities at each drafted
-        position (k x vocab)."""
+    def propose(self, asks: list[DraftRequest]) -> list[list[int]]:
+        """Per ask: its k greedy draft tokens."""
         self._admit([ask for ask in asks if ask.uid not in self._uids])
         feeds = self._rewind(asks)
         logits = self._catch_up(feeds)
         steps = max(ask.k for ask in asks)
         tokens: list[mx.array] = []
-        logprobs: list[mx.array] = []
         for j in range(steps):
             if j:
                 logits = self._forward(tokens[-1][:, None])
-            lp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-            tokens.append(mx.argmax(lp, axis=-1).astype(mx.uint32))
-            logprobs.append(lp)
+            tokens.append(mx.argmax(logits, axis=-1).astype(mx.uint32))
         drafted = mx.stack(tokens, axis=1)  # rows x steps
         mx.eval(drafted)
         rows = cast("list[list[int]]", drafted.tolist())
         for held, row in zip(self._held, rows, strict=True):
             held += row[:-1]  # every row was fed all but the last draft
         where = {uid: i for i, uid in enumerate(self._uids)}
-        stacked = mx.stack(logprobs, axis=1)  # rows x steps x vocab
-        out = []
-        for ask in asks:
-            i = where[ask.uid]
-            out.append((rows[i][: ask.k], stacked[i, : ask.k]))
-        return out
+        return [rows[where[ask.uid]][: ask.k] for ask in asks]
 
     def discard(self, uid: int) -> None:
         """The row left the batch: drop its draft cache."""

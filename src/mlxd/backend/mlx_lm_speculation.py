@@ -50,9 +50,7 @@ class RowDrafter(Protocol):
 class DraftVerifier(Protocol):
     """A sampled row's sampler that verifies drafts (backend.sampling.SeededSampler)."""
 
-    def verify(
-        self, logprobs: mx.array, draft: list[int], draft_probs: mx.array | None = None
-    ) -> tuple[mx.array, mx.array]: ...
+    def verify(self, logprobs: mx.array, draft: list[int]) -> tuple[mx.array, mx.array]: ...
 
 
 def rows_rewindable(model: Module) -> bool:

@@ -63,16 +63,15 @@ class SeededSampler:
     def __call__(self, logprobs: mx.array) -> mx.array:
         return mx.random.categorical(self._logits(logprobs), key=self._next_key())
 
-    def verify(
-        self, logprobs: mx.array, draft: list[int], draft_probs: mx.array | None = None
-    ) -> tuple[mx.array, mx.array]:
+    def verify(self, logprobs: mx.array, draft: list[int]) -> tuple[mx.array, mx.array]:
         """Speculative sampling over one row: `logprobs` [K+1, V] the target's at [next token,
-        drafts...], `draft_probs` [K, V] the draft's q (None: one-hot, prompt lookup).
-        Returns (accepted drafts, the token after them) as scalars (backend.speculative_sampling).
+        drafts...]. Every drafter mlxd has proposes deterministically (prompt lookup, the draft
+        model's argmax), so the draft's q is one-hot at its tokens. Returns (accepted drafts,
+        the token after them) as scalars (backend.speculative_sampling).
         Like a draw, it uses one split of the key."""
         p = mx.softmax(self._logits(logprobs).astype(mx.float32), axis=-1)
         ids = mx.array(draft, dtype=mx.int32)
-        q = draft_probs if draft_probs is not None else rule.one_hot(ids, p.shape[-1])
+        q = rule.one_hot(ids, p.shape[-1])
         u_key, token_key = mx.random.split(self._next_key())
         n = rule.accepted_count(p, q, ids, mx.random.uniform(shape=(len(draft),), key=u_key))
         token = mx.random.categorical(mx.log(rule.next_distribution(p, q, n)), key=token_key)
@@ -137,14 +136,12 @@ class _GuardedSampler:
             self._on_error(exc)
             return mx.argmax(logprobs, axis=-1)
 
-    def verify(
-        self, logprobs: mx.array, draft: list[int], draft_probs: mx.array | None = None
-    ) -> tuple[mx.array, mx.array]:
+    def verify(self, logprobs: mx.array, draft: list[int]) -> tuple[mx.array, mx.array]:
         try:
             if self._hook is not None:
                 self._hook("sample", self._request_id)
             assert isinstance(self._sampler, SeededSampler)  # guard_sampler: only then exposed
-            return self._sampler.verify(logprobs, draft, draft_probs)
+            return self._sampler.verify(logprobs, draft)
         except Exception as exc:
             self._on_error(exc)
             return mx.array(0), mx.argmax(logprobs[0], axis=-1)

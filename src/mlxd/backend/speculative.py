@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from mlxd.backend.draft_policy import Acceptance, DraftPolicy
 from mlxd.backend.outputs import DraftCount
 from mlxd.types import DraftKind
-
-if TYPE_CHECKING:
-    import mlx.core as mx
 
 # Prompt lookup matches the last MAX_NGRAM..MIN_NGRAM tokens, longest first: a one-token
 # match drafts too often on a CPU, where every drafted position costs a forward position.
@@ -75,7 +72,7 @@ class DraftRequest:
 class ModelDrafter(Protocol):
     """A draft model's proposals (backend.draft_model.DraftModel)."""
 
-    def propose(self, asks: list[DraftRequest]) -> list[tuple[list[int], mx.array]]: ...
+    def propose(self, asks: list[DraftRequest]) -> list[list[int]]: ...
 
     def discard(self, uid: int) -> None: ...
 
@@ -96,11 +93,6 @@ class Drafts:
     policy: DraftPolicy = field(default_factory=DraftPolicy)  # how wide each step verifies
     rows: dict[int, _Row] = field(default_factory=dict)
     counts: dict[int, DraftCount] = field(default_factory=dict)  # since the last take_counts
-    # Per row of the last propose: the draft model's log-probabilities at each drafted
-    # position (len(draft) x vocab); None for an ngram draft or none. Drafts are the draft
-    # model's argmax, a deterministic proposal: the sampled rule's q is one-hot at them
-    # (these are the q of a drafter that samples its drafts from them).
-    draft_logprobs: list[mx.array | None] = field(default_factory=list)
 
     def add(self, uid: int, kind: DraftKind, k: int, fixed: bool = False) -> None:
         """A speculating row; `fixed`: its drafts are verified whatever the policy says (a
@@ -120,11 +112,10 @@ class Drafts:
     ) -> list[list[int]]:
         """Each row's draft (maybe empty), as long as the policy's width for this step at
         most: `contexts` are the tokens in its cache, `last` its next token (sampled, not yet
-        in the cache), `room` how many more it may emit after that one. Sets
-        `draft_logprobs`. Prompt lookup drafts before the choice (it is cheap), the draft
-        model after it, only when the step verifies."""
+        in the cache), `room` how many more it may emit after that one. Prompt lookup drafts
+        before the choice (it is cheap), the draft model after it, only when the step
+        verifies."""
         rows = self.rows
-        self.draft_logprobs = [None] * len(uids)
         drafts: list[list[int]] = [[] for _ in uids]
         offers: list[tuple[int, _Row, int]] = []  # (position, row, draft length on offer)
         for i, (uid, tokens, token, left) in enumerate(
@@ -154,9 +145,8 @@ class Drafts:
                 drafts[i] = drafts[i][:width]
         if asks and self.model is not None:
             proposed = self.model.propose([ask for _, ask in asks])
-            for (i, _), (draft, logprobs) in zip(asks, proposed, strict=True):
+            for (i, _), draft in zip(asks, proposed, strict=True):
                 drafts[i] = draft
-                self.draft_logprobs[i] = logprobs
         return drafts
 
     def started(self, rows: int, width: int) -> None:
