@@ -43,15 +43,27 @@ PROMPTS = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _free_ports(count: int) -> int:
+    """A port P such that P .. P + count - 1 can all be bound now (a plain bind, as the ring's:
+    a port a killed rank left in TIME_WAIT is refused too, so the next job does not hit it)."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = int(s.getsockname()[1])
+        if base + count > 65536:
+            continue
+        try:
+            for port in range(base + 1, base + count):
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
 
 
 def _ring(ranks: int) -> list[str]:
     launcher = Path(sys.executable).with_name("mlx.launch")
-    port = _free_port()  # the ring listens on port, port + 1, ...
+    port = _free_ports(ranks)  # the ring listens on port, port + 1, ...
     return [str(launcher), "-n", str(ranks), "--backend", "ring", "-p", str(port)]
 
 
