@@ -13,6 +13,7 @@ ships with (mlxd: MKL; peers: mlx's reference BLAS), `reference` all without MKL
 
     python benchmarks/server_bench.py                      # 0.25M-parameter checkpoint
     python benchmarks/server_bench.py --kind big --max-tokens 32
+    python benchmarks/server_bench.py --servers mlxd,mlxd-base --mlxd-base OLD_CHECKOUT
     python benchmarks/server_bench.py --kind tiny --max-tokens 128 --requests 48 --rounds 2 \
         --servers mlxd,mlx_lm,vllm-mlx,rapid-mlx --vllm-mlx VENV/bin/vllm-mlx --rapid-mlx ...
 """
@@ -53,7 +54,7 @@ def free_port() -> int:
 
 
 def server_command(kind: str, model: Path, port: int, args: argparse.Namespace) -> list[str]:
-    if kind == "mlxd":
+    if kind in ("mlxd", "mlxd-base"):
         return [sys.executable, "-m", "mlxd.cli.main", "serve", "--model", str(model)] + [
             "--port",
             str(port),
@@ -71,7 +72,7 @@ def server_command(kind: str, model: Path, port: int, args: argparse.Namespace) 
 def blas_env(kind: str, env: dict[str, str], blas: str, python: str) -> dict[str, str]:
     """mlxd picks its BLAS with MLXD_BLAS; a peer gets MKL by preloading its runtime."""
     env = dict(env, MLXD_BLAS="mkl" if blas in ("mkl", "ships") else "reference")
-    if kind != "mlxd" and blas == "mkl":
+    if not kind.startswith("mlxd") and blas == "mkl":
         lib = Path(python).resolve().parents[1] / "lib" / "libmkl_rt.so.3"
         if not lib.is_file():
             lib = Path(sys.prefix) / "lib" / "libmkl_rt.so.3"
@@ -85,6 +86,10 @@ def start(
     port = free_port()
     cmd = server_command(kind, model, port, args)
     env = blas_env(kind, env, args.blas, Path(cmd[0]).parent.as_posix() + "/python")
+    if kind == "mlxd-base":  # another mlxd source tree (a checkout of an older commit)
+        env["PYTHONPATH"] = str(Path(args.mlxd_base) / "src")
+    elif kind == "mlxd":
+        env["PYTHONPATH"] = str(ROOT / "src")
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return proc, wait_ready(proc, port, f"{kind} server: {' '.join(cmd)}")
 
@@ -258,7 +263,7 @@ def bench_server(
 ) -> list[dict[str, float]]:
     """One server process: a warm-up, then every concurrency level of one load."""
     proc, url = start(kind, model_dir, env, args)
-    model = "default" if kind == "mlxd" else str(model_dir)
+    model = "default" if kind.startswith("mlxd") else str(model_dir)
     try:
         asyncio.run(run_level(kind, url, "greedy", 1, 1, args, eos, model))  # warm-up
         out = []
@@ -285,6 +290,7 @@ def main() -> None:
     parser.add_argument("--mlx-lm-python", default=None, help="python of a venv with mlx-lm")
     parser.add_argument("--vllm-mlx", default="vllm-mlx", help="the vllm-mlx executable")
     parser.add_argument("--rapid-mlx", default="rapid-mlx", help="the rapid-mlx executable")
+    parser.add_argument("--mlxd-base", default=None, help="server mlxd-base: an mlxd checkout")
     args = parser.parse_args()
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
 
