@@ -100,6 +100,11 @@ class BatchRunner:
         self._every_draft = draft_policy_every()
         self._rewindable = spec_compat.rows_rewindable(loaded.model)  # can speculate
         self._planned: int | None = None  # plan_step's padded prefill tokens (see _plan_prefill)
+        # The group being timed from its first prefill step to its first tokens (planner's G):
+        # (perf_counter at the start of that step, its padded prompt tokens in all).
+        self._group: tuple[float, int] | None = None
+        self._group_tokens = 0  # padded tokens of the group plan_step started, 0: none
+        self._group_due = False  # the next step returns the timed group's first tokens
 
     def insert(
         self,
@@ -247,11 +252,8 @@ class BatchRunner:
             self.plan_step()
         started = time.perf_counter()
         prompt_resps, gen_resps = self._gen.next()
-        planner, prefilled = self._planner, self._planned
-        if planner is not None and prefilled == 0:
-            planner.observe_decode(time.perf_counter() - started)
-        elif planner is not None and prefilled is not None:
-            planner.observe_prefill(time.perf_counter() - started, prefilled)
+        if self._planner is not None:
+            self._observe(self._planner, started, time.perf_counter())
         if prompt_resps and self._drafts is not None:
             self._drafts.policy.costs.spoil()  # this step's time went to a prefill too
         if self._snapshots:
@@ -323,16 +325,19 @@ class BatchRunner:
 
     def _plan_prefill(self, planner: PrefillPlanner) -> int | None:
         """Pick how many waiting prompts the next prefill step takes, first come first served
-        (see prefill_plan: together while each prompt costs less than a step). Returns the
-        padded prompt tokens the step will prefill (0: it only decodes), or None when its cost
-        says nothing clean (a group mid-prefill, or one longer than a chunk). mlx-lm has no
-        public way to size the next group: see mlx_lm_compat."""
+        (see prefill_plan: the group size that minimises the queue's mean plus longest wait).
+        Returns the padded prompt tokens the step will prefill (0: it only decodes), or None
+        when its cost says nothing clean (a group mid-prefill, or one longer than a chunk).
+        mlx-lm has no public way to size the next group: see mlx_lm_compat."""
         gen = self._gen
+        self._group_tokens = 0
+        due = compat.first_token_due(gen)
+        self._group_due = due and self._group is not None
         if compat.prefilling(gen):
             return None  # a group being prefilled keeps its members
         if not compat.prompts_waiting(gen):
             return 0
-        if compat.first_token_due(gen):
+        if due:
             # A sequence just finished its prefill and its first token is computed in this
             # step: emit it before the next prompt's prefill chunk, else that token would
             # wait for the whole chunk (one decode step of delay for the next prompt instead).
@@ -344,7 +349,24 @@ class BatchRunner:
         # A prompt cut at snapshot points prefills one segment per step: the first one is
         # what this step runs.
         longest = max(first for _, first in compat.first_segments(gen, count))
-        return count * longest if longest <= planner.chunk else None
+        if longest > planner.chunk:
+            return None
+        self._group_tokens = count * max(lengths[:count])
+        return count * longest
+
+    def _observe(self, planner: PrefillPlanner, started: float, ended: float) -> None:
+        """Feed the planner this step's cost (see _plan_prefill) and time the groups: from
+        the step that starts one to the step that returns its first tokens."""
+        prefilled = self._planned
+        if prefilled == 0:
+            planner.observe_decode(ended - started)
+        elif prefilled is not None:
+            planner.observe_prefill(ended - started, prefilled)
+        if self._group_due and self._group is not None:
+            planner.observe_group(ended - self._group[0], self._group[1])
+            self._group = None
+        if self._group_tokens and compat.prefilling(self._gen):  # the planned group started
+            self._group = (started, self._group_tokens)
 
     def _store(
         self,

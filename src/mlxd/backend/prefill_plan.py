@@ -1,15 +1,28 @@
 """How many waiting prompts the next prefill step takes, chosen from measured step costs.
 
-A step costs about `d + e * P`: d is what the running batch's decode costs anyway (mostly fixed
-overhead on small models or with a fast BLAS), e the cost of one prompt token, P the padded prompt
-tokens prefilled. A group (one prompt or several) takes S = 3 steps from its prefill to its
-first token (BatchRunner): the step that prefills it, the one that runs its last prompt token,
-and the one that emits the first token, which prefills nothing. Prefilling k prompts of length L
-together gives each its first token after `S*d + e*k*L`; one at a time, the i-th waits
-`i * (S*d + e*L)`. Together wins on mean time to first token exactly when `e * L < S * d` (for
-every k), and always wins on throughput and on the longest wait. So prompts join a group while
-the padded tokens each adds cost less than S steps; d and e are measured online (moving averages
-of real steps), and until both are known the static token budget decides.
+A group of prompts (one or several, prefilled side by side) reaches its first tokens after
+`e * P + G`: e is the cost of one prompt token, P the group's padded prompt tokens (longest x
+count), G what the group's steps cost beyond its prompt tokens, from the step that starts its
+prefill to the one that returns its first tokens (BatchRunner: STEPS_TO_FIRST_TOKEN = 3 steps,
+each also decoding the running batch; the middle one also runs the group's last prompt tokens
+on their own). Two rules; the larger group wins:
+
+- the mean: a prompt joins while the padded tokens it adds cost less than G. Prefilling k
+  prompts of length L together gives each its first token after `k*e*L + G`; one at a time the
+  i-th waits `i * (e*L + G)`: together wins on mean wait exactly when `e * L < G`, for every k.
+- the tail: groups go one after another, so the last of the queue waits for every group's
+  prompt tokens plus one G per group: one at a time, the last of a wave of k waits
+  `k * (e*L + G)`, all together `k*e*L + G`. The smallest first group whose longest wait over
+  the queue stays within TAIL_SLACK of the shortest possible is taken. Not a larger one: the
+  first prompts would wait for the others, and a group's members finish decoding together,
+  so the clients of a closed loop come back together, while one at a time spreads them apart.
+
+When G is small next to a prompt's cost (compute-bound models), both rules give one at a time;
+when it is not (small models, a fast BLAS), a burst is cut into a few groups; short prompts go
+together. The running rows lose nothing: they decode in every one of those steps. d (a
+decode-only step), e and G are measured online (moving averages of real steps; G counts as 3
+decode steps until a group was timed), and until d and e are known the static token budget
+decides.
 """
 
 from __future__ import annotations
@@ -24,10 +37,16 @@ _ALPHA = 0.2
 _OUTLIER = 3.0
 # Steps from a group's prefill to its first token; each one also decodes the running batch.
 STEPS_TO_FIRST_TOKEN = 3
+# How much longer than the shortest possible the queue's longest wait may be, for finer groups.
+# In closed-loop runs of a model of the grouping (benchmarks/prefill_plan_bench.py measures the
+# real thing), 0.4 kept one at a time where G is at most ~0.4 of a prompt's cost (0.2-0.5 were
+# measured on the `big` test checkpoint) and cut the p99 of 8 and 16 clients by ~20% where it
+# is ~0.6-0.9 (the tiny checkpoint); tighter bounds cut it more but raised the mean more.
+TAIL_SLACK = 0.4
 
 
 class PrefillPlanner:
-    """Per-runner estimates of d and e, and the grouping rule; pure Python, no mlx."""
+    """Per-runner estimates of d, e and G, and the grouping rule; pure Python, no mlx."""
 
     def __init__(self, max_prompts: int, static_budget: int, chunk: int) -> None:
         self.max_prompts = max(1, max_prompts)
@@ -35,10 +54,18 @@ class PrefillPlanner:
         self.chunk = max(1, chunk)  # prompts longer than a chunk are never grouped
         self.decode_s: float | None = None  # d: a step that prefills nothing
         self.token_s: float | None = None  # e: one padded prompt token of prefill
+        self.group_s: float | None = None  # G: a group's steps to its first token, beyond e*P
 
     @property
     def measured(self) -> bool:
         return self.decode_s is not None and self.token_s is not None
+
+    @property
+    def group_overhead(self) -> float:
+        """G as measured, else STEPS_TO_FIRST_TOKEN decode steps (0.0 before any step)."""
+        if self.group_s is not None:
+            return self.group_s
+        return STEPS_TO_FIRST_TOKEN * (self.decode_s or 0.0)
 
     def observe_decode(self, seconds: float) -> None:
         """A step that only decoded (no prompt waiting or being prefilled)."""
@@ -52,27 +79,80 @@ class PrefillPlanner:
         per_token = max(seconds - self.decode_s, 0.0) / padded_tokens
         self.token_s = _ewma(self.token_s, per_token)
 
+    def observe_group(self, seconds: float, padded_tokens: int) -> None:
+        """A group of `padded_tokens` in all (its whole prompts, within one chunk) took
+        `seconds` from the start of the step that began its prefill to the end of the step
+        that returned its first tokens; beyond its tokens' cost, that is G."""
+        if self.token_s is None or padded_tokens <= 0:
+            return
+        self.group_s = _ewma(self.group_s, max(seconds - self.token_s * padded_tokens, 0.0))
+
     def plan(self, waiting: Iterable[int]) -> int:
         """How many of the waiting prompts (their lengths, in arrival order) to prefill now:
         at least one, at most `max_prompts`."""
-        count, longest = 0, 0
-        for length in waiting:
-            if count >= self.max_prompts:
-                break
+        lengths = list(waiting)
+        if not self.measured:
+            return self._static_plan(lengths)
+        assert self.token_s is not None
+        waits = [
+            _longest_wait(lengths, size, self.chunk, self.token_s, self.group_overhead)
+            for size in range(1, self._groupable(lengths) + 1)
+        ]
+        bound = min(waits) * (1 + TAIL_SLACK)
+        tail = next(size for size, wait in enumerate(waits, 1) if wait <= bound)
+        return max(tail, self._mean_plan(lengths, len(waits)))
+
+    def _mean_plan(self, lengths: list[int], most: int) -> int:
+        """Together while the padded tokens each prompt adds cost less than G."""
+        assert self.token_s is not None
+        count, longest = 1, lengths[0] if lengths else 0
+        for length in lengths[1:most]:
             candidate = max(longest, length)
-            if count and not self._worth_adding(count, longest, candidate):
+            added = candidate * (count + 1) - longest * count
+            if self.token_s * added >= self.group_overhead:
                 break
             count, longest = count + 1, candidate
-        return max(count, 1)
+        return count
 
-    def _worth_adding(self, count: int, longest: int, candidate: int) -> bool:
-        if candidate > self.chunk:
-            return False  # a multi-chunk group delays every member by its longest prompt
-        added = candidate * (count + 1) - longest * count
-        if not self.measured:
-            return candidate * (count + 1) <= self.static_budget
-        assert self.decode_s is not None and self.token_s is not None
-        return self.token_s * added < STEPS_TO_FIRST_TOKEN * self.decode_s
+    def _groupable(self, lengths: list[int]) -> int:
+        """The largest first group allowed: within max_prompts, and no prompt longer than a
+        chunk in a group of several (it would delay every member by its whole prefill)."""
+        most = 0
+        for length in lengths[: self.max_prompts]:
+            if length > self.chunk:
+                break
+            most += 1
+        return max(most, 1)
+
+    def _static_plan(self, lengths: list[int]) -> int:
+        """Before costs are measured: together while the padded group fits the budget."""
+        longest = 0
+        for count, length in enumerate(lengths[: self._groupable(lengths)]):
+            longest = max(longest, length)
+            if count and longest * (count + 1) > self.static_budget:
+                return count
+        return self._groupable(lengths)
+
+
+def _longest_wait(
+    lengths: list[int], size: int, chunk: int, token_s: float, group_s: float
+) -> float:
+    """Seconds until the last of the queue has its first token, the queue prefilled in
+    consecutive groups of at most `size` (a prompt longer than a chunk alone)."""
+    clock = 0.0
+    i, n = 0, len(lengths)
+    while i < n:
+        count, longest = 0, 0
+        while i + count < n and count < size:
+            length = lengths[i + count]
+            if count and length > chunk:
+                break
+            count, longest = count + 1, max(longest, length)
+            if length > chunk:
+                break
+        clock += token_s * longest * count + group_s
+        i += count
+    return clock
 
 
 def _ewma(old: float | None, new: float) -> float:

@@ -4,6 +4,7 @@ does (waiting prompts leave the queue together exactly when the planner says so)
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from mlxd.backend import mlx_lm_compat as compat
@@ -75,3 +76,36 @@ def test_a_prompt_takes_the_planned_steps_to_its_first_token(tiny_chat_model: Pa
     finally:
         runner.close()
     assert steps == STEPS_TO_FIRST_TOKEN
+
+
+def test_the_runner_times_a_group_from_its_prefill_to_its_first_tokens(
+    tiny_chat_model: Path,
+) -> None:
+    # G, the planner's cost of a group's steps beyond its prompt tokens, comes from real
+    # steps: a group's time to its first tokens less what its tokens cost, in a moving
+    # average (so never above both the old estimate and that time).
+    runner = make_runner(tiny_chat_model)
+    planner = runner._planner
+    assert planner is not None
+    params = SamplingParams(max_tokens=40, ignore_eos=True)
+    prompts = random_prompts(5, 400, (64, 65), seed=3)
+    try:
+        runner.insert(prompts[0], params, 40, "first")
+        for _ in range(6):  # prefill the first, then decode alone: d is known
+            runner.step()
+        assert planner.group_s is None  # e was unknown at its first token: not timed
+        runner.insert(prompts[1], params, 40, "second")
+        for _ in range(STEPS_TO_FIRST_TOKEN):
+            runner.step()
+        assert planner.measured and planner.group_s is not None and planner.group_s >= 0
+        before = planner.group_s
+        uids = [runner.insert(p, params, 40, f"r{i}")[0] for i, p in enumerate(prompts[2:])]
+        started = time.perf_counter()
+        seen: set[int] = set()
+        while not seen.intersection(uids):  # the first group of them has its first tokens
+            seen.update(out.uid for out in runner.step().tokens)
+        took = time.perf_counter() - started
+    finally:
+        runner.close()
+    assert planner.group_s != before  # timed again
+    assert 0 <= planner.group_s <= max(before, took)

@@ -1,11 +1,14 @@
-"""The prefill grouping rule: prompts go together while each costs less than the steps a
-group takes to its first token (STEPS_TO_FIRST_TOKEN = 3)."""
+"""The prefill grouping rules: prompts go together while each costs less than G, what a group's
+steps to its first token cost beyond its prompt tokens (measured, or STEPS_TO_FIRST_TOKEN = 3
+decode steps until a group was timed); and a queue whose last prompt would wait more than
+TAIL_SLACK longer one at a time than in the fewest groups is cut into the finest groups that
+keep it within that bound."""
 
 from __future__ import annotations
 
 import pytest
 
-from mlxd.backend.prefill_plan import STEPS_TO_FIRST_TOKEN, PrefillPlanner
+from mlxd.backend.prefill_plan import STEPS_TO_FIRST_TOKEN, TAIL_SLACK, PrefillPlanner
 
 
 def measured(decode_s: float, token_s: float, *, max_prompts: int = 8) -> PrefillPlanner:
@@ -30,11 +33,17 @@ def test_overhead_bound_steps_group_every_waiting_prompt() -> None:
     assert planner.plan([256] * 12) == 8  # capped by max_prompts
 
 
-def test_compute_bound_steps_prefill_one_at_a_time() -> None:
-    # 256 tokens cost 51.2 ms, more than three 10 ms steps: the first prompt should not wait.
+def test_compute_bound_steps_prefill_one_at_a_time_until_the_queue_grows() -> None:
+    # 256 tokens cost 51.2 ms, more than three 10 ms steps (G): the first prompt should not
+    # wait for the second (one at a time the last of 2 waits 162 ms, together 132: within
+    # the slack), and short prompts (20 ms each) still go together.
     planner = measured(decode_s=0.010, token_s=0.0002)
-    assert planner.plan([256] * 12) == 1
-    assert planner.plan([100] * 12) == 8  # short prompts (20 ms each) still go together
+    assert planner.plan([256] * 2) == 1
+    assert planner.plan([100] * 12) == 8  # capped by max_prompts
+    # Twelve of them one at a time: the last waits 12 x 81.2 = 974 ms against 674 in two
+    # groups; groups of 2 (794 ms) are the finest within the slack. (Before the tail rule
+    # this queue went one at a time: changed deliberately, its p99 was the wave's last.)
+    assert planner.plan([256] * 12) == 2
 
 
 def test_a_prompt_costing_less_than_the_steps_to_a_first_token_joins() -> None:
@@ -42,7 +51,42 @@ def test_a_prompt_costing_less_than_the_steps_to_a_first_token_joins() -> None:
     assert STEPS_TO_FIRST_TOKEN == 3
     planner = measured(decode_s=0.010, token_s=0.0001)
     assert planner.plan([256] * 12) == 8
-    assert measured(decode_s=0.010, token_s=0.000125).plan([256] * 12) == 1  # 32 ms
+    assert measured(decode_s=0.010, token_s=0.000125).plan([256] * 2) == 1  # 32 ms
+
+
+def test_a_timed_group_gives_g_and_g_decides() -> None:
+    planner = measured(decode_s=0.010, token_s=0.0002)
+    assert planner.group_overhead == pytest.approx(STEPS_TO_FIRST_TOKEN * 0.010)
+    assert planner.plan([256] * 2) == 1  # 51.2 ms a prompt against G = 30 ms
+    # A group of 2 x 256 took 162.4 ms to its first tokens: 102.4 of prompt tokens, G = 60.
+    planner.observe_group(0.1624, padded_tokens=512)
+    assert planner.group_s == pytest.approx(0.060)
+    assert planner.plan([256] * 2) == 2  # G > 51.2 ms: together is better for both
+
+
+def test_the_tail_bound_picks_the_finest_groups_within_it() -> None:
+    planner = measured(decode_s=0.010, token_s=0.0002)
+    planner.observe_group(0.100, padded_tokens=256)  # G = 48.8 ms, a prompt 51.2 ms
+    g, c = planner.group_overhead, 0.0002 * 256
+    for k in (3, 5, 8, 11):
+        size = planner.plan([256] * k)
+
+        def last_wait(s: int, k: int = k) -> float:  # groups of s, one after another
+            return k * c + -(-k // s) * g
+
+        best = min(last_wait(s) for s in range(1, min(k, planner.max_prompts) + 1))
+        assert last_wait(size) <= best * (1 + TAIL_SLACK), (k, size)
+        assert size == 1 or last_wait(size - 1) > best * (1 + TAIL_SLACK), (k, size)
+        assert 1 < size < k  # neither one at a time nor the whole wave
+
+
+def test_a_cheap_g_keeps_long_waves_one_at_a_time() -> None:
+    # Compute-bound: G is a tenth of a prompt's cost, the last of 16 one at a time waits 9%
+    # longer than with all of them together; nobody should wait for 15 others.
+    planner = measured(decode_s=0.010, token_s=0.0002, max_prompts=16)
+    planner.observe_group(0.010 + 0.0512, padded_tokens=256)
+    assert planner.group_s == pytest.approx(0.010)
+    assert planner.plan([256] * 16) == 1
 
 
 def test_padding_counts_against_the_prompt_that_causes_it() -> None:
