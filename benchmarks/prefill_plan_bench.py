@@ -1,0 +1,199 @@
+"""Prefill grouping policies side by side on the real BatchRunner, in a closed loop, no HTTP.
+
+N clients each send --requests/N prompts (distinct random tokens, --prompt-tokens long) one
+after another, every request decoding --max-tokens (EOS ignored), as server_bench does; a
+client's next prompt is inserted in the step after its previous request ends. Per policy and
+client count: time to first token from insert to the step that returns it (mean, p99, max)
+and tokens/s. Policies: `planner` (backend/prefill_plan.py as it is), `one` (one prompt per
+group), `threesteps` (the previous rule: together while each prompt's padded tokens cost less
+than 3 decode steps), `all` (every waiting prompt in one group, up to --prefill-batch, as
+vllm-mlx does). Each (policy, clients) cell runs in a fresh runner after a warm-up request;
+--rounds repeats every cell in alternating policy order; the summary is the median of rounds.
+
+    python benchmarks/prefill_plan_bench.py --kind tiny --concurrency 1,8,16
+    python benchmarks/prefill_plan_bench.py --kind big --max-tokens 32 --requests 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "src"))
+
+from mlxd.backend.batch import BatchRunner  # noqa: E402
+from mlxd.backend.loader import LoadedModel, load_checkpoint  # noqa: E402
+from mlxd.backend.prefill_plan import STEPS_TO_FIRST_TOKEN, PrefillPlanner  # noqa: E402
+from mlxd.backend.prefix import PrefixCache  # noqa: E402
+from mlxd.types import SamplingParams  # noqa: E402
+
+Policy = Callable[[PrefillPlanner, list[int]], int]
+
+
+def _one(planner: PrefillPlanner, lengths: list[int]) -> int:
+    return 1
+
+
+def _all(planner: PrefillPlanner, lengths: list[int]) -> int:
+    return max(1, min(len(lengths), planner.max_prompts))
+
+
+def _three_steps(planner: PrefillPlanner, lengths: list[int]) -> int:
+    """The rule before the queue objective: add while each costs less than 3 decode steps."""
+    if not planner.measured:
+        return PrefillPlanner.plan(planner, lengths)  # the static budget
+    assert planner.token_s is not None and planner.decode_s is not None
+    count = longest = 0
+    for length in lengths[: planner.max_prompts]:
+        candidate = max(longest, length)
+        added = candidate * (count + 1) - longest * count
+        if count and (
+            candidate > planner.chunk
+            or planner.token_s * added >= STEPS_TO_FIRST_TOKEN * planner.decode_s
+        ):
+            break
+        count, longest = count + 1, candidate
+    return max(count, 1)
+
+
+POLICIES: dict[str, Policy | None] = {
+    "planner": None,
+    "one": _one,
+    "threesteps": _three_steps,
+    "all": _all,
+}
+
+
+def run_cell(
+    loaded: LoadedModel, policy: str, clients: int, args: argparse.Namespace, seed: int
+) -> dict[str, float]:
+    runner = BatchRunner(
+        loaded,
+        "m",
+        PrefixCache(0),
+        max_batch=args.max_batch,
+        prefill_chunk=args.prefill_chunk,
+        prefill_batch=args.prefill_batch,
+        prefill_group_tokens=256,
+    )
+    planner = runner._planner
+    assert planner is not None
+    rule = POLICIES[policy]
+    if rule is not None:
+        planner.plan = lambda waiting: rule(planner, list(waiting))  # type: ignore[method-assign]
+    rng = random.Random(seed)
+    vocab = loaded.vocab_size
+
+    def prompt() -> list[int]:
+        return [rng.randrange(10, vocab - 10) for _ in range(args.prompt_tokens)]
+
+    params = SamplingParams(max_tokens=args.max_tokens, ignore_eos=True)
+    try:
+        uid, _ = runner.insert(prompt(), params, args.max_tokens, "warm")
+        while not any(o.uid == uid and o.finish for o in runner.step().tokens):
+            pass
+        per_client = max(1, args.requests // clients)
+        left = {c: per_client for c in range(clients)}
+        inserted: dict[int, tuple[int, float]] = {}  # uid -> (client, insert time)
+        waiting_first: set[int] = set()
+        ttfts: list[float] = []
+        tokens = 0
+
+        def send(client: int) -> None:
+            left[client] -= 1
+            u, _ = runner.insert(prompt(), params, args.max_tokens, f"c{client}")
+            inserted[u] = (client, time.perf_counter())
+            waiting_first.add(u)
+
+        started = time.perf_counter()
+        for c in range(clients):
+            send(c)
+        while inserted:
+            result = runner.step()
+            now = time.perf_counter()
+            for out in result.tokens:
+                tokens += 1
+                if out.uid in waiting_first:
+                    waiting_first.discard(out.uid)
+                    ttfts.append(now - inserted[out.uid][1])
+                if out.finish is not None:
+                    client, _ = inserted.pop(out.uid)
+                    if left[client]:
+                        send(client)
+        wall = time.perf_counter() - started
+    finally:
+        runner.close()
+    ttfts.sort()
+    return {
+        "clients": clients,
+        "requests": len(ttfts),
+        "tok_s": round(tokens / wall, 1),
+        "ttft_mean_ms": round(1000 * statistics.fmean(ttfts), 1),
+        "ttft_p99_ms": round(1000 * _pct(ttfts, 99), 1),
+        "ttft_max_ms": round(1000 * ttfts[-1], 1),
+    }
+
+
+def _pct(values: list[float], p: int) -> float:
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kind", default="tiny", help="tests/checkpoints.py size: tiny/small/big")
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--prompt-tokens", type=int, default=260)
+    parser.add_argument("--requests", type=int, default=48)
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--concurrency", default="1,8,16")
+    parser.add_argument("--policies", default="planner,threesteps,one,all")
+    parser.add_argument("--max-batch", type=int, default=16)
+    parser.add_argument("--prefill-batch", type=int, default=16)
+    parser.add_argument("--prefill-chunk", type=int, default=512)
+    args = parser.parse_args()
+    from tests.checkpoints import make_checkpoint
+
+    work = Path(tempfile.mkdtemp(prefix="mlxd-plan-bench-"))
+    kind = "chat" if args.kind == "tiny" else args.kind
+    loaded = load_checkpoint(make_checkpoint(work / f"bench-{args.kind}", kind))
+    policies = args.policies.split(",")
+    levels = [int(c) for c in args.concurrency.split(",")]
+    results: dict[str, list[list[dict[str, float]]]] = {p: [] for p in policies}
+    for r in range(args.rounds):
+        for policy in policies if r % 2 == 0 else policies[::-1]:
+            cells = [run_cell(loaded, policy, c, args, seed=1000 * r + c) for c in levels]
+            results[policy].append(cells)
+            print(policy, json.dumps(cells), file=sys.stderr, flush=True)
+    summary = {
+        p: {
+            key: [statistics.median(rnd[i][key] for rnd in rounds) for i in range(len(levels))]
+            for key in ("tok_s", "ttft_mean_ms", "ttft_p99_ms", "ttft_max_ms")
+        }
+        for p, rounds in results.items()
+    }
+    report = {
+        "checkpoint": args.kind,
+        "prompt_tokens": args.prompt_tokens,
+        "max_tokens": args.max_tokens,
+        "requests_per_level": args.requests,
+        "concurrency": levels,
+        "rounds": args.rounds,
+        "results": results,
+        "summary": summary,
+    }
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
