@@ -29,7 +29,19 @@ SETTINGS: dict[str, Setting] = {
     ),
     "host": Setting("MLXD_HOST", "127.0.0.1", "address `mlxd serve` binds"),
     "port": Setting("MLXD_PORT", "8080", "port `mlxd serve` listens on"),
-    "api_key": Setting("MLXD_API_KEY", "", "Bearer key `mlxd serve` requires (empty: no auth)"),
+    "api_key": Setting(
+        "MLXD_API_KEY",
+        "",
+        "Bearer key `mlxd serve` requires, and `mlxd run/chat --server` sends (empty: no auth)",
+    ),
+    "server": Setting(
+        "MLXD_SERVER",
+        "",
+        "`mlxd run` and `mlxd chat` ask the `mlxd serve` at this URL (http://HOST:PORT, /v1 "
+        "optional; HOST[:PORT] alone means http, and `mlxd serve`'s default port when it is "
+        "omitted) instead of loading the model in-process (`--local` ignores it); empty: "
+        "in-process",
+    ),
     "allowed_origins": Setting(
         "MLXD_ALLOWED_ORIGINS",
         "",

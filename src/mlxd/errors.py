@@ -138,3 +138,27 @@ def from_code(code: str | None, message: str | None) -> MlxdError:
     would have been raised, so it gets the same CLI exit code and HTTP status. Unknown or
     missing codes are an EngineFault."""
     return _BY_CODE.get(code or "", EngineFault)(message or "generation failed")
+
+
+# HTTP status -> the error a server's answer stands for when its code is not one of ours
+# (another server, a proxy); any other 4xx is an InvalidRequest, anything else an EngineFault.
+_BY_STATUS: dict[int, type[MlxdError]] = {
+    401: AuthError,
+    403: AuthError,
+    404: ModelNotFound,
+    422: ModelBroken,
+    429: EngineBusy,
+    502: EngineUnavailable,
+    503: EngineUnavailable,
+    504: EngineUnavailable,
+}
+
+
+def from_http(status: int, code: str | None, message: str) -> MlxdError:
+    """The error an HTTP server answered with (its status and its OpenAI error body's code),
+    rebuilt as the class that would have been raised in-process (from_code's), so the CLI
+    exit code matches; by status when the code is not one of ours."""
+    cls = _BY_CODE.get(code or "") or _BY_STATUS.get(status)
+    if cls is None:
+        cls = InvalidRequest if 400 <= status < 500 else EngineFault
+    return cls(message)

@@ -1,4 +1,5 @@
-"""`mlxd chat [MODEL]`: an interactive chat on the in-process engine (see cli/repl.py).
+"""`mlxd chat [MODEL]`: an interactive chat on the in-process engine, or on a running
+`mlxd serve` with --server URL (or MLXD_SERVER); see cli/repl.py.
 
 On a terminal: a prompt_toolkit REPL with history, multi-line input and slash commands.
 With piped stdin: one message per line (or per triple-quote fence), answers on stdout, and
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from mlxd.cli.model_client import add_client_flags
 from mlxd.cli.repl_options import add_generation_flags
 
 if TYPE_CHECKING:
@@ -24,9 +26,13 @@ def add_parser(subparsers: Subparsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "model", nargs="?", default=None, help="model reference (default: the embedded model)"
+        "model",
+        nargs="?",
+        default=None,
+        help="model reference (default: the embedded model; with --server, the server's)",
     )
     add_generation_flags(parser)
+    add_client_flags(parser)
     parser.set_defaults(func=run)
 
 

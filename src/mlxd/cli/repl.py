@@ -1,9 +1,9 @@
 """The chat REPL behind `mlxd chat` and `mlxd run MODEL` on a terminal.
 
-One engine and one loaded model for the whole session; each turn goes through the chat
-layer's start_chat with the whole conversation, so the engine's prefix cache serves the
-history and only the new turn is prefilled. Ctrl-C while an answer streams cancels that
-request (ChatStream.cancel) and returns to the prompt.
+One model client for the whole session (cli.model_client: one engine with one loaded model,
+or a running `mlxd serve`); each turn sends the whole conversation, so the engine's prefix
+cache serves the history and only the new turn is prefilled. Ctrl-C while an answer streams
+cancels that request (AnswerStream.cancel) and returns to the prompt.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mlxd.chat.images import file_part, image_bytes, read_image
+from mlxd.cli.model_client import AnswerStream, ModelClient, drain, open_client
 from mlxd.cli.render import print_error
-from mlxd.cli.repl_engine import InProcessModel, drain, open_model, resolve_model
 from mlxd.cli.repl_input import MessageReader, PipeReader, TerminalReader
 from mlxd.cli.repl_options import checked_options_from_args
 from mlxd.cli.stream_render import Answer, Renderer, decode_tps, error_from_finish
@@ -25,7 +25,6 @@ from mlxd.errors import InvalidRequest, MlxdError
 from mlxd.types import FinishReason
 
 if TYPE_CHECKING:
-    from mlxd.chat.session import ChatStream
     from mlxd.store.model_ref import ModelRef
 
 HELP = """\
@@ -93,28 +92,26 @@ def run_repl(args: argparse.Namespace, model: ModelRef | str | None) -> int:
     if getattr(args, "json", False):
         raise InvalidRequest("--json needs a prompt (an argument or piped stdin)", param="prompt")
     options = checked_options_from_args(args)
-    ref = model if model is not None and not isinstance(model, str) else resolve_model(model)
     conv = Conversation(system=args.system, show_reasoning=not args.hide_reasoning)
     if args.no_think:
         conv.think = False
     for path in getattr(args, "image", None) or ():  # `mlxd run MODEL --image X` on a terminal
         conv.images.append(file_part(path))
     interactive = sys.stdin.isatty() and sys.stdout.isatty()
-    with open_model(
-        ref, trust_remote_code=args.trust_remote_code, draft=args.draft_model
-    ) as loaded:
+    with open_client(args, model) as loaded:
         reader: MessageReader = (
             TerminalReader(mlxd_home() / "chat_history") if interactive else PipeReader(sys.stdin)
         )
         if interactive:
-            print(f"Chatting with {loaded.name}. /help for commands, /bye to leave.")
+            where = f" on {loaded.server_url}" if loaded.server_url else ""
+            print(f"Chatting with {loaded.name}{where}. /help for commands, /bye to leave.")
         Repl(loaded, conv, options, interactive).loop(reader)
     return 0
 
 
 @dataclass(slots=True)
 class Repl:
-    loaded: InProcessModel
+    loaded: ModelClient
     conv: Conversation
     options: dict[str, object]
     interactive: bool
@@ -137,11 +134,15 @@ class Repl:
 
     def answer(self, text: str) -> None:
         """One turn. Ctrl-C cancels it; a request error is reported and the chat goes on."""
-        renderer = Renderer(Answer(model=self.loaded.name), show_reasoning=self.conv.show_reasoning)
+        answer = Answer(model=self.loaded.name, remote=self.loaded.server_url is not None)
+        renderer = Renderer(answer, show_reasoning=self.conv.show_reasoning)
         try:
             stream = self.loaded.ask(
                 self.conv.messages(text), self.options, self.conv.template_kwargs()
             )
+        except KeyboardInterrupt:  # over HTTP the request itself can wait (a model loading)
+            _cancelled()
+            return
         except MlxdError as e:  # refused before generation (e.g. too long): keep chatting
             print_error(e)
             if self.conv.images:
@@ -153,9 +154,7 @@ class Repl:
         except KeyboardInterrupt:
             stream.cancel()
             _drain_uninterrupted(stream)
-            sys.stdout.write("\n")
-            sys.stderr.write("[answer cancelled]\n")
-            sys.stderr.flush()
+            _cancelled()
             return
         finish = renderer.answer.finish
         if finish is not None and finish.reason is FinishReason.ERROR:
@@ -173,7 +172,13 @@ class Repl:
         return handler(self, arg.strip())
 
 
-def _drain_uninterrupted(stream: ChatStream) -> None:
+def _cancelled() -> None:
+    sys.stdout.write("\n")
+    sys.stderr.write("[answer cancelled]\n")
+    sys.stderr.flush()
+
+
+def _drain_uninterrupted(stream: AnswerStream) -> None:
     """A second Ctrl-C while the cancelled request winds down must not kill the chat."""
     while True:
         try:
@@ -216,7 +221,7 @@ def _image(repl: Repl, arg: str) -> bool:
         repl.conv.images = []
         print(f"{dropped} attached image(s) dropped." if dropped else "no image attached")
         return True
-    if repl.loaded.info.image_processor is None:
+    if repl.loaded.takes_images is False:
         print_error(InvalidRequest(f"{repl.loaded.name} takes text only: it cannot read images"))
         return True
     try:

@@ -1,6 +1,7 @@
-"""The CLI's in-process engine: resolve a model through the store, check it, load it into an
-Engine with max_batch=1 (no socket), and ask it through the chat layer's start_chat, exactly
-as the server does. Heavy imports (engine, mlx) happen only when a model is opened.
+"""The CLI's in-process engine (the default cli.model_client.ModelClient): resolve a model
+through the store, check it, load it into an Engine with max_batch=1 (no socket), and ask it
+through the chat layer's start_chat, exactly as the server does. Heavy imports (engine, mlx)
+happen only when a model is opened.
 """
 
 from __future__ import annotations
@@ -30,6 +31,14 @@ class InProcessModel:
     @property
     def name(self) -> str:
         return self.info.name
+
+    @property
+    def takes_images(self) -> bool:
+        return self.info.image_processor is not None
+
+    @property
+    def server_url(self) -> None:
+        return None
 
     def ask(
         self,
@@ -93,14 +102,5 @@ def _close_quietly(engine: Engine) -> None:
     """Closing must not hide the error that got us here (or add a second traceback)."""
     try:
         engine.close()
-    except MlxdError:
-        pass
-
-
-def drain(stream: ChatStream) -> None:
-    """After cancel(): consume the stream up to its FinishEvent so the engine frees the request."""
-    try:
-        for _ in stream:
-            pass
     except MlxdError:
         pass

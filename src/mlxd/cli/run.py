@@ -1,11 +1,13 @@
-"""`mlxd run [MODEL] [PROMPT|-] [WORDS...]`: one answer from the in-process engine.
+"""`mlxd run [MODEL] [PROMPT|-] [WORDS...]`: one answer from the in-process engine, or from
+a running `mlxd serve` with --server URL (or MLXD_SERVER).
 
 Which positional is the model: with `-m MODEL` every positional is prompt text. Otherwise
-the first positional names the model when the store resolves it; a first positional that
-contains whitespace, or is `-`, or is the only positional and names no known model, starts
-the prompt and the embedded default model answers. `-` (or no prompt with piped stdin)
-reads the prompt from stdin; further words are appended after a blank line. No prompt on a
-terminal opens the chat REPL.
+the first positional names the model when the store resolves it (with --server: when the
+server lists it); a first positional that contains whitespace, or is `-`, or is the only
+positional and names no known model, starts the prompt and the default model answers (the
+embedded one, or the server's). `-` (or no prompt with piped stdin) reads the prompt from
+stdin; further words are appended after a blank line. No prompt on a terminal opens the
+chat REPL.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import sys
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
+from mlxd.cli.model_client import add_client_flags, drain, open_client, resolver
 from mlxd.cli.repl_options import (
     add_generation_flags,
     checked_options_from_args,
@@ -24,8 +27,10 @@ from mlxd.cli.utf8 import check_utf8
 from mlxd.errors import AmbiguousModel, InvalidRequest, ModelNotFound
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from mlxd.cli.main import Subparsers
-    from mlxd.cli.repl_engine import InProcessModel
+    from mlxd.cli.model_client import ModelClient
     from mlxd.cli.stream_render import Answer
     from mlxd.store.model_ref import ModelRef
 
@@ -64,6 +69,7 @@ def add_parser(subparsers: Subparsers) -> None:
         "[request field: an image_url content part]",
     )
     add_generation_flags(parser)
+    add_client_flags(parser)
     parser.set_defaults(func=run)
 
 
@@ -74,24 +80,34 @@ class Invocation:
 
     model: str | None
     prompt_words: tuple[str, ...]
-    model_ref: ModelRef | None = None  # the ModelRef when resolving the model was part of parsing
+    # The resolved model when resolving was part of parsing: a ModelRef in-process, the name
+    # the server knows with --server.
+    model_ref: ModelRef | str | None = None
 
     @property
     def wants_stdin(self) -> bool:
         return bool(self.prompt_words) and self.prompt_words[0] == "-"
 
 
-def parse_positionals(words: list[str], model: str | None) -> Invocation:
-    """Apply the rule in the module docstring; resolves through the store when it must."""
+def parse_positionals(
+    words: list[str],
+    model: str | None,
+    resolve: Callable[[str], ModelRef | str] | None = None,
+) -> Invocation:
+    """Apply the rule in the module docstring; resolves through `resolve` (default: the
+    store) when it must."""
     if model is not None or not words:
         return Invocation(model, tuple(words))
     first = words[0]
     if first == "-" or _has_space(first):
         return Invocation(None, tuple(words))
-    from mlxd.cli.repl_engine import resolve_model
+    if resolve is None:
+        from mlxd.cli.repl_engine import resolve_model
+
+        resolve = resolve_model
 
     try:
-        ref = resolve_model(first)
+        ref = resolve(first)
     except AmbiguousModel:  # a ModelNotFound too, but never a prompt: list the candidates
         raise
     except ModelNotFound as e:
@@ -151,47 +167,42 @@ def user_content(text: str, images: list[str] | None) -> str | list[dict[str, An
 def run(args: argparse.Namespace) -> int:
     options = checked_options_from_args(args)
     tools = load_tools(args.tools)
-    inv = parse_positionals(list(args.words), args.model)
+    inv = parse_positionals(list(args.words), args.model, resolver(args))
     prompt = read_prompt(inv, sys.stdin)
     if prompt is None:
         from mlxd.cli.repl import run_repl
 
         return run_repl(args, inv.model_ref or inv.model)
     messages = messages_for(prompt, args.system, args.image)  # image files: read before loading
-    from mlxd.cli.repl_engine import open_model, resolve_model
-
-    ref = inv.model_ref or resolve_model(inv.model, quiet=args.json)
-    with open_model(
-        ref, trust_remote_code=args.trust_remote_code, draft=args.draft_model
-    ) as loaded:
-        answer = ask_once(loaded, messages, options, args, tools)
+    with open_client(args, inv.model_ref or inv.model, quiet=args.json) as client:
+        answer = ask_once(client, messages, options, args, tools)
     if args.json:
         _print_json_line(answer.to_json())
     return 0
 
 
 def ask_once(
-    loaded: InProcessModel,
+    client: ModelClient,
     messages: list[dict[str, Any]],
     options: dict[str, object],
     args: argparse.Namespace,
     tools: list[dict[str, Any]] | None = None,
 ) -> Answer:
     """Stream one answer to the terminal (or collect it for --json); raise its error if any."""
-    from mlxd.cli.repl_engine import drain
     from mlxd.cli.stream_render import Answer, Renderer, check_finish
 
     renderer = Renderer(
-        Answer(model=loaded.name),
+        Answer(model=client.name, remote=client.server_url is not None),
         stream=not args.no_stream and not args.json,
         quiet=args.json,
         show_reasoning=not args.hide_reasoning,
     )
-    stream = loaded.ask(messages, options, template_kwargs_from(args.no_think), tools)
+    stream = client.ask(messages, options, template_kwargs_from(args.no_think), tools)
     try:
         renderer.consume(stream)
     except BaseException:
-        # Ctrl-C, a closed pipe or an error: stop generating before the engine closes.
+        # Ctrl-C, a closed pipe or an error: stop generating (in-process: before the engine
+        # closes; over HTTP: the closed connection cancels the server's request).
         stream.cancel()
         drain(stream)
         raise

@@ -30,9 +30,11 @@ DIM, RESET = "\x1b[2m", "\x1b[0m"
 
 @dataclass(slots=True)
 class Answer:
-    """Everything one request produced, in the shape `mlxd run --json` prints."""
+    """Everything one request produced, in the shape `mlxd run --json` prints. `remote`:
+    the answer came over HTTP, so its timings are the client's (see `timings_json`)."""
 
     model: str
+    remote: bool = False
     content: str = ""
     reasoning: str = ""
     tool_calls: list[ToolCall] = field(default_factory=list)
@@ -42,7 +44,6 @@ class Answer:
     def to_json(self) -> dict[str, Any]:
         finish = self.finish
         usage = finish.usage if finish else None
-        timings = finish.timings if finish else None
         return {
             "model": self.model,
             "content": self.content,
@@ -57,18 +58,24 @@ class Answer:
                 "total_tokens": usage.total_tokens,
                 "cached_tokens": usage.cached_tokens,
             },
-            "timings": None
-            if timings is None
-            else {
-                "queued_s": round(timings.queued_s, 6),
-                "ttft_s": round(timings.ttft_s, 6),
-                "total_s": round(timings.total_s, 6),
-                "decode_tokens_per_s": round(decode_tps(finish), 3) if finish else 0.0,
-                "draft_tokens": timings.draft_tokens,
-                "accepted_draft_tokens": timings.accepted_draft_tokens,
-            },
+            "timings": None if finish is None else timings_json(finish, remote=self.remote),
             "warnings": self.warnings,
         }
+
+
+def timings_json(finish: FinishEvent, *, remote: bool = False) -> dict[str, Any]:
+    """`--json`'s timings. remote=True (over HTTP): ttft_s and total_s are measured by the
+    client from sending the request, decode speed from them and the usage; what only the
+    engine knows (time queued, draft tokens) is null."""
+    timings = finish.timings
+    return {
+        "queued_s": None if remote else round(timings.queued_s, 6),
+        "ttft_s": round(timings.ttft_s, 6),
+        "total_s": round(timings.total_s, 6),
+        "decode_tokens_per_s": round(decode_tps(finish), 3),
+        "draft_tokens": None if remote else timings.draft_tokens,
+        "accepted_draft_tokens": None if remote else timings.accepted_draft_tokens,
+    }
 
 
 def tool_call_json(call: ToolCall) -> dict[str, Any]:

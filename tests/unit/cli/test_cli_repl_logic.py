@@ -39,9 +39,13 @@ class FakeStream:
 
 @dataclass
 class FakeModel:
+    """A cli.model_client.ModelClient."""
+
     streams: list[Any]
     asked: list[tuple[list[dict], Any]] = field(default_factory=list)
     name: str = "fake"
+    takes_images: bool | None = None
+    server_url: str | None = None
 
     def ask(self, messages, options, template_kwargs=None, tools=None):  # noqa: ANN001
         self.asked.append((messages, template_kwargs))
