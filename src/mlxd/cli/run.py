@@ -8,6 +8,13 @@ positional and names no known model, starts the prompt and the default model ans
 embedded one, or the server's). `-` (or no prompt with piped stdin) reads the prompt from
 stdin; further words are appended after a blank line. No prompt on a terminal opens the
 chat REPL.
+
+With --server URL (or MLXD_SERVER) the request goes to a running `mlxd serve` over HTTP and
+prints the same output from a model that is already loaded (no load, no mlx import here).
+The model is the server's name for it; --draft-model and --trust-remote-code are the
+server's choices (refused here); --image files are sent as data: URLs. --json timings are
+then the client's: ttft_s and total_s from sending the request, queued_s and the draft
+counts null.
 """
 
 from __future__ import annotations
