@@ -250,6 +250,7 @@ class BatchRunner:
         caller ran `plan_step` for it already)."""
         if not planned:
             self.plan_step()
+        compat.unmask_single_row(self._gen)
         started = time.perf_counter()
         prompt_resps, gen_resps = self._gen.next()
         if self._planner is not None:
@@ -258,7 +259,7 @@ class BatchRunner:
             self._drafts.policy.costs.spoil()  # this step's time went to a prefill too
         if self._snapshots:
             self._segments_done([r.uid for r in prompt_resps if compat.segment_ended(r)])
-        top_n = self._top_n
+        top_n, drafts = self._top_n, self._drafts
         if top_n:
             outputs = []
             for r in gen_resps:
@@ -269,17 +270,26 @@ class BatchRunner:
             outputs = [StepOutput(r.uid, r.token, r.finish_reason, None) for r in gen_resps]
         for r in gen_resps:
             if r.finish_reason is not None:
-                top_n.pop(r.uid, None)
-                if self._drafts is not None:
-                    self._drafts.discard(r.uid)
-                plan = self._snapshots.pop(r.uid, None)
-                if plan is not None and plan.answer:
-                    tokens = plan.keyed(r.all_tokens)
-                    self._store(tokens, r.prompt_cache, SnapshotKind.ANSWER, plan.turn)
-        drafts = self._drafts.take_counts() if self._drafts else {}
-        failed = dict(self._failed)
-        self._failed.clear()
-        return StepResult(outputs, failed, drafts)
+                self._finished(r)
+        failed = self._failed
+        if failed:  # the dict stays: each sequence's _FailureReport holds it
+            failed = dict(failed)
+            self._failed.clear()
+        else:
+            failed = {}
+        if drafts is None:
+            return StepResult(outputs, failed)
+        return StepResult(outputs, failed, drafts.take_counts())
+
+    def _finished(self, r: compat.Generated) -> None:
+        """A sequence ended in this step: forget it, keep its final cache (prompt + answer)."""
+        self._top_n.pop(r.uid, None)
+        if self._drafts is not None:
+            self._drafts.discard(r.uid)
+        plan = self._snapshots.pop(r.uid, None)
+        if plan is not None and plan.answer:
+            tokens = plan.keyed(r.all_tokens)
+            self._store(tokens, r.prompt_cache, SnapshotKind.ANSWER, plan.turn)
 
     def _speculates(self, params: SamplingParams, sampler: Sampler, procs: list[Processor]) -> bool:
         """Rows without logits processors draft, greedy or sampled (a sampler that verifies:

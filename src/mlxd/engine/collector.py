@@ -59,6 +59,11 @@ class Collector:
         if wake:
             self.wake()
 
+    def put(self, token: int, logprob: TokenLogprob | None) -> None:
+        """`push(..., wake=False)`, the engine's hot path: one token, no wake-up."""
+        if self._finish is None:
+            self._items.append((token, logprob))
+
     def wake(self, batch: WakeBatch | None = None) -> None:
         """Wake a sleeping consumer. With `batch`, async wake-ups are gathered so that the
         engine sends one `call_soon_threadsafe` per event loop per step, not one per request."""

@@ -202,10 +202,12 @@ class EngineCore:
 
     def _schedule(self) -> Runner | None:
         """Swap in the model the queue needs and admit what fits; the runner to step, or
-        None when nothing runs."""
-        self._swap_model_if_needed()
-        self._admit()
-        return self.runner if self.scheduler.running else None
+        None when nothing runs. With nothing waiting there is nothing to decide."""
+        scheduler = self.scheduler
+        if scheduler.waiting:
+            self._swap_model_if_needed()
+            self._admit()
+        return self.runner if scheduler.running else None
 
     def _swap_model_if_needed(self) -> None:
         wanted = self.scheduler.model_to_swap_in(self.model)
@@ -294,21 +296,23 @@ class EngineCore:
         later: list[Collector] = []
         for out in result.tokens:
             request = running.get(out.uid)
-            if request is None or out.uid in failed:
+            if request is None or (failed and out.uid in failed):
                 continue
             request.completion_tokens += 1
-            if out.finish != "stop":
-                request.collector.push(out.token, out.logprob, wake=False)
+            collector, finish = request.collector, out.finish
+            if finish is None:
+                collector.put(out.token, out.logprob)
+                if request.first_token_at is not None and not collector.eager:
+                    later.append(collector)
+                    continue
+                first.append(collector)  # a first token, or a consumer that shows nothing yet
+            elif finish != "stop":  # the stop token itself is never emitted
+                collector.put(out.token, out.logprob)
             if request.first_token_at is None:
                 request.first_token_at = now
                 request.status = RequestStatus.DECODING
-                urgent = True  # time to first token: deliver now
-            else:
-                urgent = request.collector.eager  # its consumer still shows nothing
-            if out.finish is None:
-                (first if urgent else later).append(request.collector)
-            if out.finish is not None:
-                self.finish(request, FINISH_BY_BACKEND[out.finish], in_backend=False)
+            if finish is not None:
+                self.finish(request, FINISH_BY_BACKEND[finish], in_backend=False)
         return first, later
 
     def _fail_batch(self, exc: Exception) -> None:

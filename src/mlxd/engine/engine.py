@@ -336,14 +336,17 @@ class Engine:
         raise EngineUnavailable(f"engine is {self._state}{detail}")
 
     def _loop(self) -> None:
-        core = self._core
+        core, inbox = self._core, self._inbox
         try:
             while self._state.open:
                 if not self._handle_messages(block=not core.has_work):
                     break
-                if core.has_work:
-                    core.step()
                 core.residency.maintain()
+                # Decode without looking further while no message comes (every change of
+                # state, a close or a failure included, posts one).
+                while core.has_work and inbox.empty():
+                    core.step()
+                    core.residency.maintain()
         except BaseException as exc:  # a fault outside any one request: fatal
             self._die(f"engine fault: {one_line(exc)}")
         finally:

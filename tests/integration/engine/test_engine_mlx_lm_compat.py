@@ -155,3 +155,46 @@ def test_draft_batch_cache_rows_merge_grow_rewind_and_shrink(tiny_chat_model: Pa
     expected = [alone([*prompts[1], 4, 7]), alone([*prompts[2], 5, 6, 8])]
     for got, want in zip(logits, expected, strict=True):
         assert mx.allclose(got, want, atol=1e-4).item()
+
+
+def test_a_lone_row_steps_unmasked_with_the_same_tokens_and_masks_again_when_joined(
+    tiny_chat_model: Path,
+) -> None:
+    """unmask_single_row's premises: a one-row generation batch has no left padding (also
+    after a padded row left it), its caches then build no one-token mask, it gives the same
+    greedy tokens as mlx-lm's masked step, and a joining row turns the masks back on."""
+    model = load_checkpoint(tiny_chat_model).model
+    short, long = [11, 12, 13], [21, 22, 23, 24, 25, 26, 27, 28, 29]
+
+    def decode(unmask: bool) -> tuple[list[int], list[tuple[int, bool]]]:
+        gen = compat.new_batch_generator(
+            model, completion_batch_size=4, prefill_batch_size=4, prefill_step_size=16
+        )
+        try:
+            (keep, _) = gen.insert([short, long], max_tokens=[24, 2])  # prefilled padded
+            tokens: list[int] = []
+            seen: list[tuple[int, bool]] = []  # (rows decoding, no one-token mask) per step
+            while len(tokens) < 24:
+                if len(tokens) == 10:  # a row joins, decodes 3 tokens and leaves
+                    gen.insert([[31, 32]], max_tokens=[3])
+                if unmask:
+                    compat.unmask_single_row(gen)
+                batch = gen._generation_batch
+                if batch.uids:
+                    layer = batch.prompt_cache[0]
+                    if len(batch.uids) == 1:
+                        assert layer.left_padding.tolist() == [0]
+                    seen.append((len(batch.uids), layer.make_mask(1) is None))
+                tokens += [g.token for g in gen.next()[1] if g.uid == keep]
+            return tokens, seen
+        finally:
+            gen.close()
+
+    masked, seen = decode(unmask=False)
+    assert not any(unmasked for _, unmasked in seen)
+    unmasked, seen = decode(unmask=True)
+    assert unmasked == masked
+    assert all(unmasked == (rows == 1) for rows, unmasked in seen)
+    rows = [r for r, _ in seen]
+    assert rows[0] == 2 and 1 in rows and rows.index(1) < rows.index(2, rows.index(1))
+    assert rows[-1] == 1  # alone again after the joined row left
