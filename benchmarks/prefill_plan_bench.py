@@ -3,12 +3,13 @@
 N clients each send --requests/N prompts (distinct random tokens, --prompt-tokens long) one
 after another, every request decoding --max-tokens (EOS ignored), as server_bench does; a
 client's next prompt is inserted in the step after its previous request ends. Per policy and
-client count: time to first token from insert to the step that returns it (mean, p99, max)
-and tokens/s. Policies: `planner` (backend/prefill_plan.py as it is), `one` (one prompt per
-group), `threesteps` (the previous rule: together while each prompt's padded tokens cost less
-than 3 decode steps), `all` (every waiting prompt in one group, up to --prefill-batch, as
-vllm-mlx does). Each (policy, clients) cell runs in a fresh runner after a warm-up request;
---rounds repeats every cell in alternating policy order; the summary is the median of rounds.
+client count: time to first token from insert to the step that returns it (mean, p99, max),
+tokens/s, the group sizes started and the planner's G over one prompt's prefill cost.
+Policies: `planner` (backend/prefill_plan.py as it is), `one` (one prompt per group),
+`threesteps` (the rule before: together while each prompt's padded tokens cost less than 3
+decode steps), `all` (every waiting prompt in one group, up to --prefill-batch, as vllm-mlx
+does). Each (policy, clients) cell runs in a fresh runner after a warm-up request; --rounds
+repeats every cell in alternating policy order; the summary is the median of rounds.
 
     python benchmarks/prefill_plan_bench.py --kind tiny --concurrency 1,8,16
     python benchmarks/prefill_plan_bench.py --kind big --max-tokens 32 --requests 16
@@ -117,8 +118,13 @@ def run_cell(
         started = time.perf_counter()
         for c in range(clients):
             send(c)
+        groups: dict[int, int] = {}  # prompts per started group -> how many such groups
         while inserted:
+            waiting = len(runner.waiting_uids())
             result = runner.step()
+            started_now = waiting - len(runner.waiting_uids())
+            if started_now > 0:
+                groups[started_now] = groups.get(started_now, 0) + 1
             now = time.perf_counter()
             for out in result.tokens:
                 tokens += 1
@@ -133,6 +139,9 @@ def run_cell(
     finally:
         runner.close()
     ttfts.sort()
+    g_ratio = None  # the planner's G over one prompt's prefill cost (e * prompt tokens)
+    if planner.group_s is not None and planner.token_s:
+        g_ratio = round(planner.group_s / (planner.token_s * args.prompt_tokens), 2)
     return {
         "clients": clients,
         "requests": len(ttfts),
@@ -140,6 +149,8 @@ def run_cell(
         "ttft_mean_ms": round(1000 * statistics.fmean(ttfts), 1),
         "ttft_p99_ms": round(1000 * _pct(ttfts, 99), 1),
         "ttft_max_ms": round(1000 * ttfts[-1], 1),
+        "groups": dict(sorted(groups.items())),
+        "g_over_prompt": g_ratio,
     }
 
 

@@ -7,9 +7,12 @@ prefill to the one that returns its first tokens (BatchRunner: STEPS_TO_FIRST_TO
 each also decoding the running batch; the middle one also runs the group's last prompt tokens
 on their own). Two rules; the larger group wins:
 
-- the mean: a prompt joins while the padded tokens it adds cost less than G. Prefilling k
-  prompts of length L together gives each its first token after `k*e*L + G`; one at a time the
-  i-th waits `i * (e*L + G)`: together wins on mean wait exactly when `e * L < G`, for every k.
+- the head: prompts join while the group's padded tokens cost less than G. Its first member
+  then waits at most about twice what it would alone (under 2G against at least G), and every
+  one behind it gains a whole G. (Joining while each prompt's own tokens cost less than G
+  minimises the mean wait of the queue as it stands, since together every one of k prompts
+  waits `k*e*L + G` and one at a time the i-th `i * (e*L + G)`; but in a closed loop a group's
+  members finish together and come back together, so a group formed once costs every round.)
 - the tail: groups go one after another, so the last of the queue waits for every group's
   prompt tokens plus one G per group: one at a time, the last of a wave of k waits
   `k * (e*L + G)`, all together `k*e*L + G`. The smallest first group whose longest wait over
@@ -18,11 +21,11 @@ on their own). Two rules; the larger group wins:
   so the clients of a closed loop come back together, while one at a time spreads them apart.
 
 When G is small next to a prompt's cost (compute-bound models), both rules give one at a time;
-when it is not (small models, a fast BLAS), a burst is cut into a few groups; short prompts go
-together. The running rows lose nothing: they decode in every one of those steps. d (a
-decode-only step), e and G are measured online (moving averages of real steps; G counts as 3
-decode steps until a group was timed), and until d and e are known the static token budget
-decides.
+when it is not (small models, a fast BLAS), a burst is cut into a few groups; prompts much
+shorter than G go together. The running rows lose nothing: they decode in every one of those
+steps. d (a decode-only step), e and G are measured online (moving averages of real steps; G
+counts as 3 decode steps until a group was timed), and until d and e are known the static
+token budget decides.
 """
 
 from __future__ import annotations
@@ -38,10 +41,11 @@ _OUTLIER = 3.0
 # Steps from a group's prefill to its first token; each one also decodes the running batch.
 STEPS_TO_FIRST_TOKEN = 3
 # How much longer than the shortest possible the queue's longest wait may be, for finer groups.
-# In closed-loop runs of a model of the grouping (benchmarks/prefill_plan_bench.py measures the
-# real thing), 0.4 kept one at a time where G is at most ~0.4 of a prompt's cost (0.2-0.5 were
-# measured on the `big` test checkpoint) and cut the p99 of 8 and 16 clients by ~20% where it
-# is ~0.6-0.9 (the tiny checkpoint); tighter bounds cut it more but raised the mean more.
+# G measured 0.2-0.5 of a 260-token prompt's prefill on the `big` test checkpoint and 0.6-0.9
+# (up to 2 on a loaded machine) on the tiny one. In a step-cost model of closed-loop runs
+# (8 and 16 clients), 0.4 kept one at a time on the former and cut the tiny one's p99 TTFT by
+# 16-25% for a mean 8-21% higher; 0.1-0.3 cut the p99 more but raised the mean more, and
+# grouped the big one's bursts too (its mean up 18-45% at 8 clients).
 TAIL_SLACK = 0.4
 
 
@@ -100,16 +104,15 @@ class PrefillPlanner:
         ]
         bound = min(waits) * (1 + TAIL_SLACK)
         tail = next(size for size, wait in enumerate(waits, 1) if wait <= bound)
-        return max(tail, self._mean_plan(lengths, len(waits)))
+        return max(tail, self._head_plan(lengths, len(waits)))
 
-    def _mean_plan(self, lengths: list[int], most: int) -> int:
-        """Together while the padded tokens each prompt adds cost less than G."""
+    def _head_plan(self, lengths: list[int], most: int) -> int:
+        """Together while the group's padded tokens cost less than G."""
         assert self.token_s is not None
         count, longest = 1, lengths[0] if lengths else 0
         for length in lengths[1:most]:
             candidate = max(longest, length)
-            added = candidate * (count + 1) - longest * count
-            if self.token_s * added >= self.group_overhead:
+            if self.token_s * candidate * (count + 1) >= self.group_overhead:
                 break
             count, longest = count + 1, candidate
         return count

@@ -76,7 +76,7 @@ class EngineConfig:
     watchdog_seconds: float = _DEFAULTS["watchdog_seconds"]
     trust_remote_code: bool = False
     # Prefill is first come first served. Waiting prompts are prefilled side by side (at most
-    # prefill_batch of them) while each costs less than a group's steps to its first token,
+    # prefill_batch of them) while they cost less than a group's steps to its first token,
     # and a long queue in groups that bound its last prompt's wait (backend/prefill_plan.py,
     # from measured step costs; until they are measured, while the padded group, longest
     # prompt x count, stays within prefill_group_tokens): short bursts start together, long

@@ -1,8 +1,8 @@
-"""The prefill grouping rules: prompts go together while each costs less than G, what a group's
-steps to its first token cost beyond its prompt tokens (measured, or STEPS_TO_FIRST_TOKEN = 3
-decode steps until a group was timed); and a queue whose last prompt would wait more than
-TAIL_SLACK longer one at a time than in the fewest groups is cut into the finest groups that
-keep it within that bound."""
+"""The prefill grouping rules: prompts go together while the group's tokens cost less than G,
+what a group's steps to its first token cost beyond its prompt tokens (measured, or
+STEPS_TO_FIRST_TOKEN = 3 decode steps until a group was timed); and a queue whose last prompt
+would wait more than TAIL_SLACK longer one at a time than in the fewest groups is cut into the
+finest groups that keep it within that bound."""
 
 from __future__ import annotations
 
@@ -36,32 +36,32 @@ def test_overhead_bound_steps_group_every_waiting_prompt() -> None:
 def test_compute_bound_steps_prefill_one_at_a_time_until_the_queue_grows() -> None:
     # 256 tokens cost 51.2 ms, more than three 10 ms steps (G): the first prompt should not
     # wait for the second (one at a time the last of 2 waits 162 ms, together 132: within
-    # the slack), and short prompts (20 ms each) still go together.
+    # the slack).
     planner = measured(decode_s=0.010, token_s=0.0002)
     assert planner.plan([256] * 2) == 1
-    assert planner.plan([100] * 12) == 8  # capped by max_prompts
     # Twelve of them one at a time: the last waits 12 x 81.2 = 974 ms against 674 in two
     # groups; groups of 2 (794 ms) are the finest within the slack. (Before the tail rule
     # this queue went one at a time: changed deliberately, its p99 was the wave's last.)
     assert planner.plan([256] * 12) == 2
 
 
-def test_a_prompt_costing_less_than_the_steps_to_a_first_token_joins() -> None:
-    # 256 tokens cost 25.6 ms: more than one 10 ms step, less than the 3 a group takes.
+def test_a_group_grows_while_its_tokens_cost_less_than_g() -> None:
+    # 20-token prompts cost 4 ms each against G = 30 ms: 7 of them (28 ms) start together.
+    # (Before, every prompt cheaper than G joined, up to max_prompts: changed deliberately,
+    # such groups come back together in a closed loop; the tail rule alone would take 4.)
     assert STEPS_TO_FIRST_TOKEN == 3
-    planner = measured(decode_s=0.010, token_s=0.0001)
-    assert planner.plan([256] * 12) == 8
-    assert measured(decode_s=0.010, token_s=0.000125).plan([256] * 2) == 1  # 32 ms
+    planner = measured(decode_s=0.010, token_s=0.0002)
+    assert planner.plan([20] * 12) == 7
 
 
 def test_a_timed_group_gives_g_and_g_decides() -> None:
     planner = measured(decode_s=0.010, token_s=0.0002)
     assert planner.group_overhead == pytest.approx(STEPS_TO_FIRST_TOKEN * 0.010)
-    assert planner.plan([256] * 2) == 1  # 51.2 ms a prompt against G = 30 ms
-    # A group of 2 x 256 took 162.4 ms to its first tokens: 102.4 of prompt tokens, G = 60.
-    planner.observe_group(0.1624, padded_tokens=512)
-    assert planner.group_s == pytest.approx(0.060)
-    assert planner.plan([256] * 2) == 2  # G > 51.2 ms: together is better for both
+    assert planner.plan([256] * 3) == 1  # 51.2 ms a prompt against G = 30 ms
+    # A group of 2 x 256 took 302.4 ms to its first tokens: 102.4 of prompt tokens, G = 200.
+    planner.observe_group(0.3024, padded_tokens=512)
+    assert planner.group_s == pytest.approx(0.200)
+    assert planner.plan([256] * 3) == 3  # 153.6 ms of tokens in all, less than G
 
 
 def test_the_tail_bound_picks_the_finest_groups_within_it() -> None:
@@ -117,10 +117,10 @@ def test_prefill_before_any_decode_is_not_attributed() -> None:
 
 
 def test_one_stalled_step_moves_the_estimates_little() -> None:
-    planner = measured(decode_s=0.010, token_s=0.0001)
+    planner = measured(decode_s=0.010, token_s=0.00001)
     assert planner.plan([256] * 4) == 4
     planner.observe_decode(0.5)  # the machine stalled this step
     planner.observe_prefill(0.010 + 0.01 * 256, padded_tokens=256)
     assert planner.decode_s is not None and planner.decode_s < 0.015
-    assert planner.token_s is not None and planner.token_s < 0.00015
+    assert planner.token_s is not None and planner.token_s < 0.000015
     assert planner.plan([256] * 4) == 4
