@@ -32,6 +32,14 @@ Nothing else in mlxd reads or writes mlx-lm's private state. What we rely on:
   class of such a generation batch's caches to one that builds none (as `KVCache` does),
   and back in `extend` when the batch grows. Models call `make_mask(N, return_array=...,
   window_size=...)` through `create_attention_mask`, which returns its result as is.
+- `GenerationBatch._step` (run by `next()`, and once by `__init__` for a new batch's first
+  tokens) feeds `_next_tokens`, sets `_next_tokens` / `_next_logprobs` (one row each) for
+  the next step, appends the fed tokens to `tokens` and returns them with
+  `_current_logprobs`; `_token_context[i]` is row i's TokenBuffer; `samplers`,
+  `logits_processors` and `fallback_sampler` are per row / the batch's. A BatchGenerator
+  keeps one `_generation_batch` for its life, so swapping its class swaps the step of every
+  row after its first token (BatchedGenerationBatch; the first comes from mlx-lm's own step,
+  which calls each row's sampler and processors alone: they give the same tokens).
 - Speculation's step and per-row cache rewinds are in backend/mlx_lm_speculation.py, the
   same door's second room (it documents what it relies on).
 
@@ -44,15 +52,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator, Sized
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 import mlx.core as mx
 from mlx_lm import tokenizer_utils, utils
-from mlx_lm.generate import BatchGenerator, StopSequences
+from mlx_lm.generate import BatchGenerator, GenerationBatch, StopSequences
 from mlx_lm.models.cache import BatchKVCache, trim_prompt_cache
 from mlx_lm.tokenizer_utils import BPEStreamingDetokenizer, TokenizerWrapper
 
 from mlxd.backend import lazy_transformers
+from mlxd.backend.logits_processing import BatchBias, process_rows
+from mlxd.backend.sampling import sample_rows
 from mlxd.backend.tokenizer import CheckpointTokenizer
 
 if TYPE_CHECKING:
@@ -161,13 +171,45 @@ class BatchGen(Protocol):
 def new_batch_generator(
     model: Module, *, completion_batch_size: int, prefill_batch_size: int, prefill_step_size: int
 ) -> BatchGen:
+    """A BatchGenerator whose decode steps are BatchedGenerationBatch's."""
     gen: BatchGen = BatchGenerator(
         model,
         completion_batch_size=completion_batch_size,
         prefill_batch_size=prefill_batch_size,
         prefill_step_size=prefill_step_size,
     )
+    batch = gen._generation_batch
+    batch.__class__ = BatchedGenerationBatch
+    batch._mlxd_bias = BatchBias()  # type: ignore[attr-defined]
     return gen
+
+
+class BatchedGenerationBatch(GenerationBatch):
+    """mlx-lm's GenerationBatch whose step processes and samples the whole batch at once:
+    every row's logit_bias in one op, every row's draw in one expression (greedy and seeded
+    rows alike; backend.logits_processing, backend.sampling), other processors and filters
+    on their own rows only. The rest is mlx-lm's step."""
+
+    _mlxd_bias: BatchBias
+    _next_tokens: mx.array
+
+    def _step(self) -> tuple[list[int], list[mx.array]]:
+        inputs = self._current_tokens = self._next_tokens  # type: ignore[assignment]
+        self._current_logprobs = self._next_logprobs
+        logits = self.model(inputs[:, None], cache=self.prompt_cache)[:, -1, :]
+        logits, contexts = process_rows(
+            logits, inputs, self.logits_processors or [], self._token_context, self._mlxd_bias
+        )
+        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+        samplers = self.samplers or [self.fallback_sampler] * len(self.uids)
+        self._next_tokens = sample_rows(logprobs, samplers)
+        self._next_logprobs = mx.split(logprobs.reshape(-1), len(self.uids))  # rows, one op
+        mx.async_eval(self._next_tokens, self._next_logprobs, contexts)  # type: ignore[no-untyped-call]
+        mx.eval(inputs, self._current_logprobs)
+        fed = cast("list[int]", inputs.tolist())
+        for tokens, token in zip(self.tokens, fed, strict=True):
+            tokens.append(token)
+        return fed, self._current_logprobs
 
 
 def prefilling(gen: BatchGen) -> bool:

@@ -25,6 +25,9 @@ from mlx_lm.generate import GenerationBatch
 from mlx_lm.models.cache import BatchKVCache, KVCache, make_prompt_cache
 from mlx_lm.sample_utils import greedy_sampler
 
+from mlxd.backend.logits_processing import process_rows
+from mlxd.backend.mlx_lm_compat import BatchedGenerationBatch
+
 if TYPE_CHECKING:
     from mlx.nn.layers.base import Module
 
@@ -103,11 +106,12 @@ def enable_speculation(gen: BatchGen, drafter: RowDrafter) -> None:
     batch._mlxd_drafter = drafter  # type: ignore[attr-defined]
 
 
-class SpeculativeGenerationBatch(GenerationBatch):
+class SpeculativeGenerationBatch(BatchedGenerationBatch):
     """mlx-lm's GenerationBatch whose `next()` verifies drafts: one forward over each row's
     [next token, drafts..., padding], then per row the accepted drafts are emitted after
     the next token, the target's token after them becomes the row's next token, and the
-    rejected positions leave its cache. A step where no row drafts is mlx-lm's own."""
+    rejected positions leave its cache. A step where no row drafts is a plain batched one
+    (mlx_lm_compat.BatchedGenerationBatch)."""
 
     _mlxd_drafter: RowDrafter
 
@@ -173,19 +177,13 @@ class SpeculativeGenerationBatch(GenerationBatch):
     def _processed(self, logits: mx.array, inputs: mx.array) -> mx.array:
         """Logits processors see the row's first position only: rows with processors do not
         draft (a stateful processor such as a grammar cannot take back a token)."""
-        if not self.logits_processors or not any(self.logits_processors):
+        processors = self.logits_processors or []
+        if not any(processors):
             return logits
-        out = []
-        for e, processors in enumerate(self.logits_processors):
-            row = logits[e : e + 1]
-            if processors:
-                first = row[:, 0, :]
-                context = self._token_context[e].update_and_fetch(inputs[e, :1])  # type: ignore[no-untyped-call]
-                for processor in processors:
-                    first = processor(context, first)
-                row = mx.concatenate([first[:, None, :], row[:, 1:, :]], axis=1)
-            out.append(row)
-        return mx.concatenate(out, axis=0)
+        first, _ = process_rows(
+            logits[:, 0, :], inputs[:, 0], processors, self._token_context, self._mlxd_bias
+        )
+        return mx.concatenate([first[:, None, :], logits[:, 1:, :]], axis=1)
 
     def _emit(
         self,

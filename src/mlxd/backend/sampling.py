@@ -1,15 +1,17 @@
-"""Per-request samplers and logits processors over mlx-lm's `sample_utils`.
+"""Per-request samplers and logits processors, and one batch's draws in one array expression.
 
 mlx-lm's `make_sampler` draws from the global `mx.random` state, so two seeded requests in one
-batch would disturb each other; here each sampled request owns a PRNG key that it splits once
-per decode step (a step that verifies its drafts too), which makes seeded requests reproducible
-inside any batch. The filters (top-p, min-p, top-k) and the penalty processors are mlx-lm's own.
+batch would disturb each other. Here a sampled request's k-th draw uses the counter-based
+uniform of (its seed, k) and an inverse-CDF draw (backend.draws): no PRNG key, so a seeded
+request gives the same tokens alone and in any batch, and `sample_rows` draws every row of a
+step at once (greedy rows argmax in the same expression). The filters (top-p, min-p, top-k)
+and the penalty processors are mlx-lm's own; filters run per row, only for rows that use them.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import cast
 
 import mlx.core as mx
@@ -21,22 +23,28 @@ from mlx_lm.sample_utils import (
     make_logits_processors,
 )
 
+from mlxd.backend import draws
 from mlxd.backend import speculative_sampling as rule
+from mlxd.backend.logits_processing import GuardedProcessor, LogitBias, put_rows
+from mlxd.backend.logits_processing import Processor as Processor
 from mlxd.backend.outputs import FaultHook
 from mlxd.types import SamplingParams, TokenLogprob
 
 Sampler = Callable[[mx.array], mx.array]
-Processor = Callable[[mx.array, mx.array], mx.array]
 OnError = Callable[[BaseException], None]
+Filter = Callable[[mx.array], mx.array]
+# One sampled row's draw: (its logprobs after its filters, None when it has none;
+# inverse temperature; uniform)
+DrawTerms = tuple[mx.array | None, float, float]
 
 GREEDY: Sampler = greedy_sampler  # shared object: an all-greedy batch samples in one call
 
 
 def make_sampler(params: SamplingParams, vocab_size: int) -> Sampler:
-    """Greedy: the shared argmax. Otherwise filters then a categorical draw with an own key."""
+    """Greedy: the shared argmax. Otherwise filters, then a draw from the request's seed."""
     if params.greedy:
         return GREEDY
-    filters: list[Callable[[mx.array], mx.array]] = []
+    filters: list[Filter] = []
     if 0.0 < params.top_p < 1.0:
         filters.append(lambda x: apply_top_p(x, params.top_p))
     if params.min_p > 0.0:
@@ -48,51 +56,99 @@ def make_sampler(params: SamplingParams, vocab_size: int) -> Sampler:
 
 
 class SeededSampler:
-    """A sampled request's draws: its filters, then temperature, then a categorical draw
-    with its own PRNG key, split once per call (one decode step)."""
+    """A sampled request's draws: its filters, then temperature, then an inverse-CDF draw
+    whose uniform is the next of its seed's counter-based stream (one per call: a decode
+    step, or a step that verifies its drafts)."""
 
-    __slots__ = ("_filters", "_inv_temp", "_key")
+    __slots__ = ("_filters", "_inv_temp", "_key", "_index")
 
-    def __init__(
-        self, filters: list[Callable[[mx.array], mx.array]], temperature: float, seed: int
-    ) -> None:
+    def __init__(self, filters: list[Filter], temperature: float, seed: int) -> None:
         self._filters = filters
         self._inv_temp = 1.0 / temperature
-        self._key = mx.random.key(seed)
+        self._key = draws.stream_key(seed)
+        self._index = 0
 
     def __call__(self, logprobs: mx.array) -> mx.array:
-        return mx.random.categorical(self._logits(logprobs), key=self._next_key())
+        """Draw from `logprobs` [N, V] (one row: N = 1), as sample_rows draws this row."""
+        u = mx.array([[draws.uniform(self._key, self._take_index())]])
+        return draws.tempered_draw(self._filtered(logprobs), self._inv_temp, u)
+
+    def draw_terms(self, row: Callable[[], mx.array]) -> DrawTerms:
+        """What sample_rows needs to draw this row's next token; `row()` is its logprobs
+        [1, V], read only when the request has filters."""
+        u = draws.uniform(self._key, self._take_index())
+        return (self._filtered(row()) if self._filters else None), self._inv_temp, u
 
     def verify(self, logprobs: mx.array, draft: list[int]) -> tuple[mx.array, mx.array]:
         """Speculative sampling over one row: `logprobs` [K+1, V] the target's at [next token,
         drafts...]. Every drafter mlxd has proposes deterministically (prompt lookup, the draft
         model's argmax), so the draft's q is one-hot at its tokens. Returns (accepted drafts,
-        the token after them) as scalars (backend.speculative_sampling).
-        Like a draw, it uses one split of the key."""
-        p = mx.softmax(self._logits(logprobs).astype(mx.float32), axis=-1)
+        the token after them) as scalars (backend.speculative_sampling). Like a draw, it takes
+        one index of the stream: lanes 1..K accept or reject, lane 0 draws the token."""
+        index = self._take_index()
+        x = self._filtered(logprobs).astype(mx.float32) * self._inv_temp
+        p = mx.softmax(x, axis=-1)
         ids = mx.array(draft, dtype=mx.int32)
         q = rule.one_hot(ids, p.shape[-1])
-        u_key, token_key = mx.random.split(self._next_key())
-        n = rule.accepted_count(p, q, ids, mx.random.uniform(shape=(len(draft),), key=u_key))
-        token = mx.random.categorical(mx.log(rule.next_distribution(p, q, n)), key=token_key)
+        us = [draws.uniform(self._key, index, lane) for lane in range(len(draft) + 1)]
+        n = rule.accepted_count(p, q, ids, mx.array(us[1:]))
+        token = draws.inverse_cdf(rule.next_distribution(p, q, n), mx.array([us[0]]))
         return n, token
 
-    def _logits(self, logprobs: mx.array) -> mx.array:
-        """The distribution this sampler draws from, as unnormalized log-probabilities."""
+    def _filtered(self, logprobs: mx.array) -> mx.array:
         for f in self._filters:
             logprobs = f(logprobs)
-        return logprobs * self._inv_temp
+        return logprobs
 
-    def _next_key(self) -> mx.array:
-        self._key, sub = mx.random.split(self._key)
-        return sub
+    def _take_index(self) -> int:
+        self._index += 1
+        return self._index - 1
+
+
+def sample_rows(logprobs: mx.array, samplers: Sequence[Sampler | None]) -> mx.array:
+    """One token per row of `logprobs` [B, V], `samplers[i]` row i's (None: greedy): greedy
+    and seeded rows in one expression, each seeded row exactly as its sampler alone would
+    draw it; a row whose draw fails (reported by its guard) takes the argmax; any other
+    sampler is called on its own row."""
+    inv_temps = [0.0] * len(samplers)
+    us = [0.0] * len(samplers)
+    filtered: dict[int, mx.array] = {}
+    own: dict[int, mx.array] = {}
+    for e, s in enumerate(samplers):
+        if s is None or s is GREEDY:
+            continue
+        if isinstance(s, (SeededSampler, _GuardedSampler)):
+            terms = s.draw_terms(lambda e=e: logprobs[e : e + 1])  # type: ignore[misc]
+            if terms is not None:
+                row, inv_temps[e], us[e] = terms
+                if row is not None:
+                    filtered[e] = row
+        else:
+            own[e] = s(logprobs[e : e + 1])
+    tokens = _draw_or_argmax(logprobs, filtered, inv_temps, us)
+    return put_rows(tokens, own) if own else tokens
+
+
+def _draw_or_argmax(
+    logprobs: mx.array, filtered: dict[int, mx.array], inv_temps: list[float], us: list[float]
+) -> mx.array:
+    drawn = [t > 0.0 for t in inv_temps]
+    if not any(drawn):
+        return mx.argmax(logprobs, axis=-1)
+    logits = put_rows(logprobs, filtered) if filtered else logprobs
+    inv = mx.array([[t or 1.0] for t in inv_temps])
+    tokens = draws.tempered_draw(logits, inv, mx.array([[u] for u in us]))
+    if all(drawn):
+        return tokens
+    return mx.where(mx.array(drawn), tokens, mx.argmax(logprobs, axis=-1).astype(mx.uint32))
 
 
 def make_processors(params: SamplingParams) -> list[Processor]:
-    """logit_bias and the repetition / presence / frequency penalties, sharing one window."""
+    """logit_bias (first: batch_bias relies on it), then the repetition / presence /
+    frequency penalties, sharing one window."""
     window = params.repetition_context_size
-    procs: list[Processor] = make_logits_processors(
-        logit_bias=dict(params.logit_bias) or None,
+    procs: list[Processor] = [LogitBias(params.logit_bias)] if params.logit_bias else []
+    procs += make_logits_processors(
         repetition_penalty=params.repetition_penalty if params.repetition_penalty != 1.0 else None,
         repetition_context_size=window,
         presence_penalty=params.presence_penalty or None,
@@ -108,7 +164,7 @@ def guard_sampler(
 ) -> Sampler:
     """Wrap so an exception fails only this request: it is reported and argmax stands in
     for the draw until the engine removes the request at the step boundary. A SeededSampler
-    keeps its `verify`, guarded the same way."""
+    keeps its `verify` and `draw_terms`, guarded the same way."""
     guarded = _GuardedSampler(sampler, on_error, hook, request_id)
     return guarded if isinstance(sampler, SeededSampler) else guarded.__call__
 
@@ -136,28 +192,33 @@ class _GuardedSampler:
             self._on_error(exc)
             return mx.argmax(logprobs, axis=-1)
 
+    def draw_terms(self, row: Callable[[], mx.array]) -> DrawTerms | None:
+        """The seeded sampler's draw_terms; None when it failed (reported): argmax."""
+        try:
+            if self._hook is not None:
+                self._hook("sample", self._request_id)
+            return self._seeded().draw_terms(row)
+        except Exception as exc:
+            self._on_error(exc)
+            return None
+
     def verify(self, logprobs: mx.array, draft: list[int]) -> tuple[mx.array, mx.array]:
         try:
             if self._hook is not None:
                 self._hook("sample", self._request_id)
-            assert isinstance(self._sampler, SeededSampler)  # guard_sampler: only then exposed
-            return self._sampler.verify(logprobs, draft)
+            return self._seeded().verify(logprobs, draft)
         except Exception as exc:
             self._on_error(exc)
             return mx.array(0), mx.argmax(logprobs[0], axis=-1)
 
+    def _seeded(self) -> SeededSampler:
+        assert isinstance(self._sampler, SeededSampler)  # guard_sampler: only then exposed
+        return self._sampler
+
 
 def guard_processor(proc: Processor, on_error: OnError) -> Processor:
     """Wrap so an exception fails only this request; the logits pass through unchanged."""
-
-    def guarded(tokens: mx.array, logits: mx.array) -> mx.array:
-        try:
-            return proc(tokens, logits)
-        except Exception as exc:
-            on_error(exc)
-            return logits
-
-    return guarded
+    return GuardedProcessor(proc, on_error)
 
 
 def token_logprob(row: mx.array, token: int, top_n: int) -> TokenLogprob:
