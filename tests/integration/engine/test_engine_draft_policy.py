@@ -50,15 +50,16 @@ def test_a_row_whose_drafts_are_rejected_stops_drafting_when_width_costs(
 def test_a_seeded_sampled_row_repeats_whatever_the_step_costs(
     chat: tuple[Engine, ModelInfo], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Its tokens depend on which drafts are verified: it verifies all of its own."""
+    """Its tokens depend on which drafts are verified: it verifies all of its own. After a run
+    of one token the checkpoint loops at a low temperature, so drafts come whatever the seed."""
     engine, info = chat
-    params = dict(max_tokens=60, ignore_eos=True, temperature=0.8, seed=11)
+    params = dict(max_tokens=60, ignore_eos=True, temperature=0.3, seed=11)
     params.update(draft_kind=DraftKind.NGRAM, num_draft_tokens=4)
     outputs = []
     for slope in (0.0, 5.0):
         monkeypatch.setattr(StepCosts, "ratio", lambda self, rows, width, s=slope: 1 + s * width)
         monkeypatch.setattr(StepCosts, "needs_plain", lambda self, rows: False)
-        handle = engine.submit(request(info, [20, 100, 300] * 8, **params))
+        handle = engine.submit(request(info, [20] * 25, **params))
         tokens, finish = handle.collect()
         outputs.append(tokens)
         assert finish.timings.draft_tokens > 0
