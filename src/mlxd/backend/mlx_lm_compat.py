@@ -203,7 +203,8 @@ class BatchedGenerationBatch(GenerationBatch):
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         samplers = self.samplers or [self.fallback_sampler] * len(self.uids)
         self._next_tokens = sample_rows(logprobs, samplers)
-        self._next_logprobs = mx.split(logprobs.reshape(-1), len(self.uids))  # rows, one op
+        rows = cast("list[mx.array]", mx.split(logprobs.reshape(-1), len(self.uids)))
+        self._next_logprobs = rows  # one op for all rows (mlx-lm slices each)
         mx.async_eval(self._next_tokens, self._next_logprobs, contexts)  # type: ignore[no-untyped-call]
         mx.eval(inputs, self._current_logprobs)
         fed = cast("list[int]", inputs.tolist())
