@@ -34,6 +34,9 @@ from mlxd.backend.lockstep_channel import (
     StepMsg,
     StopMsg,
     UnloadMsg,
+    accept_links,
+    connect_link,
+    listen_links,
     params_from_wire,
     params_to_wire,
 )
@@ -221,7 +224,13 @@ class DistributedBackend(MlxBackend):
             on_fault(detail)
 
         self.monitor = RankMonitor(self.group.size(), failed, stall_seconds)
-        self.channel.send(HelloMsg(self.monitor.port, stall_seconds))
+        listener = listen_links()
+        port = int(listener.getsockname()[1])
+        self.channel.send(HelloMsg(self.monitor.port, stall_seconds, port))
+        try:
+            self.channel.attach(accept_links(listener, self.group.size(), stall_seconds))
+        except RuntimeError as exc:  # the ring still works, but that rank cannot follow
+            failed(one_line(exc, with_type=False))
 
     def cluster(self) -> ClusterStats:
         size = self.group.size()
@@ -275,10 +284,14 @@ def _leader_lost(rank: int, detail: str, stopping: threading.Event) -> None:
     forever (and so would MLX's teardown). The launcher then stops the rest of the job."""
     if stopping.is_set():
         return
+    _leaving.acquire()  # held until the exit: the heartbeat and the link may both notice
     try:
         print(f"mlxd serve (rank {rank}): {detail}; exiting", file=sys.stderr, flush=True)
     finally:
         os._exit(1)
+
+
+_leaving = threading.Lock()
 
 
 class LockstepDiverged(RuntimeError):
@@ -357,6 +370,15 @@ class Follower:
             msg.stall_seconds,
             lambda detail: _leader_lost(rank, detail, stopping),
         )
+        if msg.lockstep_port:  # every later message comes on this link, not the ring
+            try:
+                link = connect_link(address, msg.lockstep_port, rank, msg.stall_seconds)
+            except OSError as exc:
+                where = f"{address}:{msg.lockstep_port}"
+                detail = f"rank 0 is unreachable at {where}: {one_line(exc, with_type=False)}"
+                _leader_lost(rank, detail, stopping)
+                return
+            self.channel.attach({0: link})
 
     def _insert(self, msg: InsertMsg) -> None:
         got = self._live_runner("insert").insert(

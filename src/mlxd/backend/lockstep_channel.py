@@ -1,10 +1,12 @@
-"""The lockstep channel of a distributed job: rank 0's typed messages to the other ranks,
-sent over the job's own mlx.distributed group (backend.distributed drives it)."""
+"""The lockstep channel of a distributed job: rank 0's typed messages to the other ranks
+(backend.distributed drives it). They travel on one TCP link per follower once rank 0 opened
+them (`listen_links`, `connect_link`), else over the job's own mlx.distributed group."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import socket
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -27,6 +29,7 @@ T = TypeVar("T")
 class HelloMsg:
     heartbeat_port: int  # rank 0's RankMonitor: followers send their heartbeats there
     stall_seconds: float  # a follower exits when rank 0's echoes stop this long
+    lockstep_port: int = 0  # later messages come on a TCP link to this port (0: the ring)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,23 +138,38 @@ _DEFERRED = (InsertMsg, RemoveMsg)
 
 
 class Channel:
-    """Rank 0 -> all ranks, over the job's own group: `all_sum`s in which only rank 0
-    contributes non-zeros. A fixed head (length + first bytes), then the rest if any.
+    """Rank 0 -> all ranks. On TCP links once `attach`ed (each message a 4-byte length and
+    its bytes), else over the job's own group: `all_sum`s in which only rank 0 contributes
+    non-zeros, a fixed head (length + first bytes), then the rest if any.
 
-    Rank 0 never waits for a broadcast: its collectives are queued on the batch's stream
-    behind the step in flight (so every rank meets the model's collectives and these in the
-    same order) and rank 0 goes on to build the next step meanwhile. Followers block in
-    `receive` until the message arrives."""
+    Rank 0 never waits for a broadcast. On the links, a follower waits in a plain socket read
+    (asleep), not inside a ring collective, whose socket thread polls without sleeping and so
+    takes a core from the ranks that compute; and it is told each step while the previous
+    one still runs. On the ring, rank 0's collectives are queued on the batch's stream behind
+    the step in flight (so every rank meets the model's collectives and these in the same
+    order) and rank 0 goes on to build the next step meanwhile."""
 
     def __init__(self, group: mx.distributed.Group) -> None:
         self.group = group
         self.rank = group.rank()
         self.size = group.size()
-        self.broken: str | None = None  # after a failed exchange, the ring is never used again
+        self.broken: str | None = None  # after a failed exchange, the channel is never used again
         self.sends = 0  # rank 0: broadcasts, and the host seconds spent queueing them
         self.send_seconds = 0.0
         self._held: list[LockstepMsg] = []  # rank 0: deferred messages, sent with the next
-        self._in_flight: list[mx.array] = []  # rank 0: the last broadcast's collectives
+        self._in_flight: list[mx.array] = []  # rank 0: the last ring broadcast's collectives
+        self._links: dict[int, socket.socket] = {}  # rank -> TCP link (a follower: {0: ...})
+
+    def attach(self, links: dict[int, socket.socket]) -> None:
+        """Send (rank 0) or receive (a follower) every later message on these links."""
+        for link in links.values():
+            link.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            link.settimeout(None)
+        self._links = links
+
+    @property
+    def on_links(self) -> bool:
+        return bool(self._links)
 
     def send(self, msg: LockstepMsg) -> None:
         """Broadcast `msg` (with the messages held back before it); inserts and removals
@@ -164,14 +182,19 @@ class Channel:
             return
         msgs, self._held = self._held, []
         data = encode(msgs)
-        self._guarded(lambda: self._send_bytes(data, asynchronous=isinstance(msg, StepMsg)))
+        if self._links:
+            self._guarded(lambda: self._send_links(data))
+        else:
+            asynchronous = isinstance(msg, StepMsg)
+            self._guarded(lambda: self._send_bytes(data, asynchronous=asynchronous))
 
     def receive(self) -> list[LockstepMsg]:
         """A follower: the next broadcast's messages, in rank 0's order."""
         assert self.rank != 0
         if self.broken is not None:
             raise RuntimeError(f"distributed channel is down: {self.broken}")
-        return decode(self._guarded(self._receive_bytes))
+        read = self._receive_link if self._links else self._receive_bytes
+        return decode(self._guarded(read))
 
     def refuse(self, detail: str) -> None:
         """From any thread: every later exchange raises instead of touching the ring."""
@@ -184,6 +207,24 @@ class Channel:
         except Exception as exc:
             self.broken = one_line(exc)
             raise
+
+    def _send_links(self, data: bytes) -> None:
+        started = time.perf_counter()
+        frame = len(data).to_bytes(4, "little") + data
+        for rank, link in self._links.items():
+            try:
+                link.sendall(frame)
+            except OSError as exc:
+                raise RuntimeError(
+                    f"rank {rank} is gone: its process exited or its link broke"
+                ) from exc
+        self.sends += 1
+        self.send_seconds += time.perf_counter() - started
+
+    def _receive_link(self) -> bytes:
+        link = self._links[0]
+        n = int.from_bytes(_read_exactly(link, 4), "little")
+        return _read_exactly(link, n)
 
     def _send_bytes(self, data: bytes, *, asynchronous: bool) -> None:
         import mlx.core as mx
@@ -227,3 +268,61 @@ class Channel:
             tail = mx.distributed.all_sum(rest, group=self.group, stream=stream)
             out += np.array(tail).tobytes()
         return out
+
+
+def _read_exactly(link: socket.socket, n: int, closed: str = "rank 0 is gone") -> bytes:
+    data = bytearray()
+    while len(data) < n:
+        chunk = link.recv(min(n - len(data), 1 << 20))
+        if not chunk:
+            raise RuntimeError(f"{closed}: its lockstep link closed")
+        data += chunk
+    return bytes(data)
+
+
+# ---- opening the links ------------------------------------------------------------------
+
+
+def listen_links() -> socket.socket:
+    """Rank 0: a listener on a free port for the followers' lockstep links."""
+    return socket.create_server(("", 0))
+
+
+def accept_links(listener: socket.socket, size: int, seconds: float) -> dict[int, socket.socket]:
+    """Rank 0: one link from every follower (each names its rank first), within `seconds`;
+    raises naming a rank that did not connect."""
+    links: dict[int, socket.socket] = {}
+    deadline = time.monotonic() + seconds
+    try:
+        while len(links) < size - 1:
+            listener.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                missing = min(set(range(1, size)) - links.keys())
+                raise RuntimeError(
+                    f"rank {missing} never opened its lockstep link to rank 0"
+                ) from None
+            conn.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                rank = int.from_bytes(_read_exactly(conn, 4, "a follower"), "little")
+            except (OSError, RuntimeError):
+                rank = -1
+            if not 0 < rank < size or rank in links:
+                conn.close()  # not one of ours
+                continue
+            links[rank] = conn
+    except BaseException:
+        for conn in links.values():
+            conn.close()
+        raise
+    finally:
+        listener.close()
+    return links
+
+
+def connect_link(host: str, port: int, rank: int, seconds: float) -> socket.socket:
+    """A follower: its lockstep link to rank 0 (raises OSError when unreachable)."""
+    conn = socket.create_connection((host, port), timeout=seconds)
+    conn.sendall(rank.to_bytes(4, "little"))
+    return conn
