@@ -43,13 +43,26 @@ def client_env(home: Path) -> dict[str, str]:
     return env
 
 
-def running(server: ServerProcess) -> float:
-    """Requests the server is generating for now (/metrics)."""
+def metrics(server: ServerProcess) -> str:
     auth = {"Authorization": f"Bearer {KEY}"}
     reply = httpx.get(server.url + "/metrics", headers=auth, timeout=10)
     reply.raise_for_status()
-    return metric(reply.text, "mlxd_running_requests")
+    return reply.text
 
 
-def wait_idle(server: ServerProcess) -> None:
-    wait_for(lambda: running(server) == 0, "the server to drop the cancelled request")
+def running(server: ServerProcess) -> float:
+    """Requests the server is generating for now."""
+    return metric(metrics(server), "mlxd_running_requests")
+
+
+def cancelled(server: ServerProcess) -> float:
+    """Requests the server's engine ended as cancelled, so far."""
+    return metric(metrics(server), 'mlxd_requests_finished_total{reason="cancelled"}')
+
+
+def wait_cancelled(server: ServerProcess, before: float) -> None:
+    """Until the server has cancelled one more request and runs none."""
+    wait_for(
+        lambda: cancelled(server) == before + 1 and running(server) == 0,
+        "the server to cancel the request",
+    )

@@ -13,7 +13,7 @@ import pytest
 
 from tests.e2e.cli.cli_helpers import MLXD, one_json_line, run_mlxd
 from tests.e2e.cli.pty_session import PtySession
-from tests.e2e.cli.remote import KEY, running, wait_idle
+from tests.e2e.cli.remote import KEY, cancelled, running, wait_cancelled
 from tests.e2e.server.serverproc import ServerProcess, launch, wait_for
 from tests.signals import default_sigint
 
@@ -33,6 +33,7 @@ def start_run(server: ServerProcess, env: dict[str, str], *extra: str) -> subpro
 def test_ctrl_c_cancels_the_servers_request(
     remote: ServerProcess, remote_env: dict[str, str]
 ) -> None:
+    before = cancelled(remote)
     proc = start_run(remote, remote_env)
     try:
         assert proc.stdout is not None and proc.stdout.read(1)  # the answer is streaming
@@ -43,7 +44,7 @@ def test_ctrl_c_cancels_the_servers_request(
         proc.kill()
     assert proc.returncode == 130
     assert err.decode().splitlines()[-1] == "mlxd: error: interrupted"
-    wait_idle(remote)  # closing the stream cancelled the generation
+    wait_cancelled(remote, before)  # closing the stream cancelled the generation
     after = run_mlxd(
         "run", "--server", remote.url, "--api-key", KEY, "tiny-long", "hi", "--max-tokens", "3",
         "--json", env=remote_env,
@@ -103,12 +104,13 @@ def test_repl_over_http_cancels_and_keeps_chatting(chat, remote: ServerProcess) 
     """^C mid-answer cancels the server's request and returns to the prompt; the next turn
     is answered whole, and the chat goes on."""
     session = chat("tiny-long", "--ignore-eos", "--max-tokens", "1000")
+    before = cancelled(remote)
     session.send("Tell me everything\r")
     session.expect(r"Tell me everything\n.+")  # streaming (~4 s in all)
     session.send("\x03")
     session.expect(r"\[answer cancelled\]")
     session.expect(PROMPT)
-    wait_idle(remote)  # the server dropped the request
+    wait_cancelled(remote, before)  # the server dropped the request
     assert session.alive()
     command(session, "/stats", "no answer yet")  # the cancelled turn was dropped
     command(session, "/system Be brief.", "System prompt set")

@@ -64,3 +64,19 @@ def test_read_prompt_sources() -> None:
     assert read_prompt(words, Stdin("ignored", tty=False)) == "explain"
     with pytest.raises(InvalidRequest):
         read_prompt(Invocation(None, ("-",)), Stdin("  \n", tty=False))
+
+
+def test_with_a_server_its_model_list_decides() -> None:
+    """--server: the same rule, with the server's answer to GET /v1/models/NAME (a name, or
+    ModelNotFound) in place of the store's."""
+
+    def known_to_server(name: str) -> str:
+        if name != "qwen3":
+            raise ModelNotFound(f"model '{name}' is not known", param="model")
+        return name
+
+    inv = parse_positionals(["qwen3", "hi"], None, known_to_server)
+    assert inv == Invocation("qwen3", ("hi",), model_ref="qwen3")
+    assert parse_positionals(["hello"], None, known_to_server) == Invocation(None, ("hello",))
+    with pytest.raises(ModelNotFound, match="quote the whole prompt"):
+        parse_positionals(["qwen4", "hi"], None, known_to_server)
