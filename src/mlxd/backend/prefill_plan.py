@@ -41,11 +41,12 @@ _OUTLIER = 3.0
 # Steps from a group's prefill to its first token; each one also decodes the running batch.
 STEPS_TO_FIRST_TOKEN = 3
 # How much longer than the shortest possible the queue's longest wait may be, for finer groups.
-# G measured 0.2-0.5 of a 260-token prompt's prefill on the `big` test checkpoint and 0.6-0.9
-# (up to 2 on a loaded machine) on the tiny one. In a step-cost model of closed-loop runs
-# (8 and 16 clients), 0.4 kept one at a time on the former and cut the tiny one's p99 TTFT by
-# 16-25% for a mean 8-21% higher; 0.1-0.3 cut the p99 more but raised the mean more, and
-# grouped the big one's bursts too (its mean up 18-45% at 8 clients).
+# G measured 0.1-0.5 of a 260-token prompt's prefill on the `big` test checkpoint and 0.6-0.9
+# (up to 2.6 on a loaded machine) on the tiny one. In benchmarks/prefill_plan_model.py (a
+# step-cost model of closed-loop runs, 8 and 16 clients), 0.4 kept one at a time on the former
+# at 8 clients (at 16 its mean and p99 both fell ~10%) and cut the tiny one's p99 TTFT by 9-25%
+# for a mean 10-27% higher; 0.1-0.3 cut the p99 more, raised the mean more, and grouped the big
+# one's bursts at 8 clients (mean up 18-45%).
 TAIL_SLACK = 0.4
 
 
