@@ -142,12 +142,11 @@ class Channel:
     its bytes), else over the job's own group: `all_sum`s in which only rank 0 contributes
     non-zeros, a fixed head (length + first bytes), then the rest if any.
 
-    Rank 0 never waits for a broadcast. On the links, a follower waits in a plain socket read
-    (asleep), not inside a ring collective, whose socket thread polls without sleeping and so
-    takes a core from the ranks that compute; and it is told each step while the previous
-    one still runs. On the ring, rank 0's collectives are queued on the batch's stream behind
-    the step in flight (so every rank meets the model's collectives and these in the same
-    order) and rank 0 goes on to build the next step meanwhile."""
+    Rank 0 never waits for a broadcast. On the links, a follower reads each step as soon as
+    rank 0 sent it, with no collective of its own on the ring. On the ring, rank 0's
+    collectives are queued on the batch's stream behind the step in flight (so every rank
+    meets the model's collectives and these in the same order) and rank 0 goes on to build
+    the next step meanwhile."""
 
     def __init__(self, group: mx.distributed.Group) -> None:
         self.group = group
