@@ -10,6 +10,7 @@ Servers (--servers):
                  default when the architecture has `shard`), MKL sequential per rank
                  (LD_PRELOAD of libmkl_rt, as server_bench --blas mkl does)
   mlx_lm_1proc   mlx-lm's server, one process, MKL sequential
+  mlxd_2ranks_base  mlxd_2ranks from another mlxd checkout (--mlxd-base DIR): before/after
 The fair single-process baseline on this 2-core machine is the better of the two mlxd_1proc
 rows: 2 ranks x 1 thread use the same 2 cores as 1 process x 2 threads.
 
@@ -30,6 +31,8 @@ Communication, two numbers:
     python benchmarks/distributed_bench.py  # xl (93M), 8 clients + prefill row, 2 rounds
     python benchmarks/distributed_bench.py --concurrency 1,8 --rounds 1  # adds 1 client
     python benchmarks/distributed_bench.py --size medium --max-tokens 16 --requests 8  # quick
+    python benchmarks/distributed_bench.py --servers mlxd_2ranks,mlxd_2ranks_base \
+        --mlxd-base OLD_CHECKOUT --prefill-words 0 --rounds 3  # 2 ranks, before and after
 """
 
 from __future__ import annotations
@@ -60,7 +63,14 @@ from benchmarks.server_bench import (  # noqa: E402
     wait_ready,
 )
 
-SERVERS = ("mlxd_1proc_2t", "mlxd_1proc_1t", "mlxd_2ranks", "mlx_lm_2ranks", "mlx_lm_1proc")
+SERVERS = (
+    "mlxd_1proc_2t",
+    "mlxd_1proc_1t",
+    "mlxd_2ranks",
+    "mlx_lm_2ranks",
+    "mlx_lm_1proc",
+    "mlxd_2ranks_base",
+)
 PEER_BIN = Path("/work/peers/mlxlm/bin")
 
 
@@ -84,7 +94,7 @@ def server_command(name: str, model: Path, port: int, args: argparse.Namespace) 
     peer_python = str(Path(args.mlx_lm_bin) / "python")
     if name.startswith("mlxd_1proc"):
         return [sys.executable, *mlxd]
-    if name == "mlxd_2ranks":
+    if name in ("mlxd_2ranks", "mlxd_2ranks_base"):
         return [*_launcher(Path(sys.executable).parent, sys.executable), *mlxd, "--shard", "tensor"]
     if name == "mlx_lm_2ranks":
         return [*_launcher(Path(args.mlx_lm_bin), peer_python), *mlx_lm]
@@ -93,9 +103,13 @@ def server_command(name: str, model: Path, port: int, args: argparse.Namespace) 
     raise ValueError(name)
 
 
-def server_env(name: str, base: dict[str, str]) -> dict[str, str]:
+def server_env(name: str, base: dict[str, str], args: argparse.Namespace) -> dict[str, str]:
     """MKL everywhere; 2 threads per matmul only for mlxd_1proc_2t."""
     env = dict(base, MLXD_BLAS="mkl", MLXD_BLAS_THREADS="2" if name.endswith("_2t") else "1")
+    if name == "mlxd_2ranks_base":  # another mlxd source tree (a checkout of an older commit)
+        if not args.mlxd_base:
+            raise SystemExit("mlxd_2ranks_base needs --mlxd-base DIR")
+        env["PYTHONPATH"] = str(Path(args.mlxd_base) / "src")
     if name.startswith("mlx_lm"):
         env.update(
             LD_PRELOAD=str(Path(sys.prefix) / "lib" / "libmkl_rt.so.3"),
@@ -112,7 +126,7 @@ def start(
     cmd = server_command(name, model, port, args)
     proc = subprocess.Popen(
         cmd,
-        env=server_env(name, env),
+        env=server_env(name, env, args),
         # An open pipe nobody writes: mlx.launch polls its stdin, and at EOF (/dev/null) that
         # poll returns at once and spins a core (mlxd and mlx-lm alike).
         stdin=subprocess.PIPE,
@@ -274,6 +288,7 @@ def main() -> None:
     parser.add_argument("--concurrency", default="8")
     parser.add_argument("--servers", default=",".join(SERVERS[:4]))
     parser.add_argument("--mlx-lm-bin", default=str(PEER_BIN), help="bin/ of a venv with mlx-lm")
+    parser.add_argument("--mlxd-base", default=None, help="server mlxd_2ranks_base: a checkout")
     parser.add_argument("--probe", nargs=2, metavar=("HIDDEN", "ROWS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.probe:
@@ -339,6 +354,9 @@ def summary(results: dict[str, list[list[dict[str, float]]]], rows: list[str]) -
         best_ttft = [min(col) for col in zip(*(f["ttft_mean_ms"] for f in singles), strict=True)]
         ratios["mlxd_2ranks_over_best_1proc"] = _ratios(two["agg_tok_s"], best_tok)
         ratios["ttft_speedup_over_best_1proc"] = _ratios(best_ttft, two["ttft_mean_ms"])
+    base = figures.get("mlxd_2ranks_base")
+    if two and base:
+        ratios["mlxd_2ranks_over_base"] = _ratios(two["agg_tok_s"], base["agg_tok_s"])
     if two and peer:
         ratios["mlxd_2ranks_over_mlx_lm_2ranks"] = _ratios(two["agg_tok_s"], peer["agg_tok_s"])
         ratios["ttft_speedup_over_mlx_lm_2ranks"] = _ratios(

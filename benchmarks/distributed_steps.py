@@ -1,0 +1,176 @@
+"""Per-step breakdown of distributed decoding, without HTTP: the runner driven directly, one
+process (MKL with 1 and with 2 threads) against 2 ranks (`mlx.launch -n 2 --backend ring`,
+tensor parallel, 1 MKL thread each), on the same generated checkpoint; JSON on stdout.
+
+Each job inserts --rows greedy sequences, prefills them, then times --steps decode steps:
+  step_ms        wall time per step (rank 0): what sets tokens/s
+  cpu_ms         rank 0's CPU time per step (all its threads)
+  send_ms        rank 0: host time to send a step's message (2 ranks)
+  wait_ms        rank 1: time per step spent waiting for rank 0's next message
+  apply_ms       rank 1: time per step running it (building the graph, computing, and
+                 waiting inside the forward's all_sums for rank 0)
+More rows make a step more compute-bound (a step reads the weights once for every row):
+--rows 8,32 shows how the ratio moves with it. Rounds alternate the order of the jobs.
+
+    python benchmarks/distributed_steps.py --size xl --rows 8,32 --steps 40 --rounds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+JOBS = ("1proc_1t", "1proc_2t", "2ranks")
+
+
+def worker(path: Path, rows: int, steps: int) -> None:
+    """One job (under mlx.launch for 2 ranks): rank 0 prints one JSON line, rank 1 another."""
+    import mlxd.backend  # noqa: F401  (MKL before mlx)
+    from mlxd.backend import distributed as dist
+    from mlxd.engine.engine import backend_options
+    from mlxd.engine.engine_config import EngineConfig
+
+    options = backend_options(EngineConfig()) | {"prefix_cache_dir": ""}
+    if not dist.launched():
+        backend = dist.MlxBackend(**options)
+        runner = backend.make_runner(path.name, backend.load(path))
+        print(json.dumps(drive(runner, rows, steps, None)), flush=True)
+        return
+    group = dist.init_group()
+    if group.rank() == 0:
+        leader = dist.DistributedBackend(group, dist.ShardMode.TENSOR, **options)
+        leader.watch_ranks(lambda detail: print(detail, file=sys.stderr), 30.0)
+        runner = leader.make_runner(path.name, leader.load(path))
+        print(json.dumps(drive(runner.inner, rows, steps, runner)), flush=True)
+        leader.shutdown()
+        return
+    follower = dist.Follower(dist.Channel(group), dist.MlxBackend(**options), dist.ShardMode.TENSOR)
+    waits: list[float] = []
+    applies: list[float] = []
+    while True:
+        started = time.perf_counter()
+        msgs = follower.channel.receive()
+        received = time.perf_counter()
+        going = all(follower.apply(m) for m in msgs)
+        waits.append(received - started)
+        applies.append(time.perf_counter() - received)
+        if not going:
+            break
+    timed = slice(-steps - 1, -1)  # the timed steps: the last messages before the stop
+    print(json.dumps({"rank": 1, "wait_ms": _ms(waits[timed]), "apply_ms": _ms(applies[timed])}))
+    follower.close()
+
+
+def drive(runner, rows: int, steps: int, lockstep) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """Prefill `rows` sequences, then time `steps` decode steps (through `lockstep` when set)."""
+    from mlxd.types import SamplingParams
+
+    step = lockstep.step if lockstep is not None else runner.step
+    greedy = SamplingParams(temperature=0.0, ignore_eos=True)
+    for i in range(rows):
+        (lockstep or runner).insert([5 + i, *range(3, 43)], greedy, 100_000, f"r{i}")
+    while runner.prefill_pending:
+        step()
+    for _ in range(3):
+        step()
+    sent = (lockstep.channel.send_seconds, lockstep.channel.sends) if lockstep else (0.0, 0)
+    cpu, started = time.process_time(), time.perf_counter()
+    for _ in range(steps):
+        step()
+    wall = time.perf_counter() - started
+    out = {
+        "rank": 0,
+        "step_ms": round(1000 * wall / steps, 2),
+        "cpu_ms": round(1000 * (time.process_time() - cpu) / steps, 2),
+        "tok_s": round(rows * steps / wall, 1),
+    }
+    if lockstep is not None:
+        seconds, count = lockstep.channel.send_seconds - sent[0], lockstep.channel.sends - sent[1]
+        out["send_ms"] = round(1000 * seconds / max(1, count), 3)
+    return out
+
+
+def _ms(values: list[float]) -> float:
+    """Mean milliseconds (as step_ms is: their sum is what a step costs)."""
+    return round(1000 * statistics.fmean(values), 2) if values else 0.0
+
+
+def run_job(job: str, model: Path, rows: int, steps: int) -> dict[str, float]:
+    python = sys.executable
+    cmd = [python, __file__, "--worker", str(model), str(rows), str(steps)]
+    if job == "2ranks":
+        launcher = Path(python).parent / "mlx.launch"
+        port = str(20000 + os.getpid() % 20000)
+        cmd = [str(launcher), "-n", "2", "--backend", "ring", "-p", port, "--python", python]
+        cmd += [__file__, "--worker", str(model), str(rows), str(steps)]
+    env = dict(os.environ, MLXD_BLAS="mkl", MLXD_BLAS_THREADS="2" if job.endswith("2t") else "1")
+    # An open pipe as stdin: mlx.launch spins a core polling a stdin at end of file.
+    with subprocess.Popen(
+        cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    ) as proc:
+        out, _ = proc.communicate(timeout=1200)
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    if not lines:
+        raise RuntimeError(f"{job} printed no result")
+    merged: dict[str, float] = {}
+    for line in sorted(lines, key=lambda d: d.pop("rank")):
+        merged |= line
+    return merged
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", default="xl", help="tests/checkpoints.py size")
+    parser.add_argument("--rows", default="8,32", help="sequences decoding together")
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(Path(args.worker[0]), int(args.worker[1]), int(args.worker[2]))
+        return
+    from tests.checkpoints import make_checkpoint
+
+    work = Path(tempfile.mkdtemp(prefix="mlxd-dist-steps-"))
+    model = make_checkpoint(work / f"steps-{args.size}", "chat", size=args.size)
+    results: dict[str, dict[str, list[dict[str, float]]]] = {}
+    for rows in [int(r) for r in args.rows.split(",")]:
+        per_job: dict[str, list[dict[str, float]]] = {job: [] for job in JOBS}
+        for r in range(args.rounds):
+            for job in JOBS if r % 2 == 0 else JOBS[::-1]:
+                got = run_job(job, model, rows, args.steps)
+                got["load_avg"] = round(os.getloadavg()[0], 2)
+                per_job[job].append(got)
+                print(f"rows {rows} {job}: {json.dumps(got)}", file=sys.stderr, flush=True)
+        results[f"{rows}_rows"] = per_job
+    print(json.dumps({"checkpoint": args.size, "results": results, "summary": summary(results)}))
+
+
+def summary(results: dict[str, dict[str, list[dict[str, float]]]]) -> dict[str, object]:
+    """Medians per job, and 2 ranks' tokens/s over each single process's."""
+    out: dict[str, object] = {}
+    for rows, per_job in results.items():
+        med = {
+            job: {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+            for job, runs in per_job.items()
+        }
+        two = med["2ranks"]["tok_s"]
+        med["ratios"] = {
+            f"2ranks_over_{job}": round(two / med[job]["tok_s"], 2) for job in JOBS[:2]
+        }
+        out[rows] = med
+    return out
+
+
+if __name__ == "__main__":
+    main()
