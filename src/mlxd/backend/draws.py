@@ -43,7 +43,7 @@ def inverse_cdf(weights: mx.array, u: mx.array) -> mx.array:
     [0, 1). A token of zero weight is never drawn: u * total < total in float32 (u has 23
     bits), and equal cumulative sums never bracket a threshold."""
     cdf = mx.cumsum(weights, axis=-1)
-    return (cdf <= u * cdf[..., -1:]).sum(axis=-1).astype(mx.uint32)
+    return mx.argmax(cdf > u * cdf[..., -1:], axis=-1)  # the first True, as uint32
 
 
 def tempered_draw(logits: mx.array, inv_temp: mx.array | float, u: mx.array) -> mx.array:

@@ -203,10 +203,11 @@ class BatchedGenerationBatch(GenerationBatch):
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         samplers = self.samplers or [self.fallback_sampler] * len(self.uids)
         self._next_tokens = sample_rows(logprobs, samplers)
+        # One op for all rows (mlx-lm slices each), computed only where read (logprobs asked).
         rows = cast("list[mx.array]", mx.split(logprobs.reshape(-1), len(self.uids)))
-        self._next_logprobs = rows  # one op for all rows (mlx-lm slices each)
-        mx.async_eval(self._next_tokens, self._next_logprobs, contexts)  # type: ignore[no-untyped-call]
-        mx.eval(inputs, self._current_logprobs)
+        self._next_logprobs = rows
+        mx.async_eval(self._next_tokens, contexts)  # type: ignore[no-untyped-call]
+        mx.eval(inputs)
         fed = cast("list[int]", inputs.tolist())
         for tokens, token in zip(self.tokens, fed, strict=True):
             tokens.append(token)
