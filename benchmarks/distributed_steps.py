@@ -40,7 +40,9 @@ def worker(path: Path, rows: int, steps: int) -> None:
     from mlxd.engine.engine import backend_options
     from mlxd.engine.engine_config import EngineConfig
 
-    options = backend_options(EngineConfig()) | {"prefix_cache_dir": ""}
+    # Every row decodes at once (else rows over max_batch wait for a row to finish).
+    cfg = EngineConfig(max_batch=max(rows, EngineConfig().max_batch))
+    options = backend_options(cfg) | {"prefix_cache_dir": ""}
     if not dist.launched():
         backend = dist.MlxBackend(**options)
         runner = backend.make_runner(path.name, backend.load(path))
