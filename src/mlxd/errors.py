@@ -141,17 +141,18 @@ def from_code(code: str | None, message: str | None) -> MlxdError:
 
 
 # HTTP status -> the error a server's answer stands for when its code is not one of ours
-# (another server, a proxy); any other 4xx is an InvalidRequest, anything else an EngineFault.
-_BY_STATUS: dict[int, type[MlxdError]] = {
-    401: AuthError,
-    403: AuthError,
-    404: ModelNotFound,
-    422: ModelBroken,
-    429: EngineBusy,
-    502: EngineUnavailable,
-    503: EngineUnavailable,
-    504: EngineUnavailable,
-}
+# (another server, a proxy): each class's own status, plus what proxies and other servers
+# answer with (a bad or slow gateway is an unavailable server here, not a failed download);
+# any other 4xx is an InvalidRequest, anything else an EngineFault.
+_OWN_STATUS: tuple[type[MlxdError], ...] = (
+    AuthError,
+    ModelNotFound,
+    ModelBroken,
+    EngineBusy,
+    EngineUnavailable,
+)
+_BY_STATUS: dict[int, type[MlxdError]] = {cls.http_status: cls for cls in _OWN_STATUS}
+_BY_STATUS.update({403: AuthError, 502: EngineUnavailable, 504: EngineUnavailable})
 
 
 def from_http(status: int, code: str | None, message: str) -> MlxdError:
