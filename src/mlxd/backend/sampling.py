@@ -144,8 +144,8 @@ def _draw_or_argmax(
 
 
 def make_processors(params: SamplingParams) -> list[Processor]:
-    """logit_bias (first: batch_bias relies on it), then the repetition / presence /
-    frequency penalties, sharing one window."""
+    """logit_bias (first: logits_processing.BatchBias relies on it), then the repetition /
+    presence / frequency penalties, sharing one window."""
     window = params.repetition_context_size
     procs: list[Processor] = [LogitBias(params.logit_bias)] if params.logit_bias else []
     procs += make_logits_processors(
