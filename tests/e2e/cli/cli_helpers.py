@@ -5,8 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
+
+import mlxd
 
 MLXD = [sys.executable, "-m", "mlxd.cli.main"]
+# A child's PYTHONPATH: the mlxd these tests import (a worktree's, not the venv's install).
+SRC = str(Path(mlxd.__file__).resolve().parents[1])
 
 
 def run_mlxd(

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.e2e.cli.cli_helpers import SRC
+
 if TYPE_CHECKING:
     from tests.e2e.server.serverproc import ServerProcess
 
@@ -19,7 +21,7 @@ if TYPE_CHECKING:
 def cli_env(isolated_home: Path) -> dict[str, str]:
     """The environment for a child `mlxd`: isolated store and HF cache, offline."""
     env = dict(os.environ)
-    env.pop("PYTHONPATH", None)
+    env["PYTHONPATH"] = SRC
     return env
 
 

@@ -8,7 +8,7 @@ import os
 import openai
 import pytest
 
-from tests.e2e.cli.cli_helpers import one_json_line, run_mlxd
+from tests.e2e.cli.cli_helpers import SRC, one_json_line, run_mlxd
 from tests.e2e.cli.serve_helper import mlxd_server
 
 QUESTION = "What is the capital of France?"
@@ -22,7 +22,7 @@ def test_default_model_answers_and_matches_the_server(demo_model) -> None:
         HF_HOME=str(demo_model.home / "hf"),
         HF_HUB_OFFLINE="1",
     )
-    env.pop("PYTHONPATH", None)
+    env["PYTHONPATH"] = SRC
     proc = run_mlxd(
         "run", QUESTION, "--json", "--temperature", "0", "--max-tokens", "24", env=env, timeout=300
     )
