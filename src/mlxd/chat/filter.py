@@ -46,11 +46,16 @@ class StreamFilter:
         self.parser = OutputParser(
             formats, stop=stop, reasoning_open=reasoning_open, tools=bool(tools)
         )
+        self._tokenizer = tokenizer
         self._detok = tokenizer.detokenizer
         # EOS ids end the answer; their text ("<|im_end|>") is not part of it.
         self._skip = frozenset(getattr(tokenizer, "eos_token_ids", ()) or ())
         self._logprobs: list[TokenLogprob] = []
         self._finished = False
+        # With stop strings: every token fed, to count the tokens up to the one ending a match
+        # (the engine may have generated more before it saw the cancel).
+        self._ids: list[int] = []
+        self.stop_tokens: int | None = None
 
     @property
     def stopped(self) -> bool:
@@ -62,14 +67,21 @@ class StreamFilter:
     ) -> list[ChatEvent]:
         if self.stopped or self._finished:
             return []
+        start = len(self._ids)
+        if self.parser.stops.stop:
+            self._ids += token_ids
         if not logprobs:
             # No logprobs to pair with text: the parser takes the tokens' text in one piece
             # (it gives the same events for any split; half the filter's cost per token).
             for token in token_ids:
                 if token not in self._skip:
                     self._detok.add_token(int(token))
-            return self.parser.feed(self._detok.last_segment)
-        events: list[ChatEvent] = []
+            events = self.parser.feed(self._detok.last_segment)
+            if self.stopped:
+                one = len(token_ids) == 1
+                self.stop_tokens = start + 1 if one else self._tokens_to(self.parser.stops.end)
+            return events
+        events = []
         # One token at a time, so each token's logprob goes with the text it produced.
         for i, token in enumerate(token_ids):
             if token in self._skip or self.stopped:
@@ -78,7 +90,21 @@ class StreamFilter:
             if i < len(logprobs):
                 self._logprobs.append(logprobs[i])
             events += self._feed_text(self._detok.last_segment)
+            if self.stopped:
+                self.stop_tokens = start + i + 1
         return merge_events(events)
+
+    def _tokens_to(self, end: int | None) -> int:
+        """How many of the tokens fed so far it took for the text to reach `end` characters
+        (a replay through a fresh detokenizer: done once, when a stop string matched)."""
+        detok, length = self._tokenizer.detokenizer, 0
+        for n, token in enumerate(self._ids, 1):
+            if token not in self._skip:
+                detok.add_token(int(token))
+                length += len(detok.last_segment)
+            if end is None or length >= end:
+                return n
+        return len(self._ids)
 
     def _feed_text(self, text: str) -> list[ChatEvent]:
         markers = self.parser.markers_seen
@@ -102,7 +128,11 @@ class StreamFilter:
         events += self.parser.flush()
         events = self._attach(events)
         stop_string = self.parser.stops.matched
-        events.append(replace(event, reason=self._reason(event.reason), stop_string=stop_string))
+        usage = event.usage
+        if self.stop_tokens is not None and self.stop_tokens < usage.completion_tokens:
+            usage = replace(usage, completion_tokens=self.stop_tokens)  # none past the stop
+        reason = self._reason(event.reason)
+        events.append(replace(event, reason=reason, usage=usage, stop_string=stop_string))
         return events
 
     def _reason(self, engine_reason: FinishReason) -> FinishReason:

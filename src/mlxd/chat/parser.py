@@ -85,6 +85,8 @@ class StopMatcher:
         self.stop = tuple(s for s in stop if s)
         self.stopped = False
         self.matched: str | None = None  # the stop string that ended the text
+        self.end: int | None = None  # where the match ends, in characters of all text fed
+        self._fed = 0
         self._buf = ""
 
     def feed(self, text: str) -> str:
@@ -94,10 +96,12 @@ class StopMatcher:
         if not self.stop:
             return text
         self._buf += text
+        self._fed += len(text)
         before, marker, rest = split_at_marker(self._buf, self.stop)
         if marker is not None:
             self.stopped = True
             self.matched = marker
+            self.end = self._fed - len(self._buf) + len(before) + len(marker)
             self._buf = ""
         else:
             self._buf = rest

@@ -11,7 +11,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.e2e.cli.cli_helpers import one_json_line, run_mlxd
+from tests.e2e.cli.cli_helpers import SRC, one_json_line, run_mlxd
 from tests.e2e.cli.serve_helper import mlxd_server
 
 REQUESTS = [
@@ -22,7 +22,7 @@ REQUESTS = [
 
 def offline_env(home: Path) -> dict[str, str]:
     env = dict(os.environ)
-    env.pop("PYTHONPATH", None)
+    env["PYTHONPATH"] = SRC
     env.update(
         HF_HOME=str(home / "hf"),
         MLXD_HOME=str(home / "mlxd"),
@@ -110,3 +110,25 @@ def test_run_json_schema_equals_server_structured_content(
     assert body["content"] == reply.choices[0].message.content
     assert body["finish_reason"] == reply.choices[0].finish_reason == "stop"
     assert set(json.loads(body["content"])) == {"n", "w"}
+
+
+def test_run_json_equals_server_with_a_stop_string(
+    server: tuple[openai.OpenAI, dict[str, str]], tiny_chat_model: Path
+) -> None:
+    """A stop string ends both answers at the same token: the same content and the same usage,
+    which counts no token generated after the one that completed the stop string."""
+    client, env = server
+    request = REQUESTS[0]
+    kw = dict(model="default", messages=messages(request), max_tokens=24, temperature=0)
+    full = client.chat.completions.create(**kw, extra_body={"ignore_eos": True})  # type: ignore[call-overload]
+    text = full.choices[0].message.content or ""
+    assert len(text) >= 12 and full.usage.completion_tokens == 24, text
+    stop = text[8:11]
+    reply = client.chat.completions.create(**kw, stop=[stop], extra_body={"ignore_eos": True})  # type: ignore[call-overload]
+    args = [*cli_args({**request, "max_tokens": 24}), "--stop", stop, "--ignore-eos", "--json"]
+    proc = run_mlxd("run", str(tiny_chat_model), *args, env=env)
+    assert proc.returncode == 0, proc.stderr
+    body = one_json_line(proc.stdout)
+    assert body["content"] == reply.choices[0].message.content == text[: text.index(stop)]
+    assert body["finish_reason"] == reply.choices[0].finish_reason == "stop"
+    assert body["usage"]["completion_tokens"] == reply.usage.completion_tokens < 24

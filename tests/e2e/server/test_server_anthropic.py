@@ -217,6 +217,7 @@ def test_stop_sequence(claude: anthropic.Anthropic, stream: bool) -> None:
         m = claude.messages.create(**kw)
     assert text_of(m) == full[: full.index(stop)] == "Yes fine. It i"
     assert m.stop_reason == "stop_sequence" and m.stop_sequence == stop
+    assert m.usage.output_tokens == 7  # up to "-two", where the stop sequence ends
     plain = claude.messages.create(model="scripted-stop", max_tokens=20, messages=USER)
     assert text_of(plain) == full and plain.stop_reason == "end_turn"
 

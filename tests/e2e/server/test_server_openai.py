@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -113,6 +114,27 @@ def test_streamed_stop_string_across_tokens(client: openai.OpenAI, endpoint: str
     )
     assert "".join(deltas) == full[: full.index(stop)] == "Yes fine. It i"
     assert reason == "stop"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("endpoint", ["chat", "completions"])
+def test_stop_string_usage_counts_up_to_the_stop(
+    client: openai.OpenAI, endpoint: str, stream: bool
+) -> None:
+    """The stop "s forty-t" ends inside "-two", the 7th token: usage counts 7 completion
+    tokens, not those the engine generated before the cancel landed (ignore_eos: the script
+    repeats until max_tokens)."""
+    kw: dict[str, Any] = dict(
+        model="scripted-stop", max_tokens=200, stop=["s forty-t"], extra_body={"ignore_eos": True}
+    )
+    if stream:
+        kw.update(stream=True, stream_options={"include_usage": True})
+    if endpoint == "chat":
+        reply = client.chat.completions.create(messages=USER, **kw)
+    else:
+        reply = client.completions.create(prompt="Well?", **kw)
+    usage = list(reply)[-1].usage if stream else reply.usage  # type: ignore[union-attr, arg-type]
+    assert usage is not None and usage.completion_tokens == 7
 
 
 def test_same_seed_same_sample(client: openai.OpenAI) -> None:

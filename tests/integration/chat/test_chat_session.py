@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 
@@ -59,7 +60,22 @@ def test_chat_session_stop_string_across_tokens_cancels(engine, scripted):
     reasoning, text, calls, finish = _split(list(stream))
     assert (reasoning, text, calls) == ("Let me see.", "The ", [])
     assert finish.reason == FinishReason.STOP
-    assert finish.usage.completion_tokens >= 5  # the engine ran at least up to " is"
+    assert finish.usage.completion_tokens == 5  # up to " is", which completed the stop string
+
+
+@pytest.mark.parametrize("logprobs", [False, True])
+def test_chat_session_stop_usage_counts_no_token_past_the_stop(engine, scripted, logprobs):
+    """The engine ran to the end before the reader looked (the script, then EOS: 9 tokens,
+    read as one merged delta); usage counts the 5 tokens up to the one ending the stop."""
+    opts = {"stop": ["answer is"], "logprobs": logprobs}
+    stream = start_chat(engine, scripted, USER, options=opts, tools=TOOLS)
+    while not stream.handle.finished:
+        time.sleep(0.01)
+    reasoning, text, calls, finish = _split(list(stream))
+    assert (reasoning, text, finish.reason) == ("Let me see.", "The ", FinishReason.STOP)
+    assert finish.usage.completion_tokens == 5
+    plain = _split(list(start_chat(engine, scripted, USER, options={"stop": ["nowhere"]})))
+    assert plain[3].usage.completion_tokens == len(SCRIPT) + 1  # no match: the engine's count
 
 
 def test_chat_session_max_tokens_is_length(engine, scripted):

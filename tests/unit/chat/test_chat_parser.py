@@ -14,7 +14,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mlxd.chat.formats import HERMES, LLAMA3, MISTRAL, Formats
-from mlxd.chat.parser import WS_HOLD_CHARS, OutputParser, holdback, merge_events, parse_output
+from mlxd.chat.parser import (
+    WS_HOLD_CHARS,
+    OutputParser,
+    StopMatcher,
+    holdback,
+    merge_events,
+    parse_output,
+)
 from mlxd.types import ChatEvent, ReasoningDelta, TextDelta, ToolCall, Warning
 
 THINK = ("<think>", "</think>")
@@ -405,3 +412,19 @@ def test_chat_parser_any_split_equals_one_shot(pieces, cuts, formats, tools, rea
     assert run(formats, options, chunks) == one_shot
     if formats is F_PLAIN and not stop:  # nothing to split out: the text passes unchanged
         assert "".join(e.text for e in one_shot if isinstance(e, TextDelta)) == text
+
+
+@pytest.mark.parametrize(
+    "pieces",
+    [
+        ["Yes fine. It is forty-two"],
+        list("Yes fine. It is forty-two"),
+        ["Yes fine. It i", "s forty-t", "wo"],
+    ],
+)
+def test_stop_matcher_end_is_where_the_match_ends_in_all_text_fed(pieces: list[str]) -> None:
+    matcher = StopMatcher(["s forty-t", "nowhere"])
+    out = "".join(matcher.feed(p) for p in pieces)
+    text = "".join(pieces)
+    assert out == "Yes fine. It i" and matcher.matched == "s forty-t"
+    assert matcher.end == text.index("s forty-t") + len("s forty-t")
