@@ -135,16 +135,15 @@ class SpeculativeGenerationBatch(BatchedGenerationBatch):
         inputs = mx.array(rows, dtype=mx.uint32)
         logits = self._processed(self.model(inputs, cache=self.prompt_cache), inputs)
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-        emitted: list[list[int]] = []
-        next_tokens: list[int] = []
-        next_logprobs: list[mx.array] = []
         judged = self._judge(logprobs, drafts)
-        for i, (draft, (n, token)) in enumerate(zip(drafts, judged, strict=True)):
-            self._mlxd_drafter.record(self.uids[i], len(draft), n)
-            emitted.append([last[i], *draft[:n]])
-            next_tokens.append(token)
-            next_logprobs.append(logprobs[i, n])
-        return self._emit(emitted, logprobs, next_tokens, next_logprobs, width)
+        emitted = [[t, *d[:n]] for t, d, (n, _) in zip(last, drafts, judged, strict=True)]
+        kept, finish = self._cut(emitted)
+        for uid, draft, tokens in zip(self.uids, drafts, kept, strict=True):
+            # Drafts after a stop token (or past the budget) were verified, never emitted.
+            self._mlxd_drafter.record(uid, len(draft), len(tokens) - 1)
+        next_tokens = [token for _, token in judged]
+        next_logprobs = [logprobs[i, n] for i, (n, _) in enumerate(judged)]
+        return self._emit(kept, finish, logprobs, next_tokens, next_logprobs, width)
 
     def _judge(self, logprobs: mx.array, drafts: list[list[int]]) -> list[tuple[int, int]]:
         """Per row: how many drafts it accepts and the token that follows them. A greedy row
@@ -185,16 +184,9 @@ class SpeculativeGenerationBatch(BatchedGenerationBatch):
         )
         return mx.concatenate([first[:, None, :], logits[:, 1:, :]], axis=1)
 
-    def _emit(
-        self,
-        emitted: list[list[int]],
-        logprobs: mx.array,
-        next_tokens: list[int],
-        next_logprobs: list[mx.array],
-        width: int,
-    ) -> list[GenerationBatch.Response]:
-        """Responses for each row's tokens up to its first finish; rewind every cache to
-        what its row emitted, then drop the finished rows (as mlx-lm's next() does)."""
+    def _cut(self, emitted: list[list[int]]) -> tuple[list[list[int]], list[str | None]]:
+        """Each row's tokens up to its first finish (a stop token, the budget; counted in
+        `_num_tokens`), and that finish."""
         kept: list[list[int]] = []
         finish: list[str | None] = []
         for i, tokens in enumerate(emitted):
@@ -210,6 +202,19 @@ class SpeculativeGenerationBatch(BatchedGenerationBatch):
                     break
             kept.append(tokens)
             finish.append(reason)
+        return kept, finish
+
+    def _emit(
+        self,
+        kept: list[list[int]],
+        finish: list[str | None],
+        logprobs: mx.array,
+        next_tokens: list[int],
+        next_logprobs: list[mx.array],
+        width: int,
+    ) -> list[GenerationBatch.Response]:
+        """Responses for each row's kept tokens; rewind every cache to what its row emitted,
+        then drop the finished rows (as mlx-lm's next() does)."""
         rewind_rows(self.prompt_cache, [width + 1 - len(t) for t in kept])
         responses = []
         keep = []

@@ -19,6 +19,7 @@ from tests.checkpoints import make_checkpoint
 from tests.e2e.cli.cli_helpers import one_json_line, run_mlxd
 from tests.e2e.cli.serve_helper import mlxd_server
 from tests.e2e.cli.test_cli_parity import offline_env
+from tests.integration.chat.scripted import EOS, make_scripted_checkpoint
 
 PROMPT = "Hello, how are you today?"
 MAX_TOKENS = 48
@@ -120,3 +121,39 @@ def test_chat_stats_show_the_answers_draft_counts(
     timings = spec["timings"]
     counts = f"({timings['accepted_draft_tokens']} of {timings['draft_tokens']} draft tokens"
     assert proc.stdout.count(counts) == 2  # the last answer and the session
+
+
+SCRIPT = ["Alpha", " beta", " gamma", " delta", " epsilon", " zeta", " eta", " theta"]
+# The prompt ends in the script's tokens, then EOS (the template writes them: a message's
+# text is never read as added tokens), so prompt lookup can draft past the answer's EOS.
+EOS_TEMPLATE = "{% for m in messages %}{{ m.content }}{% endfor %}" + "".join(SCRIPT) + EOS
+
+
+def test_drafts_past_the_eos_are_not_accepted(
+    server: tuple[openai.OpenAI, str, dict[str, str]],
+) -> None:
+    """Greedy, the scripted model answers its 8 chunks then EOS. Prompt lookup drafts 4 at
+    " beta" (all accepted), then 4 at " eta": " theta", EOS and two tokens after the EOS, which
+    the target accepts too but which end nowhere: 8 drafted, 6 accepted, in run --json and in
+    /metrics alike."""
+    client, base, env = server
+    path = Path(env["MLXD_HOME"]) / "models" / "scripted-eos"
+    make_scripted_checkpoint(path, SCRIPT, template=EOS_TEMPLATE)
+    proc = run_mlxd(
+        "run", str(path), "Go.", "--max-tokens", "40", "--temperature", "0",
+        "--draft-kind", "ngram", "--num-draft-tokens", "4", "--json", env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    body = one_json_line(proc.stdout)
+    assert body["content"] == "".join(SCRIPT) and body["usage"]["completion_tokens"] == 9
+    assert (body["timings"]["draft_tokens"], body["timings"]["accepted_draft_tokens"]) == (8, 6)
+    before = draft_totals(base)
+    reply = client.chat.completions.create(
+        model="scripted-eos",
+        messages=[{"role": "user", "content": "Go."}],
+        max_tokens=40,
+        temperature=0,
+    )
+    assert reply.choices[0].message.content == "".join(SCRIPT)
+    after = draft_totals(base)
+    assert (after[0] - before[0], after[1] - before[1]) == (8, 6)

@@ -8,6 +8,7 @@ import pytest
 from mlxd.engine import Engine, ModelInfo
 from mlxd.errors import InvalidRequest
 from mlxd.types import DraftKind, FinishReason
+from tests.integration.chat.scripted import make_scripted_checkpoint
 
 from .engine_helpers import collect_events, random_prompts, request
 
@@ -130,3 +131,39 @@ def test_engine_default_draft_kind_and_request_turning_it_off(make_engine, tiny_
         engine.submit(request(info, prompt, draft_kind=DraftKind.MODEL))
     with pytest.raises(InvalidRequest, match="num_draft_tokens"):
         engine.submit(request(info, prompt, num_draft_tokens=17))
+
+
+SCRIPT = ["Alpha", " beta", " gamma", " delta", " epsilon", " zeta", " eta"]
+
+
+@pytest.fixture
+def scripted(make_engine, checkpoints_dir) -> tuple[Engine, ModelInfo]:
+    path = checkpoints_dir / "scripted-spec"
+    if not path.exists():
+        make_scripted_checkpoint(path, SCRIPT)
+    engine = make_engine()
+    return engine, engine.load_model(path)
+
+
+@pytest.mark.parametrize(("stop_at", "budget"), [(3, 30), (0, 30), (5, 3)])
+def test_drafts_past_a_stop_token_are_not_accepted(scripted, stop_at: int, budget: int) -> None:
+    """The prompt holds the script, so prompt lookup drafts the 4 tokens after its first one
+    and the target accepts them all; a stop token (or the budget) inside that draft ends the
+    answer there: no token after it is emitted, and only drafts up to it count as accepted."""
+    engine, info = scripted
+    ids = [info.tokenizer.encode(chunk, add_special_tokens=False)[0] for chunk in SCRIPT]
+    prompt = [7, *ids, 7]  # greedy: the script from its start, whatever the prompt
+    before = engine.stats()
+    got, fin = engine.submit(
+        request(info, prompt, max_tokens=budget, stop_token_ids=(ids[stop_at],),
+                draft_kind=NGRAM, num_draft_tokens=4)
+    ).collect()  # fmt: skip
+    after = engine.stats()
+    end = min(stop_at, budget)  # emitted tokens: the stop token is not one
+    assert got == ids[:end]
+    assert fin.reason is (FinishReason.STOP if stop_at < budget else FinishReason.LENGTH)
+    drafted = min(4, budget - 1)  # one verify step: the draft fits the budget after token 1
+    accepted = min(stop_at + 1, budget) - 1  # the first token is the target's own
+    assert (fin.timings.draft_tokens, fin.timings.accepted_draft_tokens) == (drafted, accepted)
+    assert after.accepted_tokens_total - before.accepted_tokens_total == accepted
+    assert fin.usage.completion_tokens == min(stop_at + 1, budget)
