@@ -192,6 +192,7 @@ def bench_server(
                 run_level(name, url, "greedy", clients, per_client, args, eos, model)
             )
             seconds2, count2 = broadcast_totals(url)
+            level["load_avg"] = round(os.getloadavg()[0], 2)  # the machine is shared
             if count2 > count:
                 level["broadcasts"] = count2 - count
                 level["broadcast_ms"] = round(1000 * (seconds2 - seconds) / (count2 - count), 3)
@@ -218,9 +219,10 @@ def probe_main(hidden: int, rows: list[int], iterations: int) -> None:
     """Under mlx.launch: time all_sum on the ring; rank 0 prints one JSON line."""
     import mlx.core as mx
 
+    from mlxd.backend.distributed import init_group
     from mlxd.backend.lockstep_channel import HEAD_BYTES
 
-    group = mx.distributed.init(strict=True)
+    group = init_group()  # as the servers join it: MLXD_RING_WAIT_MS applies
 
     def timed(run: Callable[[], None], n: int) -> float:
         for _ in range(5):
@@ -247,7 +249,15 @@ def probe_main(hidden: int, rows: list[int], iterations: int) -> None:
         print(json.dumps(out), flush=True)
 
 
-def probe(config: dict[str, int], rows: list[int]) -> dict[str, float]:
+def probe(config: dict[str, int], rows: list[int]) -> dict[str, dict[str, float]]:
+    """The probe with the ring waiting in the kernel (mlxd's default) and spinning (MLX's)."""
+    return {
+        "kernel_wait": probe_once(config, rows, os.environ.get("MLXD_RING_WAIT_MS", "1")),
+        "mlx_spin": probe_once(config, rows, "0"),
+    }
+
+
+def probe_once(config: dict[str, int], rows: list[int], wait_ms: str) -> dict[str, float]:
     cmd = [
         *_launcher(Path(sys.executable).parent, sys.executable),
         str(Path(__file__).resolve()),
@@ -255,8 +265,10 @@ def probe(config: dict[str, int], rows: list[int]) -> dict[str, float]:
         str(config["hidden_size"]),
         ",".join(map(str, rows)),
     ]
-    env = dict(os.environ, MLXD_BLAS_THREADS="1")
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    env = dict(os.environ, MLXD_BLAS_THREADS="1", MLXD_RING_WAIT_MS=wait_ms)
+    done = subprocess.run(
+        cmd, env=env, stdin=subprocess.PIPE, capture_output=True, text=True, timeout=300
+    )
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if not lines:
         raise RuntimeError(f"probe failed: {done.stderr[-2000:]}")

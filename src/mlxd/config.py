@@ -96,6 +96,12 @@ SETTINGS: dict[str, Setting] = {
         "distributed serve: rank 0's address for the ranks' heartbeats (empty: from "
         "mlx.launch's ring hostfile or JACCL coordinator; set it under MPI)",
     ),
+    "ring_wait_ms": Setting(
+        "MLXD_RING_WAIT_MS",
+        "1",
+        "distributed serve, ring backend: a rank waiting for a peer sleeps in the kernel up "
+        "to this long per wait instead of spinning (0: MLX's own busy loop)",
+    ),
     "max_models": Setting(
         "MLXD_MAX_MODELS", "2", "most models kept loaded; idle least recently used ones unload"
     ),

@@ -43,6 +43,7 @@ from mlxd.backend.lockstep_channel import (
 from mlxd.backend.mlx_backend import MlxBackend
 from mlxd.backend.outputs import ClusterStats, RankStatus, StepResult
 from mlxd.backend.rank_monitor import RankMonitor, leader_address, send_heartbeats
+from mlxd.backend.ring_wait import wait_in_kernel
 from mlxd.errors import InvalidRequest, MlxdError, ModelBroken, one_line
 from mlxd.types import ImageInputs, PromptBoundaries, SamplingParams
 
@@ -94,9 +95,18 @@ _held_fds: list[int] = []
 
 
 def init_group() -> mx.distributed.Group:
+    """The job's group (the first call joins it and makes the ring wait in the kernel)."""
     import mlx.core as mx
 
-    return mx.distributed.init(strict=True)
+    global _joined
+    group = mx.distributed.init(strict=True)
+    if not _joined:
+        _joined = True
+        wait_in_kernel()
+    return group
+
+
+_joined = False
 
 
 # ---- loading ----------------------------------------------------------------------------
