@@ -109,6 +109,7 @@ class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0  # prompt tokens served from the prefix cache
+    reasoning_tokens: int = 0  # completion tokens of the reasoning part (the chat layer's)
 
     @property
     def total_tokens(self) -> int:

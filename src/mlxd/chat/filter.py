@@ -7,6 +7,7 @@ No I/O and no mlx: the caller drives it and cancels the engine request when `sto
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -22,7 +23,44 @@ from mlxd.types import (
     TokenLogprob,
 )
 
-__all__ = ["StreamFilter"]
+__all__ = ["StreamFilter", "TokenEnds"]
+
+
+class TokenEnds:
+    """Where each token's text ends in all text fed (characters): text positions to tokens."""
+
+    __slots__ = ("_chars", "_ends")
+
+    def __init__(self) -> None:
+        self._ends: list[int] = []
+        self._chars = 0
+
+    def __len__(self) -> int:
+        return len(self._ends)
+
+    def add(self, length: int) -> None:
+        self._chars += length
+        self._ends.append(self._chars)
+
+    def tokens_to(self, end: int | None) -> int:
+        """How many tokens it took for the text to reach `end` characters."""
+        if end is None:
+            return len(self._ends)
+        return min(bisect_left(self._ends, end) + 1, len(self._ends))
+
+    def tokens_within(self, spans: Sequence[tuple[int, int]]) -> int:
+        """How many tokens' text lies inside the [start, end) spans (a token whose text is
+        empty counts where it stands, before any text at the span's end)."""
+        ends = self._ends
+        starts = [0, *ends[:-1]]
+        total = 0
+        for a, b in spans:
+            first, after = (
+                bisect_left(starts, a),
+                min(bisect_right(ends, b), bisect_left(starts, b)),
+            )
+            total += max(0, after - first)
+        return total
 
 
 class StreamFilter:
@@ -46,16 +84,13 @@ class StreamFilter:
         self.parser = OutputParser(
             formats, stop=stop, reasoning_open=reasoning_open, tools=bool(tools)
         )
-        self._tokenizer = tokenizer
         self._detok = tokenizer.detokenizer
         # EOS ids end the answer; their text ("<|im_end|>") is not part of it.
         self._skip = frozenset(getattr(tokenizer, "eos_token_ids", ()) or ())
         self._logprobs: list[TokenLogprob] = []
         self._finished = False
-        # With stop strings: every token fed, to count the tokens up to the one ending a match
-        # (the engine may have generated more before it saw the cancel).
-        self._ids: list[int] = []
-        self.stop_tokens: int | None = None
+        self._ends = TokenEnds()
+        self.stop_tokens: int | None = None  # tokens up to the one that completed the stop
 
     @property
     def stopped(self) -> bool:
@@ -67,44 +102,36 @@ class StreamFilter:
     ) -> list[ChatEvent]:
         if self.stopped or self._finished:
             return []
-        start = len(self._ids)
-        if self.parser.stops.stop:
-            self._ids += token_ids
         if not logprobs:
             # No logprobs to pair with text: the parser takes the tokens' text in one piece
             # (it gives the same events for any split; half the filter's cost per token).
-            for token in token_ids:
-                if token not in self._skip:
-                    self._detok.add_token(int(token))
-            events = self.parser.feed(self._detok.last_segment)
+            events = self.parser.feed("".join([self._add(token) for token in token_ids]))
             if self.stopped:
-                one = len(token_ids) == 1
-                self.stop_tokens = start + 1 if one else self._tokens_to(self.parser.stops.end)
+                self.stop_tokens = self._ends.tokens_to(self.parser.stops.end)
             return events
         events = []
         # One token at a time, so each token's logprob goes with the text it produced.
         for i, token in enumerate(token_ids):
-            if token in self._skip or self.stopped:
+            if self.stopped:
+                break
+            text = self._add(token)
+            if token in self._skip:
                 continue
-            self._detok.add_token(int(token))
             if i < len(logprobs):
                 self._logprobs.append(logprobs[i])
-            events += self._feed_text(self._detok.last_segment)
+            events += self._feed_text(text)
             if self.stopped:
-                self.stop_tokens = start + i + 1
+                self.stop_tokens = len(self._ends)
         return merge_events(events)
 
-    def _tokens_to(self, end: int | None) -> int:
-        """How many of the tokens fed so far it took for the text to reach `end` characters
-        (a replay through a fresh detokenizer: done once, when a stop string matched)."""
-        detok, length = self._tokenizer.detokenizer, 0
-        for n, token in enumerate(self._ids, 1):
-            if token not in self._skip:
-                detok.add_token(int(token))
-                length += len(detok.last_segment)
-            if end is None or length >= end:
-                return n
-        return len(self._ids)
+    def _add(self, token: int) -> str:
+        """One token into the detokenizer; its text (none for EOS), its end noted."""
+        text = ""
+        if token not in self._skip:
+            self._detok.add_token(int(token))
+            text = self._detok.last_segment
+        self._ends.add(len(text))
+        return text
 
     def _feed_text(self, text: str) -> list[ChatEvent]:
         markers = self.parser.markers_seen
@@ -131,6 +158,9 @@ class StreamFilter:
         usage = event.usage
         if self.stop_tokens is not None and self.stop_tokens < usage.completion_tokens:
             usage = replace(usage, completion_tokens=self.stop_tokens)  # none past the stop
+        if self.parser.reasoning_spans:
+            reasoning = self._ends.tokens_within(self.parser.reasoning_spans)
+            usage = replace(usage, reasoning_tokens=min(reasoning, usage.completion_tokens))
         reason = self._reason(event.reason)
         events.append(replace(event, reason=reason, usage=usage, stop_string=stop_string))
         return events

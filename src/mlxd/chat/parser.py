@@ -131,6 +131,10 @@ class OutputParser:
         self.new_id = new_id
         self.tool_calls = 0
         self.markers_seen = 0  # structure consumed so far (lets callers attribute tokens)
+        # Where reasoning text lies in all text fed ([start, end) characters, markers and
+        # harmony headers excluded): what a reasoning token count counts.
+        self.reasoning_spans: list[tuple[int, int]] = []
+        self._pos = 0  # where _buf starts in all text fed
         self._buf = ""
         self._events: list[ChatEvent] = []
         self._tool_buf = ""
@@ -179,6 +183,7 @@ class OutputParser:
             before, marker, rest = split_at_marker(self._buf, self._markers())
             if before:
                 self._emit(before)
+            self._pos += len(self._buf) - len(rest)
             self._buf = rest
             if marker is None:
                 return
@@ -224,19 +229,32 @@ class OutputParser:
         if self.mode is Mode.TOOL or (self.mode is Mode.HARMONY_BODY and self._is_harmony_tool()):
             self._tool_buf += text
             return
+        if self._in_reasoning():
+            self._note_reasoning(len(text))
         if self._strip:
             text = text.lstrip()
             if not text:
                 return
             self._strip = False
-        if self.mode is Mode.REASONING or (
-            self.mode is Mode.HARMONY_BODY and self._channel == "analysis"
-        ):
+        if self._in_reasoning():
             self._deliver(ReasoningDelta, text)
         elif self.tool is not None and self.tool.json_at_start and self._at_start:
             self._content_at_start(text)
         else:
             self._text(text)
+
+    def _in_reasoning(self) -> bool:
+        return self.mode is Mode.REASONING or (
+            self.mode is Mode.HARMONY_BODY and self._channel == "analysis"
+        )
+
+    def _note_reasoning(self, length: int) -> None:
+        """The text being emitted (it starts at _pos) is reasoning."""
+        spans, start = self.reasoning_spans, self._pos
+        if spans and spans[-1][1] == start:
+            spans[-1] = (spans[-1][0], start + length)
+        else:
+            spans.append((start, start + length))
 
     def _content_at_start(self, text: str) -> None:
         stripped = text.lstrip()

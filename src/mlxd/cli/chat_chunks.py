@@ -171,12 +171,15 @@ def _index(call: _PartialCall) -> int:
 
 
 def usage_of(body: dict[str, Any]) -> Usage:
-    """OpenAI's usage object (cached prompt tokens under prompt_tokens_details)."""
+    """OpenAI's usage object (cached prompt tokens under prompt_tokens_details, reasoning
+    tokens under completion_tokens_details)."""
     details = body.get("prompt_tokens_details") or {}
+    answer = body.get("completion_tokens_details") or {}
     return Usage(
         prompt_tokens=_count(body.get("prompt_tokens")),
         completion_tokens=_count(body.get("completion_tokens")),
         cached_tokens=_count(details.get("cached_tokens") if isinstance(details, dict) else 0),
+        reasoning_tokens=_count(answer.get("reasoning_tokens") if isinstance(answer, dict) else 0),
     )
 
 

@@ -46,12 +46,15 @@ TRIP_SCRIPT = [
 # One token per chunk: a stop string can span several tokens ("s forty-t" spans " is",
 # " forty" and "-two"), and "Yes fine" holds a false start of it ("s f").
 STOP_SCRIPT = ["Yes", " fine", ".", " It", " is", " forty", "-two", " now", "!"]
+# Reasons in 4 tokens, then answers in 2 (then EOS: 9 completion tokens).
+THINK_SCRIPT = ["<think>", "First", " I", " think", ".", "</think>", "Answer", "!"]
 
 
 @pytest.fixture(scope="package")
 def server_home(tmp_path_factory: pytest.TempPathFactory, tiny_chat_model: Path) -> Path:
     """An MLXD_HOME whose store holds 'scripted' (thinks, then calls get_weather),
     'scripted-trip' (calls plan_trip with TRIP_ARGS), 'scripted-stop' (says STOP_SCRIPT),
+    'scripted-think' (says THINK_SCRIPT),
     'tiny-long' (tiny-chat with a 64k window, so one request can decode for seconds) and
     'tiny-short' (a 128-token window)."""
     home = tmp_path_factory.mktemp("serve-home")
@@ -59,6 +62,7 @@ def server_home(tmp_path_factory: pytest.TempPathFactory, tiny_chat_model: Path)
     make_scripted_checkpoint(store / "scripted", TOOL_SCRIPT)
     make_scripted_checkpoint(store / "scripted-trip", TRIP_SCRIPT)
     make_scripted_checkpoint(store / "scripted-stop", STOP_SCRIPT)
+    make_scripted_checkpoint(store / "scripted-think", THINK_SCRIPT)
     shutil.copytree(tiny_chat_model, store / "tiny-long")
     config = json.loads((store / "tiny-long" / "config.json").read_text())
     config["max_position_embeddings"] = 65536

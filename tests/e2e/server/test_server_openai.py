@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from tests.e2e.server.conftest import STOP_SCRIPT, TRIP_ARGS
+from tests.e2e.server.conftest import STOP_SCRIPT, THINK_SCRIPT, TRIP_ARGS
 
 USER = [{"role": "user", "content": "What is the capital of France?"}]
 
@@ -135,6 +135,24 @@ def test_stop_string_usage_counts_up_to_the_stop(
         reply = client.completions.create(prompt="Well?", **kw)
     usage = list(reply)[-1].usage if stream else reply.usage  # type: ignore[union-attr, arg-type]
     assert usage is not None and usage.completion_tokens == 7
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_usage_counts_the_reasoning_tokens(client: openai.OpenAI, stream: bool) -> None:
+    """'scripted-think' reasons in 4 tokens between its markers, then answers."""
+    kw: dict[str, Any] = dict(model="scripted-think", messages=USER)
+    if stream:
+        kw.update(stream=True, stream_options={"include_usage": True})
+        usage = list(client.chat.completions.create(**kw))[-1].usage
+    else:
+        usage = client.chat.completions.create(**kw).usage
+    assert usage is not None and usage.completion_tokens == len(THINK_SCRIPT) + 1
+    assert usage.completion_tokens_details is not None
+    assert usage.completion_tokens_details.reasoning_tokens == 4
+    # Cut by max_tokens inside the reasoning: what was generated of it counts.
+    cut = client.chat.completions.create(model="scripted-think", messages=USER, max_tokens=3)
+    assert cut.usage is not None and cut.usage.completion_tokens_details is not None
+    assert cut.usage.completion_tokens_details.reasoning_tokens == 2
 
 
 def test_same_seed_same_sample(client: openai.OpenAI) -> None:

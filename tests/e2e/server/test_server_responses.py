@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from tests.e2e.server.conftest import TRIP_ARGS
+from tests.e2e.server.conftest import THINK_SCRIPT, TRIP_ARGS
 
 QUESTION = "What is the capital of France?"
 WEATHER = {
@@ -86,6 +86,23 @@ def test_reasoning_and_function_call(client: openai.OpenAI) -> None:
     assert call.name == "get_weather" and call.call_id  # type: ignore[union-attr]
     assert json.loads(call.arguments) == {"city": "Paris"}  # type: ignore[union-attr]
     assert r.status == "completed"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_usage_counts_the_reasoning_tokens(client: openai.OpenAI, stream: bool) -> None:
+    """'scripted-think' reasons in 4 tokens between its markers, then answers: 9 output
+    tokens (EOS included), 4 of them reasoning."""
+    kw: dict[str, Any] = dict(model="scripted-think", input=QUESTION)
+    if stream:
+        events = list(client.responses.create(stream=True, **kw))
+        r = events[-1].response  # type: ignore[union-attr]
+    else:
+        r = client.responses.create(**kw)
+    assert r.output[0].content[0].text == "".join(THINK_SCRIPT[1:5])  # type: ignore[union-attr,index]
+    assert r.usage is not None and r.usage.output_tokens == len(THINK_SCRIPT) + 1
+    assert r.usage.output_tokens_details.reasoning_tokens == 4
+    plain = client.responses.create(model="scripted-stop", input=QUESTION)
+    assert plain.usage is not None and plain.usage.output_tokens_details.reasoning_tokens == 0
 
 
 def test_function_call_round_trip(client: openai.OpenAI) -> None:

@@ -46,6 +46,7 @@ def test_chat_session_reasoning_text_and_tool_call(engine, scripted):
     assert finish.reason == FinishReason.TOOL_CALLS
     assert finish.usage.prompt_tokens == stream.prompt.prompt_tokens
     assert finish.usage.completion_tokens == len(SCRIPT) + 1  # the engine counts the EOS
+    assert finish.usage.reasoning_tokens == 1  # "Let me see.", between the markers
     assert isinstance(stream.request_id, str) and stream.request_id
 
 
@@ -76,6 +77,20 @@ def test_chat_session_stop_usage_counts_no_token_past_the_stop(engine, scripted,
     assert finish.usage.completion_tokens == 5
     plain = _split(list(start_chat(engine, scripted, USER, options={"stop": ["nowhere"]})))
     assert plain[3].usage.completion_tokens == len(SCRIPT) + 1  # no match: the engine's count
+
+
+@pytest.mark.parametrize("logprobs", [False, True])
+def test_chat_session_reasoning_tokens_in_any_delivery(engine, scripted_open_model, logprobs):
+    """The reasoning part's tokens are counted whether the reader takes tokens as they come
+    or one merged delta after the engine finished, and with logprobs (token by token)."""
+    info = engine.load_model(scripted_open_model)
+    for wait in (False, True):
+        stream = start_chat(engine, info, USER, options={"logprobs": logprobs})
+        while wait and not stream.handle.finished:
+            time.sleep(0.01)
+        reasoning, text, _, finish = _split(list(stream))
+        assert (reasoning, text) == ("Plan.", "Done.")  # the prompt opened <think>
+        assert (finish.usage.reasoning_tokens, finish.usage.completion_tokens) == (1, 4)
 
 
 def test_chat_session_max_tokens_is_length(engine, scripted):

@@ -428,3 +428,31 @@ def test_stop_matcher_end_is_where_the_match_ends_in_all_text_fed(pieces: list[s
     text = "".join(pieces)
     assert out == "Yes fine. It i" and matcher.matched == "s forty-t"
     assert matcher.end == text.index("s forty-t") + len("s forty-t")
+
+
+SPAN_CASES = [
+    (F_THINK, {}, "<think>\nplan\n</think>\n\nHi", "\nplan\n"),
+    (F_THINK, {"reasoning_open": True}, "plan</think>Hi<think>more</think>", "plan|more"),
+    (F_THINK, {"stop": ["ST"]}, "<think>abcSTdef</think>", "abc"),
+    (F_THINK, {}, "no reasoning at all", ""),
+    (
+        F_HARMONY,
+        {},
+        "<|channel|>analysis<|message|>Need.<|end|><|start|>assistant<|channel|>final<|message|>Hi",
+        "Need.",
+    ),
+]
+
+
+@pytest.mark.parametrize(("formats", "kwargs", "text", "reasoning"), SPAN_CASES)
+def test_reasoning_spans_are_where_the_reasoning_text_lies(
+    formats: Formats, kwargs: dict, text: str, reasoning: str
+) -> None:
+    """Whole or one character at a time: the same spans, which cut the reasoning (layout
+    whitespace included, markers not) out of the text fed."""
+    for pieces in ([text], list(text)):
+        parser = OutputParser(formats, **kwargs)
+        for piece in pieces:
+            parser.feed(piece)
+        parser.flush()
+        assert "|".join(text[a:b] for a, b in parser.reasoning_spans) == reasoning

@@ -44,7 +44,7 @@ EVENTS: list[ChatEvent] = [
     TextDelta(", wörld 😀\u2028"),
     ToolCall("call_a", "get_weather", '{"city": "Paris"}', index=0),
     ToolCall("call_b", "get_time", "{}", index=1),
-    FinishEvent(FinishReason.TOOL_CALLS, Usage(7, 5, 3)),
+    FinishEvent(FinishReason.TOOL_CALLS, Usage(7, 5, 3, reasoning_tokens=2)),
 ]
 
 

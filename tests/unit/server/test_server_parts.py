@@ -151,6 +151,7 @@ def test_chat_wire_body() -> None:
         "completion_tokens": 3,
         "total_tokens": 8,
         "prompt_tokens_details": {"cached_tokens": 2},
+        "completion_tokens_details": {"reasoning_tokens": 0},
     }
 
 
