@@ -25,7 +25,9 @@ when it is not (small models, a fast BLAS), a burst is cut into a few groups; pr
 shorter than G go together. The running rows lose nothing: they decode in every one of those
 steps. d (a decode-only step), e and G are measured online (moving averages of real steps; G
 counts as 3 decode steps until a group was timed), and until d and e are known the static
-token budget decides.
+token budget decides. e weighs steps by their tokens: a prompt served from the prefix cache
+prefills one token in a step that is mostly fixed cost, which must not pass for that token's
+cost (it once made e 200 times too high, so G came out 0 and stayed there).
 """
 
 from __future__ import annotations
@@ -60,6 +62,12 @@ class PrefillPlanner:
         self.decode_s: float | None = None  # d: a step that prefills nothing
         self.token_s: float | None = None  # e: one padded prompt token of prefill
         self.group_s: float | None = None  # G: a group's steps to its first token, beyond e*P
+        # e is the ratio of two moving averages, a prefill step's cost beyond a decode step
+        # and its padded tokens: weighted by tokens, so a step of a few tokens (a prompt
+        # served from the prefix cache: its step is mostly fixed cost) moves it little.
+        self._extra_s = 0.0
+        self._tokens = 0.0
+        self._seen_tokens = 0
 
     @property
     def measured(self) -> bool:
@@ -81,8 +89,17 @@ class PrefillPlanner:
         within one chunk; its cost beyond a decode step is the prompts' share."""
         if self.decode_s is None or padded_tokens <= 0:
             return
-        per_token = max(seconds - self.decode_s, 0.0) / padded_tokens
-        self.token_s = _ewma(self.token_s, per_token)
+        extra = max(seconds - self.decode_s, 0.0)
+        self._seen_tokens += padded_tokens
+        # Early on, the token-weighted mean of every step so far (a first step of one cached
+        # token's fixed cost must not stand for many); a stalled step (over _OUTLIER times
+        # what e predicts) counts as that, with the usual weight.
+        weight = max(_ALPHA, padded_tokens / self._seen_tokens)
+        if self.token_s is not None and extra > _OUTLIER * self.token_s * padded_tokens:
+            extra, weight = _OUTLIER * self.token_s * padded_tokens, _ALPHA
+        self._extra_s += weight * (extra - self._extra_s)
+        self._tokens += weight * (padded_tokens - self._tokens)
+        self.token_s = self._extra_s / self._tokens
 
     def observe_group(self, seconds: float, padded_tokens: int) -> None:
         """A group of `padded_tokens` in all (its whole prompts, within one chunk) took
@@ -90,7 +107,11 @@ class PrefillPlanner:
         that returned its first tokens; beyond its tokens' cost, that is G."""
         if self.token_s is None or padded_tokens <= 0:
             return
-        self.group_s = _ewma(self.group_s, max(seconds - self.token_s * padded_tokens, 0.0))
+        new = max(seconds - self.token_s * padded_tokens, 0.0)
+        # Outliers are judged against at least the group's decode steps: an estimate that
+        # reached 0 (noise, or e overestimated for a while) must be able to grow again.
+        floor = STEPS_TO_FIRST_TOKEN * (self.decode_s or 0.0)
+        self.group_s = _ewma(self.group_s, new, floor)
 
     def plan(self, waiting: Iterable[int]) -> int:
         """How many of the waiting prompts (their lengths, in arrival order) to prefill now:
@@ -159,7 +180,7 @@ def _longest_wait(
     return clock
 
 
-def _ewma(old: float | None, new: float) -> float:
+def _ewma(old: float | None, new: float, floor: float = 0.0) -> float:
     if old is None:
         return new
-    return old + _ALPHA * (min(new, _OUTLIER * old) - old)
+    return old + _ALPHA * (min(new, _OUTLIER * max(old, floor)) - old)

@@ -118,9 +118,37 @@ def test_prefill_before_any_decode_is_not_attributed() -> None:
 
 def test_one_stalled_step_moves_the_estimates_little() -> None:
     planner = measured(decode_s=0.010, token_s=0.00001)
+    # e weighs steps by their tokens: the stall below is judged against steps of its size.
+    planner.observe_prefill(0.010 + 0.00001 * 256, padded_tokens=256)
     assert planner.plan([256] * 4) == 4
     planner.observe_decode(0.5)  # the machine stalled this step
     planner.observe_prefill(0.010 + 0.01 * 256, padded_tokens=256)
     assert planner.decode_s is not None and planner.decode_s < 0.015
     assert planner.token_s is not None and planner.token_s < 0.000015
     assert planner.plan([256] * 4) == 4
+
+
+def test_a_step_of_few_tokens_does_not_stand_for_many() -> None:
+    # A prompt served from the prefix cache prefills one token, its step mostly fixed cost
+    # (measured on the tiny checkpoint: 5 ms for 1 token, 7 ms for 279). e is weighted by
+    # tokens: that step first, then one of 256 tokens, gives about the latter's cost a token.
+    planner = PrefillPlanner(8, static_budget=256, chunk=512)
+    planner.observe_decode(0.001)
+    planner.observe_prefill(0.001 + 0.005, padded_tokens=1)
+    planner.observe_prefill(0.001 + 0.00002 * 256, padded_tokens=256)
+    assert planner.token_s == pytest.approx(0.00002, rel=0.02)
+    # ...and once e is known, such a step moves it by less than a percent.
+    planner.observe_prefill(0.001 + 0.005, padded_tokens=1)
+    assert planner.token_s == pytest.approx(0.00002, rel=0.01)
+
+
+def test_g_measured_as_zero_can_grow_again() -> None:
+    # G is a difference (a group's time less its tokens' cost): with e overestimated for a
+    # while it comes out 0; later groups must still be able to raise it (it used to stay 0,
+    # every outlier being judged against it, and the planner went one at a time forever).
+    planner = measured(decode_s=0.010, token_s=0.0002)
+    planner.observe_group(0.010, padded_tokens=256)  # less than its tokens' 51.2 ms: G = 0
+    assert planner.group_s == 0.0
+    for _ in range(10):
+        planner.observe_group(0.0512 + 0.030, padded_tokens=256)
+    assert planner.group_s == pytest.approx(0.030, rel=0.15)
