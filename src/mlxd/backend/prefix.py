@@ -27,11 +27,12 @@ from pathlib import Path
 
 import mlx.core as mx
 from mlx.utils import tree_map
-from mlx_lm.models.cache import PromptTrie, RotatingKVCache, can_trim_prompt_cache
+from mlx_lm.models.cache import RotatingKVCache, can_trim_prompt_cache
 
 from mlxd.backend.mlx_lm_compat import PromptCache, trim_cache
 from mlxd.backend.outputs import PrefixCacheStats
 from mlxd.backend.prefix_disk import DiskTier
+from mlxd.backend.prompt_trie import PromptTrie
 
 # A reuse shorter than this is not worth a cache copy (chat prompts of unrelated conversations
 # share a handful of template tokens); it is neither used nor counted as a hit.
@@ -88,7 +89,7 @@ class PrefixCache:
     def __init__(self, max_bytes: int, disk: DiskTier | None = None) -> None:
         self.max_bytes = max_bytes
         self.disk = disk if max_bytes > 0 else None
-        self._trie = PromptTrie()  # type: ignore[no-untyped-call]
+        self._trie = PromptTrie()  # its look-up walks one path (see prompt_trie)
         self._lru: OrderedDict[Key, Snapshot] = OrderedDict()
         self._bytes = 0
         self._stored = self._evictions = self._pruned = 0
