@@ -119,22 +119,59 @@ class HttpModel:
         except ModelNotFound:
             if model is not None:
                 raise
+            listed = _listed(client.listing())
             raise ModelNotFound(
-                f"the server at {server.url} has no default model: name one", param="model"
+                f"the server at {server.url} has no default model: name one{listed}",
+                param="model",
             ) from None
         client.name = str(card.get("id") or client.model)
         return client
 
     def model_card(self, name: str) -> dict[str, Any]:
-        """GET /v1/models/NAME: the model's card; ModelNotFound when the server lacks it."""
-        conn, resp = self._send("GET", "/v1/models/" + quote(name, safe="/@:"), None)
+        """GET /v1/models/NAME: the model's card; ModelNotFound when the server lacks it. A
+        server without that route (a plain 404: vllm-mlx) or that answers it with its whole
+        list (mlx_lm.server) is looked up in its GET /v1/models instead."""
+        path = "/v1/models/" + quote(name, safe="/@:")
         try:
-            body = json.loads(resp.read(ERROR_BODY_BYTES) or b"{}")
+            body = self._get_json(path)
+        except _PlainNotFound as e:
+            return self._listed_card(name, e.message)
+        if isinstance(body, dict) and body.get("object") != "list":
+            return body
+        return self._listed_card(name, None)
+
+    def listing(self) -> list[dict[str, Any]] | None:
+        """The model cards GET /v1/models lists, or None when the server gives no such list."""
+        try:
+            body = self._get_json("/v1/models")
+        except MlxdError:
+            return None
+        data = body.get("data") if isinstance(body, dict) else None
+        if not isinstance(data, list):
+            return None
+        return [c for c in data if isinstance(c, dict) and isinstance(c.get("id"), str)]
+
+    def _listed_card(self, name: str, why: str | None) -> dict[str, Any]:
+        cards = self.listing()
+        if cards is None:
+            answered = why or f"{self.server.url}/v1/models/{name} gave no model card"
+            raise EngineUnavailable(
+                f"{answered}, and GET /v1/models gave no model list: "
+                f"is {self.server.url} the server's URL?"
+            )
+        for card in cards:
+            if card["id"] == name:
+                return card
+        raise ModelNotFound(_not_served(self.server.url, name, cards), param="model")
+
+    def _get_json(self, path: str) -> object:
+        conn, resp = self._send("GET", path, None)
+        try:
+            return json.loads(resp.read(ERROR_BODY_BYTES) or b"{}")
         except (OSError, http.client.HTTPException, ValueError) as e:
             raise self._broken(e) from None
         finally:
             conn.close()
-        return body if isinstance(body, dict) else {}
 
     def ask(
         self,
@@ -185,24 +222,29 @@ class HttpModel:
         return headers
 
     def _refusal(self, resp: http.client.HTTPResponse, path: str) -> MlxdError:
-        """The error a non-200 answer stands for, from OpenAI's {"error": {...}} body."""
-        try:
-            raw = resp.read(ERROR_BODY_BYTES)
-            error = json.loads(raw).get("error")
-        except (OSError, http.client.HTTPException, ValueError, AttributeError):
-            error = None
-        if not isinstance(error, dict):
-            error = {"message": f"HTTP {resp.status} {resp.reason}".strip()}
+        """The error a non-200 answer stands for, from OpenAI's {"error": {...}} body (or
+        mlx_lm.server's {"error": "..."}, FastAPI's {"detail": "..."})."""
+        error = _error_body(resp)
         message, code = str(error.get("message") or resp.reason), error.get("code")
-        if resp.status == 404 and code != ModelNotFound.code:  # not an mlxd (or OpenAI) API
-            return EngineUnavailable(
-                f"{self.server.url}{path} answered 404 ({message}): is it an mlxd server?"
-            )
+        if resp.status == 404 and code != ModelNotFound.code:  # not in mlxd's (OpenAI's) words
+            return self._not_found(path, message)
         err = error_from_http(resp.status, code if isinstance(code, str) else None, message)
         if resp.status in (401, 403):
             err.message += " (the key: --api-key KEY or MLXD_API_KEY)"
         err.param = error.get("param") if isinstance(error.get("param"), str) else None
         return err
+
+    def _not_found(self, path: str, message: str) -> MlxdError:
+        """A 404 that does not say model_not_found: for the chat request, the model is not
+        served when the server's /v1/models lacks it; otherwise the server's words."""
+        answered = f"{self.server.url}{path} answered 404 ({message})"
+        if path.startswith("/v1/models"):
+            return _PlainNotFound(answered)
+        cards = self.listing()
+        if cards is not None and all(card["id"] != self.model for card in cards):
+            served = _not_served(self.server.url, self.model, cards)
+            return ModelNotFound(f"{served} (it answered 404: {message})", param="model")
+        return EngineUnavailable(answered)
 
     def _unreachable(self, e: BaseException) -> EngineUnavailable:
         reason = _reason(e)
@@ -213,6 +255,39 @@ class HttpModel:
 
     def _broken(self, e: BaseException) -> EngineUnavailable:
         return EngineUnavailable(f"the server at {self.server.url} broke off ({_reason(e)})")
+
+
+class _PlainNotFound(EngineUnavailable):
+    """A 404 from GET /v1/models... not in mlxd's words: model_card then asks the list."""
+
+
+def _error_body(resp: http.client.HTTPResponse) -> dict[str, Any]:
+    try:
+        body = json.loads(resp.read(ERROR_BODY_BYTES))
+    except (OSError, http.client.HTTPException, ValueError):
+        body = None
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict):
+        return error
+    text = error if isinstance(error, str) else None
+    if text is None and isinstance(body, dict) and isinstance(body.get("detail"), str):
+        text = body["detail"]
+    return {"message": text or f"HTTP {resp.status} {resp.reason}".strip()}
+
+
+def _not_served(url: str, name: str, cards: list[dict[str, Any]]) -> str:
+    return f"the server at {url} does not serve a model named {name!r}{_listed(cards)}"
+
+
+def _listed(cards: list[dict[str, Any]] | None, most: int = 8) -> str:
+    """ "; it lists: a, b" (its /v1/models), or "" when the server gave no list."""
+    if cards is None:
+        return ""
+    if not cards:
+        return "; its /v1/models lists no models"
+    names = ", ".join(str(card["id"]) for card in cards[:most])
+    more = f" and {len(cards) - most} more" if len(cards) > most else ""
+    return f"; it lists: {names}{more}"
 
 
 def _reason(e: BaseException) -> str:
