@@ -108,6 +108,14 @@ def _add_feature_args(p: argparse.ArgumentParser) -> None:
         f"{_env('allow_image_urls')}=1)",
     )
     p.add_argument(
+        "--alias",
+        action="append",
+        metavar="NAME=MODEL",
+        help="serve requests for NAME with MODEL (a store name or 'default'); NAME may be a "
+        "glob, e.g. --alias 'claude-*=default' for Anthropic clients; repeatable, the first "
+        "match wins",
+    )
+    p.add_argument(
         "--shard",
         choices=("auto", "tensor", "pipeline"),
         default="auto",
@@ -122,6 +130,7 @@ def _env(name: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from mlxd.server.launch import serve
+    from mlxd.server.served_models import parse_aliases
     from mlxd.server.settings import ServerSettings
 
     settings = ServerSettings.from_config(
@@ -132,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
         drain_seconds=args.drain_seconds,
         trust_remote_code=args.trust_remote_code or None,
         allow_image_urls=args.allow_image_urls or None,
+        aliases=parse_aliases(args.alias or ()) or None,
     )
     overrides: dict[str, Any] = {"trust_remote_code": args.trust_remote_code}
     for name in ("max_batch", "max_queue", "max_tokens_ceiling", "max_models"):

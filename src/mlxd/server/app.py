@@ -32,7 +32,7 @@ def create_app(
         redoc_url=None,
         openapi_url=None,
     )
-    models = ServedModels(engine, default_model, settings.trust_remote_code)
+    models = ServedModels(engine, default_model, settings.trust_remote_code, settings.aliases)
     state = ServerState(engine=engine, settings=settings, models=models)
     app.state.mlxd = state
     install_handlers(app)

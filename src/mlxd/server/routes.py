@@ -66,6 +66,7 @@ async def list_models(request: Request) -> Response:
 async def get_model(request: Request, model_id: str) -> Response:
     st = _state(request)
     default = st.models.default
+    model_id = st.models.aliased(model_id)
     if model_id in DEFAULT_ALIASES and default is not None:  # as "model": "default" does
         return JSONResponse(st.models.card(default.name))
     if not await st.models.exists(model_id):

@@ -9,6 +9,8 @@ Requests never name paths (no `/`-leading, `..`, `~` or backslashes) and never t
 downloads: resolution goes through the store, and a store answer that is a bare directory
 path is refused too. `model` omitted or "default" means the preloaded model. A model whose
 files `mlxd rm` removed is not served any more (404), even while its weights are loaded.
+An operator's aliases (`mlxd serve --alias 'claude-*=default'`) map names, globs allowed, to
+what is served, before any of this: the first matching pattern wins.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Sequence
+from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
 
 from mlxd.errors import EngineBusy, InvalidRequest, ModelNotFound
@@ -25,6 +29,22 @@ if TYPE_CHECKING:
 
 DEFAULT_ALIASES = frozenset({"", "default"})
 LOAD_ATTEMPTS = 2  # loads of one name per request before giving up (it keeps being pushed out)
+
+
+def parse_aliases(values: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """`--alias NAME=MODEL` values as (pattern, model) pairs, in order; NAME may be a glob
+    (`claude-*`), MODEL is a name a request could send ("default": the preloaded model)."""
+    aliases = []
+    for value in values:
+        pattern, sep, model = (part.strip() for part in value.partition("="))
+        if not sep or not pattern or not model:
+            raise InvalidRequest(f"--alias {value!r}: expected NAME=MODEL", param="alias")
+        try:
+            check_model_name(model)
+        except InvalidRequest as e:
+            raise InvalidRequest(f"--alias {value!r}: {e.message}", param="alias") from None
+        aliases.append((pattern, model))
+    return tuple(aliases)
 
 
 def check_model_name(name: str) -> None:
@@ -46,11 +66,16 @@ class ServedModels:
     """Request model names -> loaded ModelInfo; loads on first use, one load at a time."""
 
     def __init__(
-        self, engine: Engine, default: ModelInfo | None, trust_remote_code: bool = False
+        self,
+        engine: Engine,
+        default: ModelInfo | None,
+        trust_remote_code: bool = False,
+        aliases: tuple[tuple[str, str], ...] = (),
     ) -> None:
         self.engine = engine
         self.default = default
         self.trust_remote_code = trust_remote_code
+        self.aliases = aliases
         self.loaded: dict[str, ModelInfo] = {}
         self.created = int(time.time())
         if default is not None:
@@ -62,7 +87,7 @@ class ServedModels:
         the caller submits to it next). Loads a store model on first use, and again when
         the engine has unloaded it (the store check and check_runnable run each time).
         Raises EngineBusy when other loads push the model out again before it is reserved."""
-        name = (name or "").strip()
+        name = self.aliased((name or "").strip())
         if name in DEFAULT_ALIASES:
             if self.default is None:
                 raise ModelNotFound("no default model is loaded; name one in 'model'")
@@ -83,6 +108,13 @@ class ServedModels:
             if info is not None and self._reserve(info.name):
                 return info
         raise EngineBusy(f"model '{name}' was unloaded again while loading; try again")
+
+    def aliased(self, name: str) -> str:
+        """The model the first alias whose pattern matches `name` names, else `name`."""
+        for pattern, model in self.aliases:
+            if fnmatchcase(name, pattern):
+                return model
+        return name
 
     def _still_stored(self, name: str) -> ModelInfo | None:
         """The loaded model of `name`, unless `mlxd rm` removed its files meanwhile: then it

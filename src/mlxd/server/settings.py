@@ -54,6 +54,7 @@ class ServerSettings:
     trust_remote_code: bool = False
     request_chat_template: bool = _DEFAULTS["request_chat_template"]
     allow_image_urls: bool = _DEFAULTS["allow_image_urls"]  # fetch http(s) image URLs
+    aliases: tuple[tuple[str, str], ...] = ()  # (name pattern, model): --alias NAME=MODEL
 
     @classmethod
     def from_config(cls, **overrides: object) -> ServerSettings:

@@ -440,3 +440,45 @@ def test_tool_names_follow_anthropics_rule(http: httpx.Client) -> None:
         assert_anthropic_error(
             http.post("/messages/count_tokens", json=body), 400, "invalid_request_error"
         )
+
+
+@pytest.fixture(scope="module")
+def aliased(tiny_chat_model: Path, server_home: Path) -> Iterator[ServerProcess]:
+    """`--alias`: Haiku names go to 'scripted-stop', every other claude-* name to the
+    preloaded model (the first matching pattern wins)."""
+    args = ["--model", str(tiny_chat_model), "--alias", "claude-haiku-*=scripted-stop"]
+    srv = launch([*args, "--alias", "claude-*=default"], server_env(server_home))
+    yield srv
+    srv.stop()
+
+
+def test_aliases_serve_claude_names(aliased: ServerProcess) -> None:
+    """What Claude Code sends (`claude-sonnet-4-6`, `claude-haiku-4-5`) is served as the
+    operator mapped it; a name no pattern matches is still a 404."""
+    client = anthropic.Anthropic(base_url=aliased.url, api_key="x", max_retries=0, timeout=120)
+    kw: dict[str, Any] = dict(max_tokens=20, messages=USER, extra_body={"temperature": 0.0})
+    sonnet = client.messages.create(model="claude-sonnet-4-6", **kw)
+    default = client.messages.create(model="default", **kw)
+    assert sonnet.model == default.model == aliased.model
+    assert text_of(sonnet) == text_of(default)
+    haiku = client.messages.create(model="claude-haiku-4-5", **kw)
+    assert haiku.model == "scripted-stop" and text_of(haiku) == "".join(STOP_SCRIPT)
+    counted = client.messages.count_tokens(model="claude-opus-4-1", messages=USER)
+    assert (
+        counted.input_tokens
+        == client.messages.count_tokens(model="default", messages=USER).input_tokens
+    )
+    with pytest.raises(anthropic.NotFoundError):
+        client.messages.create(model="claude", **kw)
+
+
+def test_a_bad_alias_is_refused_at_start(server_home: Path) -> None:
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "mlxd.cli.main", "serve", "--port", "0", "--alias", "claude-*"],
+        env=server_env(server_home), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == ["mlxd: error: --alias 'claude-*': expected NAME=MODEL"]
