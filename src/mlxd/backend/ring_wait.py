@@ -8,10 +8,14 @@ other rank needs to finish its half of the step (measured, xl, 8 rows, 2 ranks o
 ~60 ms of spinning per rank per 32 ms step of compute; one 32 KB all_sum 1.7 ms against
 0.27 ms with this module).
 
-`wait_in_kernel` turns the ring's sockets back to blocking mode with a short timeout
-(SO_RCVTIMEO/SO_SNDTIMEO): the same loop then sleeps in `recv` until bytes arrive, and after
-the timeout it reports "try again" (EAGAIN, as a non-blocking socket does) and goes on to the
-socket's pending sends, so a recv never holds a send back longer than that. MLX's own code and
+`wait_in_kernel` turns the sockets a rank receives its all_sums on (MLX's one-way all_sum,
+used below 1 MB on 2 ranks, sends left and receives from the right) back to blocking mode
+with a short timeout (SO_RCVTIMEO/SO_SNDTIMEO): the same loop then sleeps in `recv` until
+bytes arrive, and after the timeout it reports "try again" (EAGAIN, as a non-blocking socket
+does) and goes on. Only one end of each link blocks: larger all_sums run both ways round the
+ring, so one socket thread holds a recv and a send at once, and with both ends blocking each
+would sleep in its recv waiting for the other's send until the timeout (a Linux clock tick,
+4 ms here, per exchange); the other end still spins and always sends. MLX's own code and
 protocol are unchanged; only the sockets' flags are. See docs/usage/distributed.md.
 """
 
@@ -29,19 +33,23 @@ from collections.abc import Iterator
 from mlxd.config import setting
 
 
-def ring_ports(hostfile: str) -> set[int]:
-    """The ports of every rank's ring addresses in mlx.launch's hostfile (a JSON list per
-    rank of "ip:port" strings); empty when the file says nothing of the kind."""
+def ring_ports(hostfile: str) -> list[set[int]]:
+    """Each rank's ring ports, from mlx.launch's hostfile (a JSON list per rank of "ip:port"
+    strings); empty when the file says nothing of the kind."""
     try:
         with open(hostfile, encoding="utf-8") as f:
             hosts = json.load(f)
-        return {int(str(a).rsplit(":", 1)[1]) for host in hosts for a in host}
+        return [{int(str(a).rsplit(":", 1)[1]) for a in host} for host in hosts]
     except (OSError, ValueError, IndexError, TypeError):
-        return set()
+        return []
 
 
-def ring_sockets(ports: set[int]) -> list[int]:
-    """This process's connected TCP sockets with one end on a ring port: the ring's own."""
+def right_sockets(ports: list[set[int]], rank: int) -> list[int]:
+    """This rank's connected TCP sockets to its right neighbour's ring ports (rank + 1: the
+    ones it connected, on which it receives its one-way all_sums), not those it accepted."""
+    if not 0 <= rank < len(ports):
+        return []
+    own, right = ports[rank], ports[(rank + 1) % len(ports)]
     found = []
     for fd in _open_fds():
         with contextlib.suppress(OSError):
@@ -51,23 +59,23 @@ def ring_sockets(ports: set[int]) -> list[int]:
                 if sock.type != socket.SOCK_STREAM or sock.family not in _INET:
                     continue
                 local, peer = sock.getsockname()[1], sock.getpeername()[1]
-                if local in ports or peer in ports:
+                if peer in right and local not in own:
                     found.append(fd)
     return found
 
 
 def wait_in_kernel(seconds: float | None = None) -> int:
-    """Make the ring's sockets block up to `seconds` per wait (MLXD_RING_WAIT_MS when None);
-    returns how many sockets changed. 0 seconds, or no ring (another backend, no hostfile),
-    changes nothing. Call once, right after `mx.distributed.init`."""
+    """Make this rank's sockets to its right neighbour block up to `seconds` per wait
+    (MLXD_RING_WAIT_MS when None); returns how many sockets changed. 0 seconds, or no ring
+    (another backend, no hostfile), changes nothing. Call once, after `mx.distributed.init`."""
     if seconds is None:
         seconds = float(setting("ring_wait_ms")) / 1000
-    hostfile = os.environ.get("MLX_HOSTFILE")
-    if seconds <= 0 or not hostfile or "MLX_JACCL_COORDINATOR" in os.environ:
+    hostfile, rank = os.environ.get("MLX_HOSTFILE"), os.environ.get("MLX_RANK", "")
+    if seconds <= 0 or not hostfile or not rank.isdigit() or "MLX_JACCL_COORDINATOR" in os.environ:
         return 0
     micros = max(1, round(seconds * 1e6))
     timeout = struct.pack("ll", micros // 1_000_000, micros % 1_000_000)
-    fds = ring_sockets(ring_ports(hostfile))
+    fds = right_sockets(ring_ports(hostfile), int(rank))
     for fd in fds:
         with _borrowed(fd) as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeout)
