@@ -4,15 +4,17 @@
                                     [--models big,small] [--sizes 1,4,8,16]
 
 Sections (issue 4):
-  single  single-stream decode: engine vs mlx-lm stream_generate (goal: ratio >= 0.97)
+  single  single-stream decode: engine vs mlx-lm's generate_step, token ids on both sides
+          (goal: ratio >= 0.97); also vs stream_generate (which detokenizes on the timed
+          thread); the small checkpoint decodes 16x --tokens (short runs are mostly noise)
   batch   aggregate decode tok/s at 1/4/8/16 concurrent: engine vs raw BatchGenerator
           on a ~29M (float16 by default, as in the issue) and a ~0.25M checkpoint
           (goal: ratio >= 0.95)
   ttft    mean time to first token, 4 concurrent 256-token prompts: engine vs whole-wave prefill
   turn    time to first token of a second chat turn with a 1,000-token history: cache hit vs cold
 Runs alternate in ABBA order after a warm-up and report medians, the median of the per-turn
-ratios (ratio_paired: the steadier figure on a shared machine) and their spread; never read
-absolute seconds across machines.
+ratios (ratio_paired: the steadier figure on a shared machine), their spread, and the ratio of
+process CPU time per run (cpu_ratio); never read absolute seconds across machines.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import mlx.core as mx  # noqa: E402
-from mlx_lm.generate import BatchGenerator, stream_generate  # noqa: E402
+from mlx_lm.generate import BatchGenerator, generate_step, stream_generate  # noqa: E402
 from mlx_lm.utils import load  # noqa: E402
 from tests.checkpoints import make_checkpoint  # noqa: E402
 
@@ -46,8 +48,19 @@ def prompts(n: int, length: int, vocab: int, seed: int = 0) -> list[list[int]]:
 # ---- raw mlx-lm ----------------------------------------------------------------------
 
 
-def raw_single(model, tokenizer, prompt: list[int], n: int) -> float:
-    """Decode tok/s of stream_generate, first token excluded (it carries the prefill)."""
+def raw_single(model, prompt: list[int], n: int) -> float:
+    """Decode tok/s of mlx-lm's single-stream loop (`generate_step`, the loop under
+    stream_generate), first token excluded (it carries the prefill). Token ids only, as the
+    engine's consumer here takes them: stream_generate also detokenizes and builds a
+    response per token on the timed thread, which the engine side does not do."""
+    times = []
+    for _ in zip(generate_step(mx.array(prompt), model, max_tokens=n), range(n), strict=False):
+        times.append(time.perf_counter())
+    return (len(times) - 1) / (times[-1] - times[0])
+
+
+def raw_stream(model, tokenizer, prompt: list[int], n: int) -> float:
+    """Decode tok/s of stream_generate (text per token), first token excluded."""
     tokenizer.eos_token_ids = set()
     times = []
     for _ in stream_generate(model, tokenizer, mx.array(prompt), max_tokens=n):
@@ -135,22 +148,33 @@ def engine_run(engine: Engine, name: str, batch: list[list[int]], n: int) -> dic
 # ---- sections ------------------------------------------------------------------------
 
 
-def alternate(a, b, repeats: int, warm: bool = True) -> dict:
-    """A and B run in turns (ABBA order, after one untimed warm-up of each), medians reported.
-    `ratio_paired` is the median of each turn's A/B: two runs side by side share the machine's
-    load, so it drifts less on a busy machine; `pair_min`/`pair_max` show the spread.
-    `ratio_best` compares the best run of each (timeit's rule: noise only ever slows a run
-    down, and this machine has seconds-long slow phases of up to 2x)."""
+def alternate(a, b, repeats: int, warm: bool = True, c=None) -> dict:
+    """A and B (and C) run in turns (ABBA order, after one untimed warm-up of each), medians
+    reported. `ratio_paired` is the median of each turn's A/B: two runs side by side share
+    the machine's load, so it drifts less on a busy machine; `pair_min`/`pair_max` show the
+    spread. `ratio_best` compares the best run of each (timeit's rule: noise only ever slows
+    a run down, and this machine has seconds-long slow phases of up to 2x). `cpu_ratio` is
+    B's process CPU time per run over A's (all threads; the steadier figure of the work
+    each does under load, >1: A works less). C, when given, is a second B (`vs_c`)."""
+    runs = {"a": a, "b": b} | ({"c": c} if c is not None else {})
     if warm:
-        a(), b()
-    ra, rb = [], []
+        for fn in runs.values():
+            fn()
+    out: dict[str, list[float]] = {k: [] for k in runs}
+    cpu: dict[str, list[float]] = {k: [] for k in runs}
     for i in range(repeats):
-        if i % 2:
-            rb.append(b())
-            ra.append(a())
-        else:
-            ra.append(a())
-            rb.append(b())
+        for k in list(runs) if i % 2 == 0 else list(runs)[::-1]:
+            c0 = time.process_time()
+            out[k].append(runs[k]())
+            cpu[k].append(time.process_time() - c0)
+    result = _ratios(out["a"], out["b"], cpu["a"], cpu["b"])
+    if c is not None:
+        vs_c = _ratios(out["a"], out["c"], cpu["a"], cpu["c"])
+        result["vs_c"] = {"c": vs_c.pop("raw"), **{k: v for k, v in vs_c.items() if k != "engine"}}
+    return result
+
+
+def _ratios(ra: list[float], rb: list[float], ca: list[float], cb: list[float]) -> dict:
     ma, mb = statistics.median(ra), statistics.median(rb)
     pairs = [x / y for x, y in zip(ra, rb, strict=True)]
     return {
@@ -161,6 +185,7 @@ def alternate(a, b, repeats: int, warm: bool = True) -> dict:
         "ratio_best": round(max(ra) / max(rb), 3),
         "pair_min": round(min(pairs), 3),
         "pair_max": round(max(pairs), 3),
+        "cpu_ratio": round(statistics.median(y / x for x, y in zip(ca, cb, strict=True)), 3),
     }
 
 
@@ -170,13 +195,18 @@ def section_single(ckpt: Path, n: int, repeats: int) -> dict:
     info = engine.load_model(ckpt, name="bench")
     p = prompts(1, 16, len(tok.get_vocab()))[0]
     try:
-        return alternate(
+        r = alternate(
             lambda: engine_run(engine, info.name, [p], n)["decode_tps"],
-            lambda: raw_single(model, tok, p, n),
+            lambda: raw_single(model, p, n),
             repeats,
+            c=lambda: raw_stream(model, tok, p, n),
         )
     finally:
         engine.close()
+    r["raw_is"] = "generate_step (token ids)"
+    r["vs_stream_generate"] = r.pop("vs_c")
+    r["tokens"] = n
+    return r
 
 
 def section_batch(ckpt: Path, n: int, repeats: int, sizes: list[int]) -> dict:
@@ -287,7 +317,7 @@ def main() -> None:
     if "single" in sections:
         result["single_stream_decode_tps"] = {
             name: section_single(ckpt, args.tokens * mult, args.repeats)
-            for name, ckpt, mult in (("big", big, 1), ("small", small, 4), ("demo", args.demo, 1))
+            for name, ckpt, mult in (("big", big, 1), ("small", small, 16), ("demo", args.demo, 1))
             if name in models
         }
     if "batch" in sections:

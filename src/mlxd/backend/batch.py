@@ -252,7 +252,7 @@ class BatchRunner:
             self.plan_step()
         compat.unmask_single_row(self._gen)
         started = time.perf_counter()
-        prompt_resps, gen_resps = self._gen.next()
+        prompt_resps, gen_resps = compat.next_step(self._gen)
         if self._planner is not None:
             self._observe(self._planner, started, time.perf_counter())
         if prompt_resps and self._drafts is not None:

@@ -8,6 +8,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import mlx.core as mx
+from mlx_lm.generate import StopSequences
 
 from mlxd.backend import mlx_lm_compat as compat
 from mlxd.backend import mlx_lm_speculation as spec_compat
@@ -198,3 +199,38 @@ def test_a_lone_row_steps_unmasked_with_the_same_tokens_and_masks_again_when_joi
     rows = [r for r, _ in seen]
     assert rows[0] == 2 and 1 in rows and rows.index(1) < rows.index(2, rows.index(1))
     assert rows[-1] == 1  # alone again after the joined row left
+
+
+def test_next_step_decodes_as_next_does_and_prefills_through_it(tiny_chat_model: Path) -> None:
+    """next_step's premises: with no prompt waiting or being prefilled, `next()` only runs
+    the decode step and its counters, so the decode-only path gives the same tokens, finish
+    reasons and final caches, lone row or several, with a row joining mid-stream (prefilled
+    through `next()`) and rows ending by `length` and `stop`."""
+    model = load_checkpoint(tiny_chat_model).model
+
+    def decode(fast: bool) -> tuple[list[tuple[int, int, str | None]], list[int], int]:
+        gen = compat.new_batch_generator(
+            model, completion_batch_size=4, prefill_batch_size=4, prefill_step_size=16
+        )
+        try:
+            first = gen.insert([[11, 12, 13]], max_tokens=[20])[0]
+            events: list[tuple[int, int, str | None]] = []
+            cached: list[int] = []
+            for step in range(30):
+                if step == 6:  # a row joins, with a stop token it is bound to meet
+                    stops = [StopSequences([[t] for t in range(model.args.vocab_size)])]
+                    gen.insert([[21, 22, 23, 24]], max_tokens=[8], stop_sequences=stops)
+                _, out = compat.next_step(gen) if fast else gen.next()
+                for g in out:
+                    events.append((g.uid - first, g.token, g.finish_reason))
+                    if g.finish_reason and g.prompt_cache:
+                        cached.append(sum(c.nbytes for c in g.prompt_cache))
+            return events, cached, gen._counters.generation_tokens
+        finally:
+            gen.close()
+
+    slow, fast = decode(fast=False), decode(fast=True)
+    assert fast == slow
+    events, cached, counted = fast
+    assert [(uid, reason) for uid, _, reason in events if reason] == [(1, "stop"), (0, "length")]
+    assert len(cached) == 2 and counted == len(events) == 20 + 1
