@@ -109,3 +109,47 @@ def test_cancel_after_finish_is_a_no_op(chat: tuple[Engine, ModelInfo]) -> None:
     handle.cancel()
     assert fin.reason is FinishReason.LENGTH and len(tokens) == 3
     assert list(handle) == []
+
+
+def test_cancel_mid_decode_loses_no_step_of_the_rows_that_stay(
+    make_engine, tiny_chat_model
+) -> None:
+    """Each decode step leaves the next one in flight (sampled, not yet emitted). Cancelling
+    rows then (exactly at a step boundary, from the engine thread) drops only theirs: the
+    rows that stay, greedy and seeded, go on exactly as alone, also once one row is left
+    alone (its unmasked single-row step); a cancelled row got a prefix of its answer alone,
+    and its usage counts what it was sent."""
+    handles: list[RequestHandle] = []
+    steps = [0]
+
+    def hook(site: str, request_id: str | None) -> None:
+        if site == "step" and len(handles) == 3:
+            steps[0] += 1
+            cut = {6: 1, 11: 2}.get(steps[0])  # step boundaries with every row decoding
+            if cut is not None:
+                handles[cut].cancel()
+
+    engine = make_engine(max_batch=4, prefix_cache_bytes=0, fault_hook=hook)
+    info = engine.load_model(tiny_chat_model)
+    prompts = random_prompts(3, info.vocab_size, (5, 30), seed=11)
+    params = [
+        dict(max_tokens=30, ignore_eos=True),
+        dict(max_tokens=30, ignore_eos=True),
+        dict(max_tokens=30, ignore_eos=True, temperature=0.8, seed=5),
+    ]
+    alone = [
+        engine.submit(request(info, p, **kw)).collect()[0]
+        for p, kw in zip(prompts, params, strict=True)
+    ]
+    handles.extend(
+        engine.submit(request(info, p, **kw)) for p, kw in zip(prompts, params, strict=True)
+    )
+    (first, _), (second, cut_b), (third, cut_c) = (h.collect() for h in handles)
+    assert first == alone[0] and len(first) == 30
+    assert (cut_b.reason, cut_c.reason) == (FinishReason.CANCELLED, FinishReason.CANCELLED)
+    assert 0 < len(second) < len(third) < 30
+    assert second == alone[1][: len(second)] and third == alone[2][: len(third)]
+    assert (cut_b.usage.completion_tokens, cut_c.usage.completion_tokens) == (
+        len(second),
+        len(third),
+    )
