@@ -31,6 +31,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+# Before any mlx import: it loads the fast BLAS (MKL), for the engine and raw mlx-lm alike
+# (imported after mlx, the whole run was on the reference BLAS). MLXD_BLAS=reference: off.
+from mlxd.backend import blas  # noqa: E402, I001
+
 import mlx.core as mx  # noqa: E402
 from mlx_lm.generate import BatchGenerator, generate_step, stream_generate  # noqa: E402
 from mlx_lm.utils import load  # noqa: E402
@@ -310,6 +314,7 @@ def main() -> None:
     big = make_checkpoint(tmp / "big", "big", dtype=args.dtype) if needs_big else tmp / "big"
     small = make_checkpoint(tmp / "small", "small")
     result: dict = {
+        "blas": f"{blas.active().name}: {blas.active().detail}",
         "checkpoints": {"big": f"~29M params {args.dtype}", "small": "~0.25M params float32"},
         "tokens": args.tokens,
         "repeats": args.repeats,
