@@ -41,18 +41,19 @@ def worker(path: Path, rows: int, steps: int) -> None:
     """One job (under mlx.launch for 2 ranks): rank 0 prints one JSON line, rank 1 another."""
     import mlxd.backend  # noqa: F401  (MKL before mlx)
     from mlxd.backend import distributed as dist
+    from mlxd.backend import launch_env
     from mlxd.engine.engine import backend_options
     from mlxd.engine.engine_config import EngineConfig
 
     # Every row decodes at once (else rows over max_batch wait for a row to finish).
     cfg = EngineConfig(max_batch=max(rows, EngineConfig().max_batch))
     options = backend_options(cfg) | {"prefix_cache_dir": ""}
-    if not dist.launched():
+    if not launch_env.launched():
         backend = dist.MlxBackend(**options)
         runner = backend.make_runner(path.name, backend.load(path))
         print(json.dumps(drive(runner, rows, steps, None)), flush=True)
         return
-    group = dist.init_group()
+    group = launch_env.init_group()
     if group.rank() == 0:
         leader = dist.DistributedBackend(group, dist.ShardMode.TENSOR, **options)
         leader.watch_ranks(lambda detail: print(detail, file=sys.stderr), 30.0)

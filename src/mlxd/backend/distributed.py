@@ -43,7 +43,6 @@ from mlxd.backend.lockstep_channel import (
 from mlxd.backend.mlx_backend import MlxBackend
 from mlxd.backend.outputs import ClusterStats, RankStatus, StepResult
 from mlxd.backend.rank_monitor import RankMonitor, leader_address, send_heartbeats
-from mlxd.backend.ring_wait import wait_in_kernel
 from mlxd.errors import InvalidRequest, MlxdError, ModelBroken, one_line
 from mlxd.types import ImageInputs, PromptBoundaries, SamplingParams
 
@@ -63,50 +62,6 @@ class ShardMode(StrEnum):
 
 class DistributedUnsupported(MlxdError):
     code = "distributed_unsupported"
-
-
-def launched() -> bool:
-    """True in a process started by `mlx.launch` (ring/JACCL set MLX_RANK; MPI its own)."""
-    return "MLX_RANK" in os.environ or "OMPI_COMM_WORLD_RANK" in os.environ
-
-
-def quiet_launcher_stdin() -> None:
-    """Stop `mlx.launch` spinning on this rank's stdin: its relay thread `select`s on the pipe
-    being writable, which an empty pipe always is, so it loops at full speed (measured: ~20%
-    of a core per rank). A server never reads stdin, so fill that pipe through a second write
-    end: the relay then sleeps in `select` until the rank prints something."""
-    import stat
-
-    try:
-        if not stat.S_ISFIFO(os.fstat(0).st_mode):
-            return
-        fd = os.open("/proc/self/fd/0", os.O_WRONLY | os.O_NONBLOCK)
-    except OSError:  # no /proc (macOS): the launcher keeps spinning, nothing else changes
-        return
-    try:
-        while os.write(fd, bytes(65536)):
-            pass
-    except OSError:  # the pipe is full (EAGAIN): what we wanted
-        pass
-    _held_fds.append(fd)  # kept open for the process's life, so the pipe stays full
-
-
-_held_fds: list[int] = []
-
-
-def init_group() -> mx.distributed.Group:
-    """The job's group (the first call joins it and makes the ring wait in the kernel)."""
-    import mlx.core as mx
-
-    global _joined
-    group = mx.distributed.init(strict=True)
-    if not _joined:
-        _joined = True
-        wait_in_kernel()
-    return group
-
-
-_joined = False
 
 
 # ---- loading ----------------------------------------------------------------------------

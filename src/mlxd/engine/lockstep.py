@@ -29,20 +29,23 @@ class ClusterRole:
 
 def cluster_role(mode: str) -> ClusterRole | None:
     """This process's rank when it runs under mlx.launch with more than one rank."""
-    from mlxd.backend import distributed
+    from mlxd.backend import launch_env
+    from mlxd.backend.distributed import ShardMode
 
-    if not distributed.launched():
+    if not launch_env.launched():
         return None
-    group = distributed.init_group()
+    group = launch_env.init_group()
     if group.size() < 2:
         return None
-    distributed.quiet_launcher_stdin()
-    return ClusterRole(group.rank(), group.size(), distributed.ShardMode(mode))
+    launch_env.quiet_launcher_stdin()
+    launch_env.leave_with_launcher()
+    return ClusterRole(group.rank(), group.size(), ShardMode(mode))
 
 
 def leader_backend(cfg: EngineConfig, role: ClusterRole) -> DistributedBackend:
     """Rank 0's backend: the engine built on it drives every rank."""
-    from mlxd.backend.distributed import DistributedBackend, init_group
+    from mlxd.backend.distributed import DistributedBackend
+    from mlxd.backend.launch_env import init_group
 
     # Each rank holds its shard of every cache: no disk tier (one directory, many shards).
     options = backend_options(cfg) | {"prefix_cache_dir": ""}
@@ -51,7 +54,8 @@ def leader_backend(cfg: EngineConfig, role: ClusterRole) -> DistributedBackend:
 
 def follow_leader(cfg: EngineConfig, role: ClusterRole) -> int:
     """Ranks 1..N-1: run rank 0's steps until it stops; returns the exit code."""
-    from mlxd.backend.distributed import follow, init_group
+    from mlxd.backend.distributed import follow
+    from mlxd.backend.launch_env import init_group
     from mlxd.backend.mlx_backend import MlxBackend
 
     options = backend_options(cfg) | {"prefill_group_tokens": 0, "prefix_cache_dir": ""}

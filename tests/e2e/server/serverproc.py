@@ -73,7 +73,8 @@ def launch(
     proc = subprocess.Popen(
         cmd,
         env=env,
-        stdin=subprocess.DEVNULL,
+        # mlx.launch polls its stdin to relay it: at end of file (DEVNULL) that spins a core.
+        stdin=subprocess.PIPE if launcher is not None else subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,

@@ -169,3 +169,11 @@ def test_a_drained_stop_is_no_fault(job: ServerProcess) -> None:
     assert job.proc.wait(timeout=60) == 0
     stderr = "".join(job.stderr)
     assert "exited with code" not in stderr and "is gone" not in stderr, stderr[-2000:]
+
+
+def test_the_ranks_leave_when_the_launcher_is_killed(job: ServerProcess) -> None:
+    """mlx.launch has no SIGTERM handler: a service manager stopping it alone (or SIGKILL)
+    used to leave both ranks serving. Each rank now gets SIGTERM when its launcher exits."""
+    rank0, rank1 = _rank_pid(job, 0), _rank_pid(job, 1)
+    os.kill(job.proc.pid, signal.SIGKILL)
+    wait_for(lambda: not _alive(rank0) and not _alive(rank1), "both ranks to exit", 60)

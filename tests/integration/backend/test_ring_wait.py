@@ -118,9 +118,9 @@ def test_the_setting_gives_the_default(ring: Ring, monkeypatch: pytest.MonkeyPat
 JOB = """
 import fcntl, json, os, socket
 import mlxd.backend
-from mlxd.backend import distributed, ring_wait
+from mlxd.backend import launch_env, ring_wait
 import mlx.core as mx
-group = distributed.init_group()
+group = launch_env.init_group()
 rank, size = group.rank(), group.size()
 ports = ring_wait.ring_ports(os.environ["MLX_HOSTFILE"])
 links = {}  # every ring socket: "right" (to rank + 1's port) or "left" (accepted on our own)
