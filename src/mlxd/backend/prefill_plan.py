@@ -15,13 +15,18 @@ on their own). Two rules; the larger group wins:
   members finish together and come back together, so a group formed once costs every round.)
 - the tail: groups go one after another, so the last of the queue waits for every group's
   prompt tokens plus one G per group: one at a time, the last of a wave of k waits
-  `k * (e*L + G)`, all together `k*e*L + G`. The smallest first group whose longest wait over
-  the queue stays within TAIL_SLACK of the shortest possible is taken. Not a larger one: the
-  first prompts would wait for the others, and a group's members finish decoding together,
-  so the clients of a closed loop come back together, while one at a time spreads them apart.
+  `k * (e*L + G)`, all together `k*e*L + G`. While one at a time keeps that within
+  TAIL_SLACK of the shortest possible, the regime is compute-bound (G under ~TAIL_SLACK of a
+  prompt's cost) and the queue goes one at a time: grouping would gain its last little and
+  cost its first prompts a whole prompt each, and in a closed loop a group's members finish
+  together and come back together, while one at a time spreads them apart. Otherwise
+  (overhead-bound: small models, a fast BLAS) the first group is the size whose consecutive
+  groups minimise the queue's mean wait plus its longest wait (its p99 in a burst): both
+  fall as groups grow while G dominates, and the mean rises again once the first members
+  wait for too many others' tokens.
 
 When G is small next to a prompt's cost (compute-bound models), both rules give one at a time;
-when it is not (small models, a fast BLAS), a burst is cut into a few groups; prompts much
+when it is not (small models, a fast BLAS), a burst goes in one or a few groups; prompts much
 shorter than G go together. The running rows lose nothing: they decode in every one of those
 steps. d (a decode-only step), e and G are measured online (moving averages of real steps; G
 counts as 3 decode steps until a group was timed), and until d and e are known the static
@@ -42,13 +47,14 @@ _ALPHA = 0.2
 _OUTLIER = 3.0
 # Steps from a group's prefill to its first token; each one also decodes the running batch.
 STEPS_TO_FIRST_TOKEN = 3
-# How much longer than the shortest possible the queue's longest wait may be, for finer groups.
-# G measured 0.1-0.5 of a 260-token prompt's prefill on the `big` test checkpoint and 0.6-0.9
-# (up to 2.6 on a loaded machine) on the tiny one. In benchmarks/prefill_plan_model.py (a
-# step-cost model of closed-loop runs, 8 and 16 clients), 0.4 kept one at a time on the former
-# at 8 clients (at 16 its mean and p99 both fell ~10%) and cut the tiny one's p99 TTFT by 9-25%
-# for a mean 10-27% higher; 0.1-0.3 cut the p99 more, raised the mean more, and grouped the big
-# one's bursts at 8 clients (mean up 18-45%).
+# How much longer than the shortest possible the queue's longest wait may be one at a time,
+# for the regime to count as compute-bound (see the tail rule). Measured G over a prompt's
+# cost: 0.2-0.35 on the 93M `xl` checkpoint, 0.6-2 on the tiny one in a server (0.35-0.45 in
+# process, without the server's per-step work). In benchmarks/prefill_plan_model.py (a step-
+# cost model of closed-loop runs at 8 and 16 clients) one at a time gave the compute-bound
+# models their lowest mean TTFT (grouping: +12-48%), and the mean-plus-longest objective the
+# overhead-bound ones a p99 16-18% under the finest groups within this bound, which this
+# constant chose before (0.4 kept xl and `big` one at a time at 8 clients).
 TAIL_SLACK = 0.4
 
 
@@ -120,13 +126,18 @@ class PrefillPlanner:
         if not self.measured:
             return self._static_plan(lengths)
         assert self.token_s is not None
-        waits = [
-            _longest_wait(lengths, size, self.chunk, self.token_s, self.group_overhead)
-            for size in range(1, self._groupable(lengths) + 1)
+        most = self._groupable(lengths)
+        schedules = [
+            _waits(lengths, size, self.chunk, self.token_s, self.group_overhead)
+            for size in range(1, most + 1)
         ]
-        bound = min(waits) * (1 + TAIL_SLACK)
-        tail = next(size for size, wait in enumerate(waits, 1) if wait <= bound)
-        return max(tail, self._head_plan(lengths, len(waits)))
+        shortest = min(waits[-1] for waits in schedules)
+        if schedules[0][-1] <= shortest * (1 + TAIL_SLACK):
+            tail = 1  # compute-bound: one at a time
+        else:  # overhead-bound: the least mean + longest wait (ties: the smaller group)
+            costs = [sum(waits) / len(waits) + waits[-1] for waits in schedules]
+            tail = 1 + costs.index(min(costs))
+        return max(tail, self._head_plan(lengths, most))
 
     def _head_plan(self, lengths: list[int], most: int) -> int:
         """Together while the group's padded tokens cost less than G."""
@@ -159,11 +170,13 @@ class PrefillPlanner:
         return self._groupable(lengths)
 
 
-def _longest_wait(
+def _waits(
     lengths: list[int], size: int, chunk: int, token_s: float, group_s: float
-) -> float:
-    """Seconds until the last of the queue has its first token, the queue prefilled in
-    consecutive groups of at most `size` (a prompt longer than a chunk alone)."""
+) -> list[float]:
+    """Seconds until each of the queue has its first token (non-decreasing: the last is the
+    longest), the queue prefilled in consecutive groups of at most `size` (a prompt longer
+    than a chunk alone)."""
+    waits: list[float] = []
     clock = 0.0
     i, n = 0, len(lengths)
     while i < n:
@@ -176,8 +189,9 @@ def _longest_wait(
             if length > chunk:
                 break
         clock += token_s * longest * count + group_s
+        waits.extend([clock] * count)
         i += count
-    return clock
+    return waits
 
 
 def _ewma(old: float | None, new: float, floor: float = 0.0) -> float:

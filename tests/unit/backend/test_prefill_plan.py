@@ -1,8 +1,8 @@
 """The prefill grouping rules: prompts go together while the group's tokens cost less than G,
 what a group's steps to its first token cost beyond its prompt tokens (measured, or
-STEPS_TO_FIRST_TOKEN = 3 decode steps until a group was timed); and a queue whose last prompt
-would wait more than TAIL_SLACK longer one at a time than in the fewest groups is cut into the
-finest groups that keep it within that bound."""
+STEPS_TO_FIRST_TOKEN = 3 decode steps until a group was timed); a queue whose last prompt
+waits within TAIL_SLACK of the shortest possible one at a time goes one at a time (compute-
+bound), any other in the groups that minimise its mean wait plus its longest wait."""
 
 from __future__ import annotations
 
@@ -40,18 +40,24 @@ def test_compute_bound_steps_prefill_one_at_a_time_until_the_queue_grows() -> No
     planner = measured(decode_s=0.010, token_s=0.0002)
     assert planner.plan([256] * 2) == 1
     # Twelve of them one at a time: the last waits 12 x 81.2 = 974 ms against 674 in two
-    # groups; groups of 2 (794 ms) are the finest within the slack. (Before the tail rule
-    # this queue went one at a time: changed deliberately, its p99 was the wave's last.)
-    assert planner.plan([256] * 12) == 2
+    # groups, beyond the slack: overhead-bound, so the least mean + longest wait, groups of
+    # 4 (mean 470 + last 704 ms; groups of 2: 463 + 794, of 6: 506 + 674). (Before the tail
+    # rule this queue went one at a time, then in the finest groups within the slack, 2:
+    # changed deliberately, the wave's last is its p99, and the mean barely moves.)
+    assert planner.plan([256] * 12) == 4
 
 
 def test_a_group_grows_while_its_tokens_cost_less_than_g() -> None:
     # 20-token prompts cost 4 ms each against G = 30 ms: 7 of them (28 ms) start together.
-    # (Before, every prompt cheaper than G joined, up to max_prompts: changed deliberately,
-    # such groups come back together in a closed loop; the tail rule alone would take 4.)
     assert STEPS_TO_FIRST_TOKEN == 3
     planner = measured(decode_s=0.010, token_s=0.0002)
-    assert planner.plan([20] * 12) == 7
+    assert planner._head_plan([20] * 12, 8) == 7
+    assert planner.plan([20] * 7) == 7
+    # Twelve of them: one at a time the last waits 12 x 34 ms against 108, overhead-bound;
+    # the least mean + longest wait is 8 (max_prompts) then 4 (mean 77.3 + last 108 ms; 7
+    # then 5: 78.8 + 108). (Before, the head rule's 7 won over the tail rule's 4: changed
+    # deliberately with the tail rule.)
+    assert planner.plan([20] * 12) == 8
 
 
 def test_a_timed_group_gives_g_and_g_decides() -> None:
@@ -64,20 +70,27 @@ def test_a_timed_group_gives_g_and_g_decides() -> None:
     assert planner.plan([256] * 3) == 3  # 153.6 ms of tokens in all, less than G
 
 
-def test_the_tail_bound_picks_the_finest_groups_within_it() -> None:
+def test_past_the_tail_bound_the_least_mean_plus_longest_wait_decides() -> None:
     planner = measured(decode_s=0.010, token_s=0.0002)
     planner.observe_group(0.100, padded_tokens=256)  # G = 48.8 ms, a prompt 51.2 ms
     g, c = planner.group_overhead, 0.0002 * 256
+    chosen = {}
     for k in (3, 5, 8, 11):
         size = planner.plan([256] * k)
 
-        def last_wait(s: int, k: int = k) -> float:  # groups of s, one after another
-            return k * c + -(-k // s) * g
+        def cost(s: int, k: int = k) -> float:  # groups of s one after another: mean + last
+            w = [min((i // s + 1) * s, k) * c + (i // s + 1) * g for i in range(k)]
+            return sum(w) / k + w[-1]
 
-        best = min(last_wait(s) for s in range(1, min(k, planner.max_prompts) + 1))
-        assert last_wait(size) <= best * (1 + TAIL_SLACK), (k, size)
-        assert size == 1 or last_wait(size - 1) > best * (1 + TAIL_SLACK), (k, size)
-        assert 1 < size < k  # neither one at a time nor the whole wave
+        sizes = range(1, min(k, planner.max_prompts) + 1)
+        best_last = min(k * c + -(-k // s) * g for s in sizes)
+        assert k * (c + g) > best_last * (1 + TAIL_SLACK), k  # one at a time is past the bound
+        assert cost(size) == pytest.approx(min(cost(s) for s in sizes)), (k, size)
+        assert all(cost(s) > cost(size) + 1e-12 for s in sizes if s < size), (k, size)
+        chosen[k] = size
+    # Whole waves while they are short, then groups again: the first prompts would wait for
+    # too many others' tokens.
+    assert chosen == {3: 3, 5: 5, 8: 4, 11: 6}
 
 
 def test_a_cheap_g_keeps_long_waves_one_at_a_time() -> None:
