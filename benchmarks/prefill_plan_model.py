@@ -1,15 +1,18 @@
 """The prefill planner in a step-cost model of a closed loop: no mlx, deterministic, seconds.
 
-What TAIL_SLACK (backend/prefill_plan.py) was chosen with, since real runs on a shared
-2-core machine were too noisy to rank grouping rules. Each step costs `d0 + d1 * rows` (the
-running batch's decode), plus `e * tokens` when it starts a group's prefill; a group takes
+What the planner's rules (backend/prefill_plan.py) were chosen with, since real runs on a
+shared 2-core machine were too noisy to rank grouping rules. Each step costs `d0 + d1 * rows`
+(the running batch's decode), plus `e * tokens` when it starts a group's prefill; a group takes
 the planner's 3 steps to its first tokens (its second step also runs the group's last tokens,
 `split * (d0 + d1 * members)`), then decodes --max-tokens. N clients each send their share
 of --requests, the next when the previous ends (as server_bench does). The planner gets the
 model's own d, e and G. Regimes are measured step costs of this machine (MKL): `tiny` the
-0.25M checkpoint (quiet and loaded), `big` the compute-bound test checkpoint. Per regime and
-client count: TTFT mean / p99 and tokens/s for one prompt per group, the planner at several
-TAIL_SLACK values, and whole waves together (up to 16, as vllm-mlx's 8); as JSON.
+0.25M checkpoint in process (quiet and loaded) and in a server (`tiny-server`: the engine's
+per-step work makes G about one prompt's cost), `big` the 29M test checkpoint, `xl` the 93M
+one (loaded and quiet). Rules: the planner as it is, `finest@S` the rule before (past the
+slack S, the finest groups within it), `mean+last` that objective alone, one prompt per group,
+whole waves (up to 16, as vllm-mlx's 8). Per regime and client count: TTFT mean / p99 and
+tokens/s, as JSON.
 
     python benchmarks/prefill_plan_model.py
 """
@@ -25,15 +28,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from mlxd.backend import prefill_plan  # noqa: E402
-from mlxd.backend.prefill_plan import PrefillPlanner  # noqa: E402
+from mlxd.backend.prefill_plan import PrefillPlanner, _waits  # noqa: E402
 
 Rule = Callable[[PrefillPlanner, list[int]], int]
 # name: (d0, d1, e, split): decode step = d0 + d1 * rows, e per prompt token (seconds).
 REGIMES = {
     "tiny-quiet": (0.0005, 0.00005, 0.00003, 2.0),
     "tiny-loaded": (0.0015, 0.00015, 0.00004, 2.0),
+    "tiny-server": (0.0013, 0.00008, 0.000025, 0.7),
     "big": (0.014, 0.005, 0.0012, 2.0),
+    "xl": (0.045, 0.008, 0.0035, 0.1),
+    "xl-quiet": (0.035, 0.006, 0.0025, 0.1),
 }
+LOADS = {"big": (32, 16), "xl": (64, 32), "xl-quiet": (64, 32)}  # else (128, 48)
 
 
 def run(rule: Rule, clients: int, regime: tuple[float, ...], tokens: int, requests: int) -> dict:
@@ -82,25 +89,43 @@ def run(rule: Rule, clients: int, regime: tuple[float, ...], tokens: int, reques
     }
 
 
-def planner_at(slack: float) -> Rule:
+def finest_within(slack: float) -> Rule:
+    """The rule before: past the slack, the finest groups whose longest wait is within it."""
+
     def rule(planner: PrefillPlanner, lengths: list[int]) -> int:
-        saved, prefill_plan.TAIL_SLACK = prefill_plan.TAIL_SLACK, slack
-        try:
-            return planner.plan(lengths)
-        finally:
-            prefill_plan.TAIL_SLACK = saved
+        assert planner.token_s is not None
+        most = planner._groupable(lengths)
+        last = [
+            _waits(lengths, s, planner.chunk, planner.token_s, planner.group_overhead)[-1]
+            for s in range(1, most + 1)
+        ]
+        tail = next(s for s, w in enumerate(last, 1) if w <= min(last) * (1 + slack))
+        return max(tail, planner._head_plan(lengths, most))
 
     return rule
 
 
+def mean_plus_last(planner: PrefillPlanner, lengths: list[int]) -> int:
+    assert planner.token_s is not None
+    costs = []
+    for s in range(1, planner._groupable(lengths) + 1):
+        w = _waits(lengths, s, planner.chunk, planner.token_s, planner.group_overhead)
+        costs.append(statistics.fmean(w) + w[-1])
+    return 1 + costs.index(min(costs))
+
+
 def main() -> None:
-    rules: dict[str, Rule] = {"one": lambda p, lengths: 1}
-    for slack in (0.1, 0.2, 0.3, 0.4, 0.5):
-        rules[f"planner@{slack}"] = planner_at(slack)
-    rules["all"] = lambda p, lengths: min(len(lengths), p.max_prompts)
+    rules: dict[str, Rule] = {
+        "planner": lambda p, lengths: p.plan(lengths),
+        "finest@0.4": finest_within(0.4),
+        "finest@0.2": finest_within(0.2),
+        "mean+last": mean_plus_last,
+        "one": lambda p, lengths: 1,
+        "all": lambda p, lengths: min(len(lengths), p.max_prompts),
+    }
     report: dict[str, object] = {"tail_slack": prefill_plan.TAIL_SLACK}
     for name, regime in REGIMES.items():
-        tokens, requests = (32, 16) if name == "big" else (128, 48)
+        tokens, requests = LOADS.get(name, (128, 48))
         cells = {}
         for clients in (8, 16):
             base = run(rules["one"], clients, regime, tokens, requests)

@@ -165,3 +165,25 @@ def test_g_measured_as_zero_can_grow_again() -> None:
     for _ in range(10):
         planner.observe_group(0.0512 + 0.030, padded_tokens=256)
     assert planner.group_s == pytest.approx(0.030, rel=0.15)
+
+
+def planner_with(decode_s: float, token_s: float, group_s: float) -> PrefillPlanner:
+    planner = PrefillPlanner(16, static_budget=256, chunk=512)
+    planner.observe_decode(decode_s)
+    planner.observe_prefill(decode_s + token_s * 260, padded_tokens=260)
+    planner.observe_group(group_s + token_s * 260, padded_tokens=260)
+    assert planner.group_s == pytest.approx(group_s)
+    return planner
+
+
+def test_the_measured_regimes_are_told_apart() -> None:
+    # Step costs measured in this machine's servers (260-token prompts). The 93M `xl`
+    # checkpoint: a prompt 0.91 s, G 0.3 s (three ~100 ms decode steps): every burst one at
+    # a time, each client's first token as soon as its own prompt is done.
+    xl = planner_with(decode_s=0.100, token_s=0.0035, group_s=0.300)
+    assert [xl.plan([260] * k) for k in (2, 4, 8, 16)] == [1, 1, 1, 1]
+    # The tiny checkpoint: a prompt 6.5 ms, G 7 ms (the engine's per-step work): a burst of 4
+    # together, of 8 or 16 in two groups (the rule before cut them in 4 and 6: their last
+    # waited 2-4 G longer); two waiting go one at a time (within the slack).
+    tiny = planner_with(decode_s=0.0015, token_s=0.000025, group_s=0.007)
+    assert [tiny.plan([260] * k) for k in (2, 4, 8, 16)] == [1, 4, 5, 9]
