@@ -123,7 +123,7 @@ def main() -> None:
         "one": lambda p, lengths: 1,
         "all": lambda p, lengths: min(len(lengths), p.max_prompts),
     }
-    report: dict[str, object] = {"tail_slack": prefill_plan.TAIL_SLACK}
+    report: dict[str, object] = {"compute_bound": prefill_plan.COMPUTE_BOUND}
     for name, regime in REGIMES.items():
         tokens, requests = LOADS.get(name, (128, 48))
         cells = {}

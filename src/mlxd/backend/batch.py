@@ -335,8 +335,8 @@ class BatchRunner:
 
     def _plan_prefill(self, planner: PrefillPlanner) -> int | None:
         """Pick how many waiting prompts the next prefill step takes, first come first served
-        (see prefill_plan: the larger of the head rule's group and the tail rule's, which
-        bounds the queue's longest wait within TAIL_SLACK of the shortest possible).
+        (see prefill_plan: the larger of the head rule's group and the tail rule's: one at a
+        time when compute-bound, else the least mean plus longest wait of the queue).
         Returns the padded prompt tokens the step will prefill (0: it only decodes), or None
         when its cost says nothing clean (a group mid-prefill, or one longer than a chunk).
         mlx-lm has no public way to size the next group: see mlx_lm_compat."""

@@ -15,15 +15,17 @@ on their own). Two rules; the larger group wins:
   members finish together and come back together, so a group formed once costs every round.)
 - the tail: groups go one after another, so the last of the queue waits for every group's
   prompt tokens plus one G per group: one at a time, the last of a wave of k waits
-  `k * (e*L + G)`, all together `k*e*L + G`. While one at a time keeps that within
-  TAIL_SLACK of the shortest possible, the regime is compute-bound (G under ~TAIL_SLACK of a
-  prompt's cost) and the queue goes one at a time: grouping would gain its last little and
+  `k * (e*L + G)`, all together `k*e*L + G`, about 1 + G/(e*L) times less for a long wave.
+  While G is under COMPUTE_BOUND of the queue's mean prompt cost, the regime is
+  compute-bound and the queue goes one at a time: grouping would gain its last little and
   cost its first prompts a whole prompt each, and in a closed loop a group's members finish
   together and come back together, while one at a time spreads them apart. Otherwise
   (overhead-bound: small models, a fast BLAS) the first group is the size whose consecutive
   groups minimise the queue's mean wait plus its longest wait (its p99 in a burst): both
   fall as groups grow while G dominates, and the mean rises again once the first members
-  wait for too many others' tokens.
+  wait for too many others' tokens. The regime does not depend on the queue's length, so
+  what is left of a burst goes as its plan said (a short queue one at a time stays within
+  any bound on its longest wait: the last 3 of a burst of 8 went one by one).
 
 When G is small next to a prompt's cost (compute-bound models), both rules give one at a time;
 when it is not (small models, a fast BLAS), a burst goes in one or a few groups; prompts much
@@ -47,15 +49,14 @@ _ALPHA = 0.2
 _OUTLIER = 3.0
 # Steps from a group's prefill to its first token; each one also decodes the running batch.
 STEPS_TO_FIRST_TOKEN = 3
-# How much longer than the shortest possible the queue's longest wait may be one at a time,
-# for the regime to count as compute-bound (see the tail rule). Measured G over a prompt's
-# cost: 0.2-0.35 on the 93M `xl` checkpoint, 0.6-2 on the tiny one in a server (0.35-0.45 in
-# process, without the server's per-step work). In benchmarks/prefill_plan_model.py (a step-
-# cost model of closed-loop runs at 8 and 16 clients) one at a time gave the compute-bound
-# models their lowest mean TTFT (grouping: +12-48%), and the mean-plus-longest objective the
-# overhead-bound ones a p99 16-18% under the finest groups within this bound, which this
-# constant chose before (0.4 kept xl and `big` one at a time at 8 clients).
-TAIL_SLACK = 0.4
+# G over the queue's mean prompt cost under which the regime is compute-bound (see the tail
+# rule). Measured: 0.15-0.35 on the 93M `xl` checkpoint, 0.55-2 on the tiny one in a server
+# (0.35-0.45 in process, without the server's per-step work). In benchmarks/
+# prefill_plan_model.py (a step-cost model of closed-loop runs at 8 and 16 clients) one at a
+# time gave the compute-bound models their lowest mean TTFT (grouping: +12-48%), and the
+# mean-plus-longest objective the overhead-bound ones a p99 16-18% under the rule before
+# (the finest groups whose longest wait stays within 40% of the shortest possible).
+COMPUTE_BOUND = 0.4
 
 
 class PrefillPlanner:
@@ -123,19 +124,17 @@ class PrefillPlanner:
         """How many of the waiting prompts (their lengths, in arrival order) to prefill now:
         at least one, at most `max_prompts`."""
         lengths = list(waiting)
-        if not self.measured:
+        if not self.measured or not lengths:
             return self._static_plan(lengths)
         assert self.token_s is not None
-        most = self._groupable(lengths)
-        schedules = [
-            _waits(lengths, size, self.chunk, self.token_s, self.group_overhead)
-            for size in range(1, most + 1)
-        ]
-        shortest = min(waits[-1] for waits in schedules)
-        if schedules[0][-1] <= shortest * (1 + TAIL_SLACK):
+        e, g, most = self.token_s, self.group_overhead, self._groupable(lengths)
+        if g <= COMPUTE_BOUND * e * sum(lengths) / len(lengths):
             tail = 1  # compute-bound: one at a time
         else:  # overhead-bound: the least mean + longest wait (ties: the smaller group)
-            costs = [sum(waits) / len(waits) + waits[-1] for waits in schedules]
+            costs = []
+            for size in range(1, most + 1):
+                waits = _waits(lengths, size, self.chunk, e, g)
+                costs.append(sum(waits) / len(waits) + waits[-1])
             tail = 1 + costs.index(min(costs))
         return max(tail, self._head_plan(lengths, most))
 

@@ -1,14 +1,14 @@
 """The prefill grouping rules: prompts go together while the group's tokens cost less than G,
 what a group's steps to its first token cost beyond its prompt tokens (measured, or
-STEPS_TO_FIRST_TOKEN = 3 decode steps until a group was timed); a queue whose last prompt
-waits within TAIL_SLACK of the shortest possible one at a time goes one at a time (compute-
-bound), any other in the groups that minimise its mean wait plus its longest wait."""
+STEPS_TO_FIRST_TOKEN = 3 decode steps until a group was timed); while G is under
+COMPUTE_BOUND of the queue's mean prompt cost the queue goes one at a time, otherwise in the
+groups that minimise its mean wait plus its longest wait."""
 
 from __future__ import annotations
 
 import pytest
 
-from mlxd.backend.prefill_plan import STEPS_TO_FIRST_TOKEN, TAIL_SLACK, PrefillPlanner
+from mlxd.backend.prefill_plan import COMPUTE_BOUND, STEPS_TO_FIRST_TOKEN, PrefillPlanner
 
 
 def measured(decode_s: float, token_s: float, *, max_prompts: int = 8) -> PrefillPlanner:
@@ -33,17 +33,21 @@ def test_overhead_bound_steps_group_every_waiting_prompt() -> None:
     assert planner.plan([256] * 12) == 8  # capped by max_prompts
 
 
-def test_compute_bound_steps_prefill_one_at_a_time_until_the_queue_grows() -> None:
-    # 256 tokens cost 51.2 ms, more than three 10 ms steps (G): the first prompt should not
-    # wait for the second (one at a time the last of 2 waits 162 ms, together 132: within
-    # the slack).
+def test_compute_bound_steps_prefill_one_at_a_time_however_long_the_queue() -> None:
+    # 256 tokens cost 102.4 ms, G three 10 ms steps: 0.29 of a prompt, under COMPUTE_BOUND.
+    # Nobody waits for another's prompt, whatever waits behind.
+    planner = measured(decode_s=0.010, token_s=0.0004)
+    assert [planner.plan([256] * k) for k in (2, 5, 12)] == [1, 1, 1]
+
+
+def test_overhead_bound_queues_take_the_least_mean_plus_longest_wait() -> None:
+    # 256 tokens cost 51.2 ms, G = 30 ms: 0.59 of a prompt, overhead-bound. Two waiting go
+    # together (132 ms each against 81 and 162). Twelve in groups of 4 (mean 470 + last 704
+    # ms; groups of 2: 463 + 794, of 6: 506 + 674). (Before, a queue of 2 went one at a time,
+    # within 40% of the shortest longest wait, and 12 in groups of 2, the finest within it:
+    # changed deliberately, the last of a burst is its p99, and the mean barely moves.)
     planner = measured(decode_s=0.010, token_s=0.0002)
-    assert planner.plan([256] * 2) == 1
-    # Twelve of them one at a time: the last waits 12 x 81.2 = 974 ms against 674 in two
-    # groups, beyond the slack: overhead-bound, so the least mean + longest wait, groups of
-    # 4 (mean 470 + last 704 ms; groups of 2: 463 + 794, of 6: 506 + 674). (Before the tail
-    # rule this queue went one at a time, then in the finest groups within the slack, 2:
-    # changed deliberately, the wave's last is its p99, and the mean barely moves.)
+    assert planner.plan([256] * 2) == 2
     assert planner.plan([256] * 12) == 4
 
 
@@ -63,14 +67,16 @@ def test_a_group_grows_while_its_tokens_cost_less_than_g() -> None:
 def test_a_timed_group_gives_g_and_g_decides() -> None:
     planner = measured(decode_s=0.010, token_s=0.0002)
     assert planner.group_overhead == pytest.approx(STEPS_TO_FIRST_TOKEN * 0.010)
-    assert planner.plan([256] * 3) == 1  # 51.2 ms a prompt against G = 30 ms
+    # 512-token prompts cost 102.4 ms: G = 30 ms is 0.29 of one, compute-bound.
+    assert planner.plan([512] * 3) == 1
     # A group of 2 x 256 took 302.4 ms to its first tokens: 102.4 of prompt tokens, G = 200.
     planner.observe_group(0.3024, padded_tokens=512)
     assert planner.group_s == pytest.approx(0.200)
-    assert planner.plan([256] * 3) == 3  # 153.6 ms of tokens in all, less than G
+    # Now overhead-bound: all three together (each waits 507 ms; one at a time 302, 605, 907).
+    assert planner.plan([512] * 3) == 3
 
 
-def test_past_the_tail_bound_the_least_mean_plus_longest_wait_decides() -> None:
+def test_overhead_bound_the_least_mean_plus_longest_wait_decides() -> None:
     planner = measured(decode_s=0.010, token_s=0.0002)
     planner.observe_group(0.100, padded_tokens=256)  # G = 48.8 ms, a prompt 51.2 ms
     g, c = planner.group_overhead, 0.0002 * 256
@@ -83,8 +89,7 @@ def test_past_the_tail_bound_the_least_mean_plus_longest_wait_decides() -> None:
             return sum(w) / k + w[-1]
 
         sizes = range(1, min(k, planner.max_prompts) + 1)
-        best_last = min(k * c + -(-k // s) * g for s in sizes)
-        assert k * (c + g) > best_last * (1 + TAIL_SLACK), k  # one at a time is past the bound
+        assert g > COMPUTE_BOUND * c  # overhead-bound
         assert cost(size) == pytest.approx(min(cost(s) for s in sizes)), (k, size)
         assert all(cost(s) > cost(size) + 1e-12 for s in sizes if s < size), (k, size)
         chosen[k] = size
@@ -104,9 +109,13 @@ def test_a_cheap_g_keeps_long_waves_one_at_a_time() -> None:
 
 def test_padding_counts_against_the_prompt_that_causes_it() -> None:
     planner = measured(decode_s=0.010, token_s=0.0002)
-    # Adding a 90-token prompt to a 10-token one pads the first: +170 tokens = 34 ms > 30 ms.
-    assert planner.plan([10, 90]) == 1
-    assert planner.plan([10, 10, 10, 90]) == 3
+    # Adding a 90-token prompt to a 10-token one pads the first: +170 tokens = 34 ms > 30 ms,
+    # past the head rule (the queue's mean wait plus its longest still favours the pair).
+    assert planner._head_plan([10, 90], 8) == 1
+    assert planner._head_plan([10, 10, 10, 90], 8) == 3
+    # A 400-token one: together both wait 190 ms, one at a time 32 and 142 (mean + longest
+    # 229 against 380); counted unpadded (82 ms of tokens) the pair would have won (224).
+    assert planner.plan([10, 400]) == 1
 
 
 def test_prompts_longer_than_a_chunk_are_never_grouped() -> None:
@@ -116,7 +125,7 @@ def test_prompts_longer_than_a_chunk_are_never_grouped() -> None:
 
 
 def test_estimates_follow_the_regime() -> None:
-    planner = measured(decode_s=0.010, token_s=0.0002)
+    planner = measured(decode_s=0.010, token_s=0.0004)
     assert planner.plan([256] * 4) == 1
     for _ in range(40):  # the BLAS got faster (or the batch smaller): prompts became cheap
         planner.observe_prefill(0.010 + 0.000001 * 256, padded_tokens=256)
@@ -182,8 +191,9 @@ def test_the_measured_regimes_are_told_apart() -> None:
     # a time, each client's first token as soon as its own prompt is done.
     xl = planner_with(decode_s=0.100, token_s=0.0035, group_s=0.300)
     assert [xl.plan([260] * k) for k in (2, 4, 8, 16)] == [1, 1, 1, 1]
-    # The tiny checkpoint: a prompt 6.5 ms, G 7 ms (the engine's per-step work): a burst of 4
-    # together, of 8 or 16 in two groups (the rule before cut them in 4 and 6: their last
-    # waited 2-4 G longer); two waiting go one at a time (within the slack).
+    # The tiny checkpoint: a prompt 6.5 ms, G 7 ms (the engine's per-step work): 2 or 4
+    # waiting together, a burst of 8 or 16 in two groups (the rule before: 1, 2, 2, 3, so
+    # bursts in 4 and 6 groups, whose last waited 2-4 G longer, and what was left of a
+    # burst, once a few, one at a time).
     tiny = planner_with(decode_s=0.0015, token_s=0.000025, group_s=0.007)
-    assert [tiny.plan([260] * k) for k in (2, 4, 8, 16)] == [1, 4, 5, 9]
+    assert [tiny.plan([260] * k) for k in (2, 4, 8, 16)] == [2, 4, 5, 9]
