@@ -286,7 +286,7 @@ def probe_once(config: dict[str, int], rows: list[int], wait_ms: str) -> dict[st
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--size", default="xl", help="tests/checkpoints.py size (tiny..xl)")
+    parser.add_argument("--size", default="xl", help="tests/checkpoints.py size (tiny..xxl)")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--prompt-words", type=int, default=48)
     parser.add_argument(

@@ -14,7 +14,7 @@ make_checkpoint(path, kind) writes one of:
   "hybrid"   lfm2: short-convolution layers (a recurrent ArraysCache) and attention layers
   "gated"    qwen3_next: gated delta-net layers (recurrent) and attention layers, dense MLPs
 `dtype` ("float32", "float16", "bfloat16") is the weights' type; tests use float32.
-`size` ("tiny", "small", "medium", "big", "xl") overrides the kind's size (benchmarks use
+`size` ("tiny", "small", "medium", "big", "xl", "xxl") overrides the kind's size (benchmarks use
 bigger models).
 """
 
@@ -115,6 +115,13 @@ SIZES = {
         hidden_size=1024,
         num_hidden_layers=8,
         intermediate_size=2816,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+    ),
+    "xxl": dict(  # ~380M parameters (1.5 GB float32): distributed_bench where decode is compute-bound
+        hidden_size=2048,
+        num_hidden_layers=8,
+        intermediate_size=5632,
         num_attention_heads=16,
         num_key_value_heads=8,
     ),
