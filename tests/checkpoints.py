@@ -118,7 +118,7 @@ SIZES = {
         num_attention_heads=16,
         num_key_value_heads=8,
     ),
-    "xxl": dict(  # ~380M parameters (1.5 GB float32): distributed_bench where decode is compute-bound
+    "xxl": dict(  # ~380M parameters (1.5 GB float32): distributed_bench, decode compute-bound
         hidden_size=2048,
         num_hidden_layers=8,
         intermediate_size=5632,
