@@ -138,21 +138,21 @@ class HttpModel:
             return self._listed_card(name, e.message)
         if isinstance(body, dict) and body.get("object") != "list":
             return body
-        return self._listed_card(name, None)
+        return self._listed_card(name, None, _cards(body))  # the list it answered with
 
     def listing(self) -> list[dict[str, Any]] | None:
         """The model cards GET /v1/models lists, or None when the server gives no such list."""
         try:
-            body = self._get_json("/v1/models")
+            return _cards(self._get_json("/v1/models"))
         except MlxdError:
             return None
-        data = body.get("data") if isinstance(body, dict) else None
-        if not isinstance(data, list):
-            return None
-        return [c for c in data if isinstance(c, dict) and isinstance(c.get("id"), str)]
 
-    def _listed_card(self, name: str, why: str | None) -> dict[str, Any]:
-        cards = self.listing()
+    def _listed_card(
+        self, name: str, why: str | None, cards: list[dict[str, Any]] | None = None
+    ) -> dict[str, Any]:
+        """`name`'s card in `cards` (GET /v1/models when None)."""
+        if cards is None:
+            cards = self.listing()
         if cards is None:
             answered = why or f"{self.server.url}/v1/models/{name} gave no model card"
             raise EngineUnavailable(
@@ -259,6 +259,14 @@ class HttpModel:
 
 class _PlainNotFound(EngineUnavailable):
     """A 404 from GET /v1/models... not in mlxd's words: model_card then asks the list."""
+
+
+def _cards(body: object) -> list[dict[str, Any]] | None:
+    """The model cards of a GET /v1/models body, or None when it is no such list."""
+    data = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(data, list):
+        return None
+    return [c for c in data if isinstance(c, dict) and isinstance(c.get("id"), str)]
 
 
 def _error_body(resp: http.client.HTTPResponse) -> dict[str, Any]:
