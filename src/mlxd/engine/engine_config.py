@@ -77,11 +77,11 @@ class EngineConfig:
     trust_remote_code: bool = False
     # Prefill is first come first served. Waiting prompts are prefilled side by side (at most
     # prefill_batch of them) while they cost less than a group's steps to its first token,
-    # and a long queue in groups that bound its last prompt's wait (backend/prefill_plan.py,
-    # from measured step costs; until they are measured, while the padded group, longest
-    # prompt x count, stays within prefill_group_tokens): short bursts start together, long
-    # prompts go one at a time so the first streams early (0 disables grouping: always
-    # prefill_batch prompts per group).
+    # and, unless compute-bound, a queue in the groups with the least mean plus longest wait
+    # (backend/prefill_plan.py, from measured step costs; until they are measured, while the
+    # padded group, longest prompt x count, stays within prefill_group_tokens): short bursts
+    # start together, long prompts go one at a time so the first streams early (0 disables
+    # grouping: always prefill_batch prompts per group).
     prefill_batch: int = 16
     prefill_group_tokens: int = 256
     # Residency: at most max_models stay loaded (least recently used idle ones unload first;
