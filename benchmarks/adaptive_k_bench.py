@@ -28,7 +28,7 @@ from spec_bench import task_prompts, wave  # same directory
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mlxd.backend import speculative  # noqa: E402
+from mlxd.backend.speculation import drafts as speculative  # noqa: E402
 from mlxd.engine import Engine, EngineConfig  # noqa: E402
 from mlxd.store.default_model import default_model  # noqa: E402
 from mlxd.types import DraftKind, SamplingParams  # noqa: E402

@@ -219,8 +219,8 @@ def probe_main(hidden: int, rows: list[int], iterations: int) -> None:
     """Under mlx.launch: time all_sum on the ring; rank 0 prints one JSON line."""
     import mlx.core as mx
 
-    from mlxd.backend.launch_env import init_group
-    from mlxd.backend.lockstep_channel import HEAD_BYTES
+    from mlxd.backend.distributed.launch_env import init_group
+    from mlxd.backend.distributed.lockstep_channel import HEAD_BYTES
 
     group = init_group()  # as the servers join it: MLXD_RING_WAIT_MS applies
 

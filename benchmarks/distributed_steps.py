@@ -40,8 +40,8 @@ JOBS = ("1proc_1t", "1proc_2t", "2ranks", "2ranks_spin")
 def worker(path: Path, rows: int, steps: int) -> None:
     """One job (under mlx.launch for 2 ranks): rank 0 prints one JSON line, rank 1 another."""
     import mlxd.backend  # noqa: F401  (MKL before mlx)
-    from mlxd.backend import distributed as dist
-    from mlxd.backend import launch_env
+    from mlxd.backend.distributed import cluster as dist
+    from mlxd.backend.distributed import launch_env
     from mlxd.engine.engine import backend_options
     from mlxd.engine.engine_config import EngineConfig
 

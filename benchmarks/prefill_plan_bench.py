@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from mlxd.backend.batch import BatchRunner  # noqa: E402
 from mlxd.backend.loader import LoadedModel, load_checkpoint  # noqa: E402
 from mlxd.backend.prefill_plan import STEPS_TO_FIRST_TOKEN, PrefillPlanner  # noqa: E402
-from mlxd.backend.prefix import PrefixCache  # noqa: E402
+from mlxd.backend.prefix.cache import PrefixCache  # noqa: E402
 from mlxd.types import SamplingParams  # noqa: E402
 
 Policy = Callable[[PrefillPlanner, list[int]], int]

@@ -40,7 +40,7 @@ def child(checkpoint: Path, rows: list[int], loads: list[str], steps: int) -> di
     """Runs inside one tree's interpreter: {load: {rows: [cpu_ms, wall_ms]}}."""
     from mlxd.backend.batch import BatchRunner
     from mlxd.backend.loader import load_checkpoint
-    from mlxd.backend.prefix import PrefixCache
+    from mlxd.backend.prefix.cache import PrefixCache
     from mlxd.types import SamplingParams
 
     loaded = load_checkpoint(checkpoint)

@@ -5,7 +5,7 @@
 
 Engine mode (default): the same greedy requests (repeat, fix or edit a given paragraph or
 piece of code) without speculation (`plain`), with `ngram` speculation as the engine runs it
-(the drafting policy, backend/draft_policy.py, picks each step's verify width from measured
+(the drafting policy, speculation/draft_policy.py, picks each step's verify width from measured
 costs) and with every draft verified (`ngram_every`, the policy's costs forced flat: the
 engine before the policy), on one engine, alternating (ABC CBA per round), at each batch
 size: aggregate tokens/s, `speedup` (ngram over plain), `speedup_every_draft_verified`
@@ -51,8 +51,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import mlxd.backend  # noqa: E402, F401  (loads the fast BLAS before mlx is imported)
-from mlxd.backend import mlx_lm_compat as compat  # noqa: E402
-from mlxd.backend.draft_policy import StepCosts  # noqa: E402
+from mlxd.backend.mlx_lm import compat  # noqa: E402
+from mlxd.backend.speculation.draft_policy import StepCosts  # noqa: E402
 from mlxd.engine import Engine, EngineConfig, EngineRequest  # noqa: E402
 from mlxd.store.default_model import default_model  # noqa: E402
 from mlxd.types import DraftKind, FinishEvent, SamplingParams  # noqa: E402

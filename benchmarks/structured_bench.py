@@ -40,7 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.checkpoints import make_checkpoint  # noqa: E402
 
-from mlxd.backend import batch, grammar_mask  # noqa: E402
+from mlxd.backend import batch  # noqa: E402
+from mlxd.backend.structured import grammar_mask
 from mlxd.chat.session import start_chat  # noqa: E402
 from mlxd.engine import Engine, EngineConfig, ModelInfo  # noqa: E402
 from mlxd.types import FinishEvent, FinishReason  # noqa: E402

@@ -9,7 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from mlxd.backend import loader, mlx_lm_compat
+from mlxd.backend import loader
+from mlxd.backend.mlx_lm import compat as mlx_lm_compat
 from mlxd.chat.options import sampling_params
 from mlxd.checkpoint import GENERATION_KEYS, context_window, sampling_defaults
 from mlxd.config import SAMPLING_DEFAULTS

@@ -21,24 +21,20 @@ import mlx.core as mx
 from mlx_lm.generate import StopSequences
 from mlx_lm.models.cache import make_prompt_cache
 
-from mlxd.backend import mlx_lm_compat as compat
-from mlxd.backend import mlx_lm_speculation as spec_compat
 from mlxd.backend import vision
-from mlxd.backend.draft_model import DraftModel
-from mlxd.backend.draft_policy import draft_policy_every
-from mlxd.backend.grammar import CompiledGrammar
-from mlxd.backend.grammar_mask import GrammarMask
 from mlxd.backend.loader import LoadedModel
+from mlxd.backend.mlx_lm import compat
+from mlxd.backend.mlx_lm import verify_step as spec_compat
 from mlxd.backend.outputs import FaultHook, StepOutput, StepResult
 from mlxd.backend.prefill_plan import PrefillPlanner
-from mlxd.backend.prefix import (
+from mlxd.backend.prefix.cache import (
     MIN_REUSE_TOKENS,
     PrefixCache,
     SnapshotKind,
     Turn,
     trimmable_at,
 )
-from mlxd.backend.sampling import (
+from mlxd.backend.sampling.samplers import (
     GREEDY,
     Processor,
     Sampler,
@@ -48,7 +44,11 @@ from mlxd.backend.sampling import (
     make_sampler,
     token_logprob,
 )
-from mlxd.backend.speculative import Drafts
+from mlxd.backend.speculation.draft_model import DraftModel
+from mlxd.backend.speculation.draft_policy import draft_policy_every
+from mlxd.backend.speculation.drafts import Drafts
+from mlxd.backend.structured.grammar import CompiledGrammar
+from mlxd.backend.structured.grammar_mask import GrammarMask
 from mlxd.types import DraftKind, ImageInputs, PromptBoundaries, SamplingParams
 
 _NO_BOUNDARIES = PromptBoundaries()

@@ -60,7 +60,7 @@ def load_checkpoint(
         if "vision_config" in config:
             model, tokenizer, vision = _load_vision(path, config, trust_remote_code)
         else:
-            from mlxd.backend.mlx_lm_compat import load
+            from mlxd.backend.mlx_lm.compat import load
 
             model, tokenizer = load(path, trust_remote_code=trust_remote_code, lazy=lazy)
     except ModelBroken:
@@ -105,7 +105,7 @@ def load_with_draft(path: Path, draft: Path, *, trust_remote_code: bool = False)
     known = len(target.tokenizer.get_vocab())
     if min(target.vocab_size, drafter.vocab_size) < known:
         raise _vocab_mismatch(path, draft, "one model's vocab_size is smaller than the tokenizer")
-    from mlxd.backend.mlx_lm_speculation import rows_rewindable
+    from mlxd.backend.mlx_lm.verify_step import rows_rewindable
 
     for name, loaded in ((path.name, target), (draft.name, drafter)):
         if not rows_rewindable(loaded.model):
@@ -139,7 +139,7 @@ def _load_vision(
     path: Path, config: dict[str, Any], trust_remote_code: bool
 ) -> tuple[Module, TokenizerWrapper, VisionParts]:
     """mlx-vlm's model and processor; mlxd's own tokenizer for the text (as for text models)."""
-    from mlxd.backend.mlx_lm_compat import load_tokenizer
+    from mlxd.backend.mlx_lm.compat import load_tokenizer
     from mlxd.backend.vision import load_vision
 
     text_model, vision = load_vision(path, trust_remote_code=trust_remote_code)

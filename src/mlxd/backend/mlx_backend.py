@@ -9,8 +9,8 @@ from mlxd.backend.batch import BatchRunner, release_thread_streams
 from mlxd.backend.loader import LoadedModel, load_checkpoint, load_with_draft
 from mlxd.backend.memory import free_unused
 from mlxd.backend.outputs import ClusterStats, FaultHook, PrefixCacheStats
-from mlxd.backend.prefix import PrefixCache
-from mlxd.backend.prefix_disk import DiskTier
+from mlxd.backend.prefix.cache import PrefixCache
+from mlxd.backend.prefix.disk_tier import DiskTier
 
 
 class MlxBackend:

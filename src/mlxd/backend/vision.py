@@ -33,7 +33,7 @@ from mlxd.errors import ModelBroken
 from mlxd.types import ImageInputs, PreparedImage
 
 if TYPE_CHECKING:
-    from mlxd.backend.mlx_lm_compat import PromptCache
+    from mlxd.backend.mlx_lm.compat import PromptCache
 
 __all__ = [
     "TextModel",

@@ -1,5 +1,6 @@
 """The output constraint a request asks for: a response_format, or a tool_choice that forces a
-call written in the model's own tool-call format (pure Python; mlxd.backend.grammar compiles it).
+call written in the model's own tool-call format (pure Python;
+mlxd.backend.structured.grammar compiles it).
 
     response_format {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}
                     -> JSON valid against the schema

@@ -38,7 +38,7 @@ from mlxd.types import (
 )
 
 if TYPE_CHECKING:  # the engine package is heavy: imported on use
-    from mlxd.backend.grammar import CompiledGrammar
+    from mlxd.backend.structured.grammar import CompiledGrammar
     from mlxd.engine import Engine, ModelInfo, RequestHandle
 
 __all__ = ["ChatStream", "chat_prompt", "start_chat", "start_completion"]
@@ -256,7 +256,9 @@ def _submit(
 
 def _compile(constraint: OutputConstraint, info: ModelInfo) -> CompiledGrammar:
     """Compile on this (the caller's) thread, within the grammar budgets, before queueing."""
-    from mlxd.backend.grammar import compile_constraint  # llguidance: loaded on first use
+    from mlxd.backend.structured.grammar import (
+        compile_constraint,  # llguidance: loaded on first use
+    )
 
     vocab = info.vocab_size or len(info.tokenizer.get_vocab())
     return compile_constraint(constraint, info.tokenizer, vocab, info.eos_token_ids)

@@ -26,7 +26,7 @@ from mlxd.errors import EngineFault, MlxdError, ModelNotFound, one_line
 from mlxd.types import FinishEvent, FinishReason, ImageInputs, PromptBoundaries, SamplingParams
 
 if TYPE_CHECKING:  # llguidance loads with the first constrained request
-    from mlxd.backend.grammar import CompiledGrammar
+    from mlxd.backend.structured.grammar import CompiledGrammar
 
 
 class Runner(Protocol):

@@ -13,7 +13,7 @@ from mlxd.engine.engine import backend_options
 from mlxd.engine.engine_config import EngineConfig
 
 if TYPE_CHECKING:
-    from mlxd.backend.distributed import DistributedBackend, ShardMode
+    from mlxd.backend.distributed.cluster import DistributedBackend, ShardMode
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,8 +29,8 @@ class ClusterRole:
 
 def cluster_role(mode: str) -> ClusterRole | None:
     """This process's rank when it runs under mlx.launch with more than one rank."""
-    from mlxd.backend import launch_env
-    from mlxd.backend.distributed import ShardMode
+    from mlxd.backend.distributed import launch_env
+    from mlxd.backend.distributed.cluster import ShardMode
 
     if not launch_env.launched():
         return None
@@ -44,8 +44,8 @@ def cluster_role(mode: str) -> ClusterRole | None:
 
 def leader_backend(cfg: EngineConfig, role: ClusterRole) -> DistributedBackend:
     """Rank 0's backend: the engine built on it drives every rank."""
-    from mlxd.backend.distributed import DistributedBackend
-    from mlxd.backend.launch_env import init_group
+    from mlxd.backend.distributed.cluster import DistributedBackend
+    from mlxd.backend.distributed.launch_env import init_group
 
     # Each rank holds its shard of every cache: no disk tier (one directory, many shards).
     options = backend_options(cfg) | {"prefix_cache_dir": ""}
@@ -54,8 +54,8 @@ def leader_backend(cfg: EngineConfig, role: ClusterRole) -> DistributedBackend:
 
 def follow_leader(cfg: EngineConfig, role: ClusterRole) -> int:
     """Ranks 1..N-1: run rank 0's steps until it stops; returns the exit code."""
-    from mlxd.backend.distributed import follow
-    from mlxd.backend.launch_env import init_group
+    from mlxd.backend.distributed.cluster import follow
+    from mlxd.backend.distributed.launch_env import init_group
     from mlxd.backend.mlx_backend import MlxBackend
 
     options = backend_options(cfg) | {"prefill_group_tokens": 0, "prefix_cache_dir": ""}

@@ -14,14 +14,14 @@ from mlxd.errors import ContextOverflow, InvalidRequest
 from mlxd.types import FinishReason, ImageInputs, PromptBoundaries, SamplingParams, Timings, Usage
 
 if TYPE_CHECKING:  # llguidance loads with the first constrained request
-    from mlxd.backend.grammar import CompiledGrammar
+    from mlxd.backend.structured.grammar import CompiledGrammar
 
 
 @dataclass(frozen=True, slots=True)
 class EngineRequest:
     """A generation request in token ids. `max_tokens_cap` is the caller's default cap
     (the server passes half the window when the client gave no max_tokens). `grammar`, compiled
-    before submit (mlxd.backend.grammar), constrains the output token by token; `boundaries`
+    before submit (backend.structured.grammar), constrains the output token by token; `boundaries`
     are where the chat layer's prompt parts end (prefix-cache snapshot points). `images`
     (vision models) are merged into the prompt's embeddings at prefill. `until_shown`: the
     consumer may hold tokens back as text; every token is delivered at once until it calls

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlxd.backend.tokenizer import TokenizerRoute, tokenizer_route
+from mlxd.backend.tokenizer.checkpoint_tokenizer import TokenizerRoute, tokenizer_route
 from mlxd.checkpoint import context_window
 from mlxd.errors import ModelBroken
 from mlxd.store import facts

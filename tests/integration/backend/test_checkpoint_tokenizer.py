@@ -14,8 +14,12 @@ import pytest
 from mlx_lm.tokenizer_utils import TokenizerWrapper
 from mlx_lm.utils import load_config, load_tokenizer
 
-from mlxd.backend import mlx_lm_compat as compat
-from mlxd.backend.tokenizer import CheckpointTokenizer, TokenizerLoader, tokenizer_route
+from mlxd.backend.mlx_lm import compat
+from mlxd.backend.tokenizer.checkpoint_tokenizer import (
+    CheckpointTokenizer,
+    TokenizerLoader,
+    tokenizer_route,
+)
 from mlxd.chat.builder import build_chat_prompt, build_text_prompt
 from mlxd.chat.formats import detect_formats
 from tests.integration.backend.tokenizer_variants import VARIANTS, make_variant

@@ -11,10 +11,10 @@ import llguidance
 import mlx.core as mx
 import pytest
 
-from mlxd.backend import grammar as grammar_mod
-from mlxd.backend.grammar import CompiledGrammar, compile_constraint
-from mlxd.backend.grammar_mask import GrammarError, GrammarMask
-from mlxd.backend.tokenizer import CheckpointTokenizer
+from mlxd.backend.structured import grammar as grammar_mod
+from mlxd.backend.structured.grammar import CompiledGrammar, compile_constraint
+from mlxd.backend.structured.grammar_mask import GrammarError, GrammarMask
+from mlxd.backend.tokenizer.checkpoint_tokenizer import CheckpointTokenizer
 from mlxd.errors import InvalidRequest
 from mlxd.types import OutputConstraint
 

@@ -1,7 +1,7 @@
-"""What backend/lazy_transformers.py and backend/tokenizer.py rely on in the pinned mlx-lm and
-transformers. A failure here means an upgrade changed one of them: re-read the module against the
-new sources (which names mlx-lm imports at import time, which tokenizer classes transformers loads
-straight from tokenizer.json), fix it, then update the pins."""
+"""What backend/tokenizer/ (lazy_transformers.py, checkpoint_tokenizer.py) relies on in the
+pinned mlx-lm and transformers. A failure here means an upgrade changed one of them: re-read
+the module against the new sources (which names mlx-lm imports at import time, which tokenizer
+classes transformers loads straight from tokenizer.json), fix it, then update the pins."""
 
 from __future__ import annotations
 
@@ -14,15 +14,16 @@ from pathlib import Path
 
 import mlx_lm
 
-from mlxd.backend import lazy_transformers
-from mlxd.backend.tokenizer import GENERIC_CLASSES, OWN_CLASS_MODEL_TYPES
+from mlxd.backend.tokenizer import lazy_transformers
+from mlxd.backend.tokenizer.checkpoint_tokenizer import GENERIC_CLASSES, OWN_CLASS_MODEL_TYPES
 
 TRANSFORMERS_CHECKED = "5.24.0"  # the transformers CheckpointTokenizer was compared with
 
 
 def test_transformers_is_the_version_the_tokenizer_was_checked_against() -> None:
     assert version("transformers") == TRANSFORMERS_CHECKED, (
-        "transformers is not the checked version: re-check backend/tokenizer.py (the steps of "
+        "transformers is not the checked version: re-check "
+        "backend/tokenizer/checkpoint_tokenizer.py (the steps of "
         "TokenizersBackend.__init__) and the stand-ins, then TRANSFORMERS_CHECKED"
     )
 
@@ -89,7 +90,7 @@ def test_generic_tokenizer_classes_load_straight_from_tokenizer_json() -> None:
 FRESH_PROCESS = """
 import importlib.util, sys
 import mlxd.backend
-from mlxd.backend import lazy_transformers as lazy
+from mlxd.backend.tokenizer import lazy_transformers as lazy
 assert importlib.util.find_spec("mlx_lm") is not None  # a lookup is no import (store.health)
 assert "mlx_lm" not in sys.modules
 import mlx_lm.generate, mlx_lm.utils

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from mlxd.backend.lockstep_channel import (
+from mlxd.backend.distributed.lockstep_channel import (
     HEAD_BYTES,
     Channel,
     InsertMsg,

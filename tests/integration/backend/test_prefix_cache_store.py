@@ -9,8 +9,8 @@ import mlx.core as mx
 import pytest
 from mlx_lm.models.cache import ArraysCache, KVCache
 
-from mlxd.backend.mlx_lm_compat import PromptCache
-from mlxd.backend.prefix import MIN_REUSE_TOKENS, PrefixCache, SnapshotKind, Turn
+from mlxd.backend.mlx_lm.compat import PromptCache
+from mlxd.backend.prefix.cache import MIN_REUSE_TOKENS, PrefixCache, SnapshotKind, Turn
 
 M = "model"
 KIND = SnapshotKind.PROMPT

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from mlxd.backend.ring_wait import right_sockets, ring_ports, wait_in_kernel
+from mlxd.backend.distributed.ring_wait import right_sockets, ring_ports, wait_in_kernel
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -118,7 +118,8 @@ def test_the_setting_gives_the_default(ring: Ring, monkeypatch: pytest.MonkeyPat
 JOB = """
 import fcntl, json, os, socket
 import mlxd.backend
-from mlxd.backend import launch_env, ring_wait
+from mlxd.backend.distributed import launch_env
+from mlxd.backend.distributed import ring_wait
 import mlx.core as mx
 group = launch_env.init_group()
 rank, size = group.rank(), group.size()

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from mlxd.backend.mlx_lm_compat import load_tokenizer
+from mlxd.backend.mlx_lm.compat import load_tokenizer
 from mlxd.chat import boundaries
 from mlxd.chat.builder import build_chat_prompt
 from mlxd.chat.messages import normalize_messages

@@ -33,7 +33,7 @@ LOADERS = ["transformers", "mlxd"]  # mlx-lm's own loading, and mlxd's Checkpoin
 
 def load(path: Path, loader: str) -> Any:
     if loader == "mlxd":
-        from mlxd.backend.mlx_lm_compat import load_tokenizer
+        from mlxd.backend.mlx_lm.compat import load_tokenizer
 
         return load_tokenizer(path)
     from mlx_lm.utils import load_tokenizer as mlx_lm_load

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from mlxd.backend.draft_policy import StepCosts
+from mlxd.backend.speculation.draft_policy import StepCosts
 from mlxd.engine import Engine, EngineConfig, ModelInfo
 
 EngineFactory = Callable[..., Engine]

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from mlxd.backend.draft_policy import StepCosts
-from mlxd.backend.speculative import NgramIndex
+from mlxd.backend.speculation.draft_policy import StepCosts
+from mlxd.backend.speculation.drafts import NgramIndex
 from mlxd.engine import Engine, ModelInfo
 from mlxd.types import DraftKind
 

@@ -1,4 +1,4 @@
-"""The mlx-lm internals mlxd relies on (backend/mlx_lm_compat.py), checked on the installed
+"""The mlx-lm internals mlxd relies on (backend/mlx_lm/compat.py), checked on the installed
 mlx-lm. A failure here means an mlx-lm upgrade changed one of them: read each helper against
 the new mlx-lm source, fix it, then update PINNED."""
 
@@ -10,14 +10,14 @@ from pathlib import Path
 import mlx.core as mx
 from mlx_lm.generate import StopSequences
 
-from mlxd.backend import mlx_lm_compat as compat
-from mlxd.backend import mlx_lm_speculation as spec_compat
 from mlxd.backend.loader import load_checkpoint
+from mlxd.backend.mlx_lm import compat
+from mlxd.backend.mlx_lm import verify_step as spec_compat
 
 
 def test_mlx_lm_is_the_version_the_helpers_were_checked_against() -> None:
     assert version("mlx-lm") == compat.PINNED, (
-        "mlx-lm is not the pinned version: re-check backend/mlx_lm_compat.py, then PINNED"
+        "mlx-lm is not the pinned version: re-check backend/mlx_lm/compat.py, then PINNED"
     )
 
 
@@ -131,7 +131,7 @@ def test_streamed_text_keeps_the_first_tokens_leading_space(tiny_chat_model: Pat
 
 
 def test_draft_batch_cache_rows_merge_grow_rewind_and_shrink(tiny_chat_model: Path) -> None:
-    """The draft model's batch cache (backend/draft_model.py): rows built from single-row
+    """The draft model's batch cache (speculation/draft_model.py): rows built from single-row
     caches, appended, rewound per row and filtered give each row's logits as a lone cache."""
     from mlx_lm.models.cache import make_prompt_cache
 

@@ -9,7 +9,7 @@ import pytest
 
 from mlxd.backend.batch import BatchRunner
 from mlxd.backend.loader import load_checkpoint
-from mlxd.backend.prefix import PrefixCache
+from mlxd.backend.prefix.cache import PrefixCache
 from mlxd.types import SamplingParams
 from tests.integration.engine.engine_helpers import random_prompts
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from mlxd.backend import mlx_lm_compat as compat
 from mlxd.backend.batch import BatchRunner
 from mlxd.backend.loader import load_checkpoint
+from mlxd.backend.mlx_lm import compat
 from mlxd.backend.prefill_plan import STEPS_TO_FIRST_TOKEN
-from mlxd.backend.prefix import PrefixCache
+from mlxd.backend.prefix.cache import PrefixCache
 from mlxd.types import SamplingParams
 from tests.integration.engine.engine_helpers import random_prompts
 

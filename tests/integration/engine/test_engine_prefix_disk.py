@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from mlxd.backend import prefix_disk
-from mlxd.backend.prefix_disk import fingerprint
+from mlxd.backend.prefix import disk_tier as prefix_disk
+from mlxd.backend.prefix.disk_tier import fingerprint
 from mlxd.chat.session import start_chat
 from mlxd.engine import Engine, ModelInfo
 from mlxd.types import FinishEvent, TextDelta, Usage

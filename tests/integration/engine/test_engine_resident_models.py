@@ -12,7 +12,7 @@ import mlx.core as mx
 import pytest
 from mlx_lm.models.cache import KVCache
 
-from mlxd.backend.prefix import PrefixCache, SnapshotKind
+from mlxd.backend.prefix.cache import PrefixCache, SnapshotKind
 from mlxd.engine import Engine, ModelInfo
 from mlxd.errors import ModelNotFound
 from mlxd.types import FinishReason, TokenEvent

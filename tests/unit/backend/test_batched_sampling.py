@@ -14,9 +14,14 @@ import pytest
 from mlx_lm.models.cache import TokenBuffer
 from mlx_lm.sample_utils import make_presence_penalty, make_repetition_penalty
 
-from mlxd.backend import draws
-from mlxd.backend.logits_processing import BatchBias, GuardedProcessor, LogitBias, process_rows
-from mlxd.backend.sampling import GREEDY, Sampler, guard_sampler, make_sampler, sample_rows
+from mlxd.backend.sampling import draws
+from mlxd.backend.sampling.logits_processing import (
+    BatchBias,
+    GuardedProcessor,
+    LogitBias,
+    process_rows,
+)
+from mlxd.backend.sampling.samplers import GREEDY, Sampler, guard_sampler, make_sampler, sample_rows
 from mlxd.types import SamplingParams
 
 V = 64

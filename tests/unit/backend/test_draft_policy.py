@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mlxd.backend.draft_policy import (
+from mlxd.backend.speculation.draft_policy import (
     PRIOR_SLOPE,
     REFRESH,
     VERIFY_REFRESH,

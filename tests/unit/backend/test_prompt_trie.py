@@ -8,7 +8,7 @@ import random
 import pytest
 from mlx_lm.models.cache import PromptTrie as MlxLmTrie
 
-from mlxd.backend.prompt_trie import PromptTrie
+from mlxd.backend.prefix.prompt_trie import PromptTrie
 
 
 def _same_answers(ours: PromptTrie, theirs: MlxLmTrie, stored: set[tuple[int, ...]], q: list[int]):

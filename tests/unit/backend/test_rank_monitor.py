@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mlxd.backend.rank_monitor import RankMonitor, leader_address, send_heartbeats
+from mlxd.backend.distributed.rank_monitor import RankMonitor, leader_address, send_heartbeats
 
 
 def _monitor(stall_seconds: float, size: int = 3) -> tuple[RankMonitor, queue.SimpleQueue[str]]:

@@ -3,9 +3,9 @@ which drafts the policy lets through."""
 
 from __future__ import annotations
 
-from mlxd.backend.draft_policy import DraftPolicy, StepCosts
 from mlxd.backend.outputs import DraftCount
-from mlxd.backend.speculative import Drafts
+from mlxd.backend.speculation.draft_policy import DraftPolicy, StepCosts
+from mlxd.backend.speculation.drafts import Drafts
 from mlxd.types import DraftKind
 
 

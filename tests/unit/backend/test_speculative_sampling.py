@@ -10,7 +10,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from mlxd.backend import speculative_sampling as rule
+from mlxd.backend.sampling import speculative_sampling as rule
 
 V = 4
 
@@ -102,7 +102,7 @@ def test_a_seeded_sampler_verifies_within_its_filtered_distribution() -> None:
     """SeededSampler.verify takes p after the request's filters: with top-k every emitted
     token is in its position's top k, a draft outside them is never accepted, and a seed
     repeats its verdict."""
-    from mlxd.backend.sampling import make_sampler
+    from mlxd.backend.sampling.samplers import make_sampler
     from mlxd.types import SamplingParams
 
     logits = mx.random.normal((3, 50), key=mx.random.key(0)) * 2

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from mlxd.backend.tokenizer import TokenizerLoader, tokenizer_route
+from mlxd.backend.tokenizer.checkpoint_tokenizer import TokenizerLoader, tokenizer_route
 
 GENERIC = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "</s>"}
 

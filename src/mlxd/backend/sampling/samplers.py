@@ -23,11 +23,11 @@ from mlx_lm.sample_utils import (
     make_logits_processors,
 )
 
-from mlxd.backend import draws
-from mlxd.backend import speculative_sampling as rule
-from mlxd.backend.logits_processing import GuardedProcessor, LogitBias, put_rows
-from mlxd.backend.logits_processing import Processor as Processor
 from mlxd.backend.outputs import FaultHook
+from mlxd.backend.sampling import draws
+from mlxd.backend.sampling import speculative_sampling as rule
+from mlxd.backend.sampling.logits_processing import GuardedProcessor, LogitBias, put_rows
+from mlxd.backend.sampling.logits_processing import Processor as Processor
 from mlxd.types import SamplingParams, TokenLogprob
 
 Sampler = Callable[[mx.array], mx.array]

@@ -1,5 +1,5 @@
 """mlx-lm internals for speculative decoding: the verifying decode step and per-row cache
-rewinds (backend/speculative.py decides what to draft; backend/mlx_lm_compat.py holds every other
+rewinds (speculation/drafts.py decides what to draft; mlx_lm/compat.py holds every other
 mlx-lm internal, and its pin test covers this module too).
 
 What we rely on:
@@ -12,7 +12,7 @@ What we rely on:
   row. A `BatchKVCache` rewinds per row with `trim` (all rows) then `prepare(right_padding=)`
   and `finalize()` (rolls each row right into its left padding). `samplers[i]` is None or
   `greedy_sampler` for a greedy row; a sampled row's verifies drafts (DraftVerifier).
-  The draft model's batch cache (backend/draft_model.py) is built with `BatchKVCache.merge`
+  The draft model's batch cache (speculation/draft_model.py) is built with `BatchKVCache.merge`
   of single-row caches, grows with `extend`, shrinks with `filter`, rewinds as the target's.
 """
 
@@ -25,14 +25,14 @@ from mlx_lm.generate import GenerationBatch
 from mlx_lm.models.cache import BatchKVCache, KVCache, make_prompt_cache
 from mlx_lm.sample_utils import greedy_sampler
 
-from mlxd.backend.logits_processing import process_rows
-from mlxd.backend.mlx_lm_compat import BatchedGenerationBatch
+from mlxd.backend.mlx_lm.compat import BatchedGenerationBatch
+from mlxd.backend.sampling.logits_processing import process_rows
 
 if TYPE_CHECKING:
     from mlx.nn.layers.base import Module
 
-    from mlxd.backend.mlx_lm_compat import BatchGen, PromptCache
-    from mlxd.backend.sampling import Sampler
+    from mlxd.backend.mlx_lm.compat import BatchGen, PromptCache
+    from mlxd.backend.sampling.samplers import Sampler
 
 
 class RowDrafter(Protocol):

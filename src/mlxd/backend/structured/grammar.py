@@ -3,7 +3,7 @@
 `compile_constraint` runs on the caller's thread before a request is queued, never on the
 engine thread: an invalid, unsupported or too costly constraint raises InvalidRequest naming
 its request field, and the engine only ever sees a ready grammar. Each sequence then walks its
-own copy of the compiled matcher (backend/grammar_mask.py).
+own copy of the compiled matcher (backend/structured/grammar_mask.py).
 
 Why llguidance rather than xgrammar (benchmarks/grammar_libs_bench.py, figures in
 benchmarks/results/grammar-libs-2026-12-01.json): on this CPU both compute a mask in tens of

@@ -24,7 +24,7 @@ from pathlib import Path
 from mlx_lm import __version__ as mlx_lm_version
 from mlx_lm.models.cache import load_prompt_cache, save_prompt_cache
 
-from mlxd.backend.mlx_lm_compat import PromptCache
+from mlxd.backend.mlx_lm.compat import PromptCache
 from mlxd.types import common_prefix_len
 
 FORMAT = "mlxd-prefix-1"

@@ -13,7 +13,7 @@ Bounds: entries are evicted least recently used first past `max_bytes`; a trimma
 replaces the entries that are its own prefixes; and when a request continues an earlier turn
 (its prompt holds that turn's prompt up to where a next turn departs), the earlier turn's
 snapshots go once the new request has stored one, so a conversation keeps only its latest turn.
-With a disk tier (backend/prefix_disk.py) every kept snapshot is also written to a file, and a
+With a disk tier (backend/prefix/disk_tier.py) every kept snapshot is also written to a file, and a
 prompt that a file serves better than memory loads it.
 """
 
@@ -29,10 +29,10 @@ import mlx.core as mx
 from mlx.utils import tree_map
 from mlx_lm.models.cache import RotatingKVCache, can_trim_prompt_cache
 
-from mlxd.backend.mlx_lm_compat import PromptCache, trim_cache
+from mlxd.backend.mlx_lm.compat import PromptCache, trim_cache
 from mlxd.backend.outputs import PrefixCacheStats
-from mlxd.backend.prefix_disk import DiskTier
-from mlxd.backend.prompt_trie import PromptTrie
+from mlxd.backend.prefix.disk_tier import DiskTier
+from mlxd.backend.prefix.prompt_trie import PromptTrie
 
 # A reuse shorter than this is not worth a cache copy (chat prompts of unrelated conversations
 # share a handful of template tokens); it is neither used nor counted as a hit.

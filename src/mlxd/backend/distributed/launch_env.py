@@ -8,7 +8,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from mlxd.backend.ring_wait import wait_in_kernel
+from mlxd.backend.distributed.ring_wait import wait_in_kernel
 
 if TYPE_CHECKING:
     import mlx.core as mx

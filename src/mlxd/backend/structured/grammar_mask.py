@@ -4,7 +4,7 @@ It is a per-row logits processor of mlx-lm's BatchGenerator, so constrained and 
 share one batch: a free row has no processor and its logits pass untouched. mlx-lm calls a
 row's processors once per step with the row's tokens so far; the first call ends with the
 prompt's last token, each later call with the token sampled at the previous step (see
-backend/mlx_lm_compat.py), which this processor feeds to its matcher before computing the
+backend/mlx_lm/compat.py), which this processor feeds to its matcher before computing the
 next mask. A grammar error raises, and guard_processor fails that request alone.
 """
 
@@ -17,7 +17,7 @@ import llguidance
 import mlx.core as mx
 import numpy as np
 
-from mlxd.backend.grammar import CompiledGrammar
+from mlxd.backend.structured.grammar import CompiledGrammar
 
 __all__ = ["GrammarError", "GrammarMask"]
 

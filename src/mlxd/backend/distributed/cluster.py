@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlxd.backend.batch import BatchRunner
-from mlxd.backend.loader import LoadedModel, load_checkpoint
-from mlxd.backend.lockstep_channel import (
+from mlxd.backend.distributed.lockstep_channel import (
     Channel,
     CloseRunnerMsg,
     HelloMsg,
@@ -40,9 +39,10 @@ from mlxd.backend.lockstep_channel import (
     params_from_wire,
     params_to_wire,
 )
+from mlxd.backend.distributed.rank_monitor import RankMonitor, leader_address, send_heartbeats
+from mlxd.backend.loader import LoadedModel, load_checkpoint
 from mlxd.backend.mlx_backend import MlxBackend
 from mlxd.backend.outputs import ClusterStats, RankStatus, StepResult
-from mlxd.backend.rank_monitor import RankMonitor, leader_address, send_heartbeats
 from mlxd.errors import InvalidRequest, MlxdError, ModelBroken, one_line
 from mlxd.types import ImageInputs, PromptBoundaries, SamplingParams
 
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
     import mlx.core as mx
 
-    from mlxd.backend.grammar import CompiledGrammar
+    from mlxd.backend.structured.grammar import CompiledGrammar
 
 
 class ShardMode(StrEnum):

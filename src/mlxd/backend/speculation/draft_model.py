@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, cast
 import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache
 
-from mlxd.backend import mlx_lm_compat as compat
-from mlxd.backend import mlx_lm_speculation as spec_compat
-from mlxd.backend.speculative import DraftRequest
+from mlxd.backend.mlx_lm import compat
+from mlxd.backend.mlx_lm import verify_step as spec_compat
+from mlxd.backend.speculation.drafts import DraftRequest
 from mlxd.types import common_prefix_len
 
 if TYPE_CHECKING:

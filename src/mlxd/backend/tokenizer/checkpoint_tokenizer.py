@@ -205,7 +205,7 @@ class CheckpointTokenizer:
         """transformers' own, from a transformers tokenizer loaded on first use. mlxd renders
         templates in its sandbox (mlxd.chat.template) and never calls this."""
         if self._transformers is None:
-            from mlxd.backend.lazy_transformers import real_transformers
+            from mlxd.backend.tokenizer.lazy_transformers import real_transformers
 
             auto = real_transformers().AutoTokenizer
             self._transformers = auto.from_pretrained(self.name_or_path)

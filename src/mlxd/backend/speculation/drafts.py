@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from mlxd.backend.draft_policy import Acceptance, DraftPolicy
 from mlxd.backend.outputs import DraftCount
+from mlxd.backend.speculation.draft_policy import Acceptance, DraftPolicy
 from mlxd.types import DraftKind
 
 # Prompt lookup matches the last MAX_NGRAM..MIN_NGRAM tokens, longest first: a one-token

@@ -18,10 +18,10 @@ Nothing else in mlxd reads or writes mlx-lm's private state. What we rely on:
   so that streamed text equals `tokenizer.decode(ids)`.
 - A sequence's logits processors are called once per decode step with its tokens so far: the
   first call's last token is the prompt's last token, each later call's last token is the
-  one sampled at the previous call (backend/grammar_mask.py feeds it to its grammar).
+  one sampled at the previous call (backend/structured/grammar_mask.py feeds it to its grammar).
 - `mlx_lm.utils.load` gets its tokenizer from `mlx_lm.tokenizer_utils.AutoTokenizer.
   from_pretrained(path, trust_remote_code=...)`; `load` puts the stand-in of
-  backend/lazy_transformers.py in that name, which returns a CheckpointTokenizer during mlxd's
+  tokenizer/lazy_transformers.py in that name, which returns a CheckpointTokenizer during mlxd's
   loads. TokenizerWrapper forwards unknown attributes (and their assignment) to the tokenizer and
   takes a tokenizer class whose `apply_chat_template` is not transformers' for a custom renderer,
   so `load` sets `has_chat_template` for a CheckpointTokenizer as it is for transformers'.
@@ -48,7 +48,7 @@ Nothing else in mlxd reads or writes mlx-lm's private state. What we rely on:
   `length` at `max_tokens` and `stop` when its `_matchers[i].advance(token)` says so (a
   finished row's Response carries `extract_cache(i)` and `tokens[i]`), then `filter`s the
   rows kept (BatchedGenerationBatch.next does the same with less Python per row).
-- Speculation's step and per-row cache rewinds are in backend/mlx_lm_speculation.py, the
+- Speculation's step and per-row cache rewinds are in backend/mlx_lm/verify_step.py, the
   same door's second room (it documents what it relies on).
 
 The Protocols name what we use of mlx-lm's objects, private members included, so mypy checks
@@ -69,15 +69,15 @@ from mlx_lm.generate import BatchGenerator, GenerationBatch, StopSequences
 from mlx_lm.models.cache import BatchKVCache, trim_prompt_cache
 from mlx_lm.tokenizer_utils import BPEStreamingDetokenizer, TokenizerWrapper
 
-from mlxd.backend import lazy_transformers
-from mlxd.backend.logits_processing import BatchBias, process_rows
-from mlxd.backend.sampling import sample_rows
-from mlxd.backend.tokenizer import CheckpointTokenizer
+from mlxd.backend.sampling.logits_processing import BatchBias, process_rows
+from mlxd.backend.sampling.samplers import sample_rows
+from mlxd.backend.tokenizer import lazy_transformers
+from mlxd.backend.tokenizer.checkpoint_tokenizer import CheckpointTokenizer
 
 if TYPE_CHECKING:
     from mlx.nn.layers.base import Module
 
-    from mlxd.backend.sampling import Processor, Sampler
+    from mlxd.backend.sampling.samplers import Processor, Sampler
 
 PINNED = "0.32.2"  # the mlx-lm these helpers were checked against
 

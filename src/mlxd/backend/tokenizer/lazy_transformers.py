@@ -2,7 +2,7 @@
 huggingface_hub's Hub client (about 0.1 s).
 
 The `mlx_lm` package imports four transformers names when it is first imported, none of which
-mlxd needs unless a model's tokenizer must load through transformers (backend/tokenizer.py says
+mlxd needs unless a model's tokenizer must load through transformers (checkpoint_tokenizer.py says
 which): `PreTrainedTokenizer` (mlx_lm.generate, annotations), `PreTrainedTokenizerBase`,
 `PreTrainedTokenizerFast` and `AutoTokenizer` (mlx_lm.tokenizer_utils: NewlineTokenizer
 subclasses the second and is registered with the third; TokenizerWrapper compares with the first).
@@ -41,7 +41,9 @@ class PreTrainedTokenizerBase:
     """Stand-in for transformers' class of that name while mlx_lm imports."""
 
     def apply_chat_template(self, *args: object, **kwargs: object) -> object:
-        raise NotImplementedError("a transformers stand-in (mlxd.backend.lazy_transformers)")
+        raise NotImplementedError(
+            "a transformers stand-in (mlxd.backend.tokenizer.lazy_transformers)"
+        )
 
 
 class PreTrainedTokenizer(PreTrainedTokenizerBase):
@@ -71,7 +73,11 @@ class AutoTokenizer:
     @classmethod
     def from_pretrained(cls, path: str | Path, *args: object, **kwargs: Any) -> object:
         if _mlxd_loads.get() and not args and set(kwargs) <= {"trust_remote_code"}:
-            from mlxd.backend.tokenizer import CheckpointTokenizer, TokenizerLoader, tokenizer_route
+            from mlxd.backend.tokenizer.checkpoint_tokenizer import (
+                CheckpointTokenizer,
+                TokenizerLoader,
+                tokenizer_route,
+            )
 
             trust = bool(kwargs.get("trust_remote_code"))
             if tokenizer_route(Path(path), trust_remote_code=trust).loader is (
@@ -181,7 +187,7 @@ def _transformers_stand_ins() -> Iterator[None]:
         return
     modules = {}
     for module_name, names in _MODULES.items():
-        module = ModuleType(module_name, "mlxd stand-in (mlxd.backend.lazy_transformers)")
+        module = ModuleType(module_name, "mlxd stand-in (mlxd.backend.tokenizer.lazy_transformers)")
         for name in names:
             setattr(module, name, STAND_INS[name])
         modules[module_name] = module

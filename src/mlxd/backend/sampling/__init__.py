@@ -1,0 +1,1 @@
+"""Per-request samplers, logits processors and seeded draws over a whole batch."""

@@ -1,0 +1,1 @@
+"""Output constraints: grammars compiled with llguidance and the per-row mask that applies them."""
