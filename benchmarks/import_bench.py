@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mlx_lm import load, stream_generate  # noqa: E402
 
 from mlxd.store.default_model import find_demo_gguf  # noqa: E402
-from mlxd.store.gguf_import import import_gguf  # noqa: E402
+from mlxd.store.gguf.importer import import_gguf  # noqa: E402
 
 PROMPT = "Write a short story about a robot who learns to paint."
 

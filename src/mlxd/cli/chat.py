@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from mlxd.cli.model_client import add_client_flags
+from mlxd.cli.client.model_client import add_client_flags
 from mlxd.cli.repl_options import add_generation_flags
 
 if TYPE_CHECKING:

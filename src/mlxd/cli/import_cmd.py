@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
     from mlxd.cli.main import Subparsers
-    from mlxd.store.gguf_weights import ProgressFn
+    from mlxd.store.gguf.weights import ProgressFn
 
 DTYPE_CHOICES = ("float32", "float16", "bfloat16")
 
@@ -46,7 +46,7 @@ def add_parser(sub: Subparsers) -> None:
 def cmd_import(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from mlxd.store.gguf_import import import_gguf
+    from mlxd.store.gguf.importer import import_gguf
 
     show_bar = sys.stderr.isatty() and not args.json
     with _progress(show_bar) as progress:

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from mlxd.cli.main import Subparsers
-    from mlxd.store.download import PullPlan
+    from mlxd.store.hub.download import PullPlan
 
 
 def add_parser(sub: Subparsers) -> None:
@@ -26,8 +26,8 @@ def add_parser(sub: Subparsers) -> None:
 
 
 def cmd_pull(args: argparse.Namespace) -> int:
-    from mlxd.store import download as D
     from mlxd.store.health import check
+    from mlxd.store.hub import download as D
 
     repo_id, revision = D.parse_repo_ref(args.repo)  # before any network call
     plan = D.preflight(repo_id, revision)
@@ -57,7 +57,7 @@ def _download_interruptibly(plan: PullPlan, json_mode: bool, show_bar: bool) -> 
     exit 130 at once (huggingface_hub's thread pool would otherwise finish every file in
     flight); completed files stay in the cache, and the next pull skips them and resumes
     the partial ones (store/resume.py)."""
-    from mlxd.store import download as D
+    from mlxd.store.hub import download as D
 
     outcome: dict[str, Any] = {}
 
@@ -83,7 +83,7 @@ def _download_interruptibly(plan: PullPlan, json_mode: bool, show_bar: bool) -> 
 
 
 def _wait(worker: threading.Thread, plan: PullPlan, show_bar: bool) -> None:
-    from mlxd.store.download import downloaded_bytes
+    from mlxd.store.hub.download import downloaded_bytes
 
     if not show_bar:
         while worker.is_alive():

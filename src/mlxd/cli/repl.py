@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mlxd.chat.images import file_part, image_bytes, read_image
-from mlxd.cli.model_client import AnswerStream, ModelClient, drain, open_client
+from mlxd.cli.client.model_client import AnswerStream, ModelClient, drain, open_client
 from mlxd.cli.render import print_error
 from mlxd.cli.repl_input import MessageReader, PipeReader, TerminalReader
 from mlxd.cli.repl_options import checked_options_from_args

@@ -24,7 +24,7 @@ import sys
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
-from mlxd.cli.model_client import add_client_flags, drain, open_client, resolver
+from mlxd.cli.client.model_client import add_client_flags, drain, open_client, resolver
 from mlxd.cli.repl_options import (
     add_generation_flags,
     checked_options_from_args,
@@ -36,8 +36,8 @@ from mlxd.errors import AmbiguousModel, InvalidRequest, ModelNotFound
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from mlxd.cli.client.model_client import ModelClient
     from mlxd.cli.main import Subparsers
-    from mlxd.cli.model_client import ModelClient
     from mlxd.cli.stream_render import Answer
     from mlxd.store.model_ref import ModelRef
 
@@ -109,7 +109,7 @@ def parse_positionals(
     if first == "-" or _has_space(first):
         return Invocation(None, tuple(words))
     if resolve is None:
-        from mlxd.cli.repl_engine import resolve_model
+        from mlxd.cli.client.in_process import resolve_model
 
         resolve = resolve_model
 

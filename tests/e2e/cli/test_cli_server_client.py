@@ -176,7 +176,7 @@ def test_server_path_imports_no_mlx(
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     modules = set(json.loads(out.read_text()))
-    assert "mlxd.cli.http_model" in modules and "mlxd.chat.options" in modules
+    assert "mlxd.cli.client.http_model" in modules and "mlxd.chat.options" in modules
     heavy = ("mlx", "mlx_lm", "numpy", "transformers", "tokenizers", "jinja2", "httpx",
              "huggingface_hub", "safetensors", "fastapi", "prompt_toolkit", "rich")  # fmt: skip
     assert not {m for m in modules if m.split(".")[0] in heavy}

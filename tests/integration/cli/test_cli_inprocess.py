@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from mlxd.chat.session import start_chat
+from mlxd.cli.client.in_process import open_model, resolve_model
 from mlxd.cli.repl import Conversation, Repl
-from mlxd.cli.repl_engine import open_model, resolve_model
 from mlxd.cli.repl_input import PipeReader
 from mlxd.cli.run import ask_once, messages_for
 

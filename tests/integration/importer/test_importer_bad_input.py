@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mlxd.errors import InvalidRequest, MlxdError, ModelBroken, ModelNotFound
-from mlxd.store.gguf_import import import_gguf
+from mlxd.store.gguf.importer import import_gguf
 from tests.integration.importer.gguf_builder import GgufFactory
 
 

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mlxd.errors import MlxdError
-from mlxd.store.gguf_import import import_gguf
+from mlxd.store.gguf.importer import import_gguf
 from tests.integration.importer.gguf_builder import GgufFactory
 
 

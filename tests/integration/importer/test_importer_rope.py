@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from mlx_lm.utils import load_model
 
-from mlxd.store.gguf_import import import_gguf
+from mlxd.store.gguf.importer import import_gguf
 from tests.integration.importer.gguf_builder import GgufFactory, write_reference
 
 TOKENS = [(i * 37 + 11) % 400 for i in range(96)]  # < vocab; long enough to rotate far

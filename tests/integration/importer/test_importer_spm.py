@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from mlx_lm.tokenizer_utils import SPMStreamingDetokenizer
 from mlx_lm.tokenizer_utils import load as load_tokenizer
 
-from mlxd.store.gguf_import import import_gguf
+from mlxd.store.gguf.importer import import_gguf
 from tests.checkpoints import _CORPUS
 from tests.integration.importer.gguf_builder import build_gguf
 

@@ -12,7 +12,7 @@ from mlx_lm.tokenizer_utils import BPEStreamingDetokenizer
 from mlx_lm.tokenizer_utils import load as load_tokenizer
 from tokenizers import Tokenizer, pre_tokenizers
 
-from mlxd.store.gguf_import import import_gguf
+from mlxd.store.gguf.importer import import_gguf
 from tests.checkpoints import CHATML_TEMPLATE, SPECIAL_TOKENS
 from tests.integration.importer.gguf_builder import GgufFactory
 

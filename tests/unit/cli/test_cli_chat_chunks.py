@@ -10,9 +10,9 @@ import json
 import pytest
 
 from mlxd.chat.options import OPTIONS
-from mlxd.cli.chat_chunks import ChunkDecoder
-from mlxd.cli.http_model import ServerAddress, request_body, server_address
-from mlxd.cli.model_client import server_of
+from mlxd.cli.client.chat_chunks import ChunkDecoder
+from mlxd.cli.client.http_model import ServerAddress, request_body, server_address
+from mlxd.cli.client.model_client import server_of
 from mlxd.errors import (
     AuthError,
     ContextOverflow,
@@ -23,8 +23,8 @@ from mlxd.errors import (
     ModelNotFound,
     from_http,
 )
-from mlxd.server.schemas import ChatCompletionRequest
-from mlxd.server.wire import ChatWire
+from mlxd.server.openai.schemas import ChatCompletionRequest
+from mlxd.server.openai.wire import ChatWire
 from mlxd.types import (
     ChatEvent,
     FinishEvent,

@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from mlxd.cli.http_model import HttpModel, server_address
+from mlxd.cli.client.http_model import HttpModel, server_address
 from mlxd.errors import EngineUnavailable, ModelNotFound
 
 SERVED = "/models/tiny-chat"

@@ -7,8 +7,8 @@ import pytest
 from gguf import GGMLQuantizationType
 
 from mlxd.errors import ModelBroken
-from mlxd.store.gguf_reader import GgufTensor
-from mlxd.store.gguf_rope import rope_scaling_from_freqs
+from mlxd.store.gguf.reader import GgufTensor
+from mlxd.store.gguf.rope import rope_scaling_from_freqs
 
 
 def converter_factors(head_dim, theta, factor, low, high, context) -> np.ndarray:

@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from safetensors.numpy import load_file
 
 from mlxd.errors import InvalidRequest, ModelBroken
-from mlxd.store.gguf_config import LlamaHParams, read_hparams
-from mlxd.store.gguf_import import check_name, slugify
-from mlxd.store.gguf_reader import GgufFile, GgufTensor
-from mlxd.store.gguf_weights import (
+from mlxd.store.gguf.hparams import LlamaHParams, read_hparams
+from mlxd.store.gguf.importer import check_name, slugify
+from mlxd.store.gguf.reader import GgufFile, GgufTensor
+from mlxd.store.gguf.weights import (
     WeightPlan,
     expected_shapes,
     hf_name,
@@ -245,7 +245,7 @@ def test_importer_affine_parts_equal_gguf_dequantize(qtype: str) -> None:
     32/bits to a uint32 with the first code in the lowest bits."""
     from gguf.quants import dequantize, quantize
 
-    from mlxd.store.gguf_quant import KEEPABLE_BITS, affine_parts, pack
+    from mlxd.store.gguf.quant import KEEPABLE_BITS, affine_parts, pack
 
     encoding = GGMLQuantizationType[qtype]
     w = np.random.default_rng(3).normal(size=(6, 96)).astype(np.float32)
@@ -263,7 +263,7 @@ def test_importer_affine_parts_equal_gguf_dequantize(qtype: str) -> None:
 
 
 def test_importer_sampling_defaults() -> None:
-    from mlxd.store.gguf_config import sampling_defaults
+    from mlxd.store.gguf.hparams import sampling_defaults
 
     meta = {
         "general.sampling.temp": 0.6,
@@ -287,7 +287,7 @@ def test_importer_cli_and_default_model_import_light() -> None:
     import sys
 
     code = (
-        "import sys, mlxd.cli.import_cmd, mlxd.store.default_model, mlxd.store.gguf_format;"
+        "import sys, mlxd.cli.import_cmd, mlxd.store.default_model, mlxd.store.gguf.format;"
         "print(sorted(m for m in ('numpy', 'gguf', 'tokenizers', 'mlx') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from mlxd.server.anthropic_wire import AnthropicWire
+from mlxd.server.anthropic.wire import AnthropicWire
 from mlxd.types import ChatEvent, FinishEvent, FinishReason, TextDelta, ToolCall, Usage
 from tests.unit.server.scripted_app import (
     CALL,

@@ -10,7 +10,7 @@ from typing import Any
 import uvicorn
 from uvicorn.server import ServerState
 
-from mlxd.server.connections import GuardedH11Protocol, guarded_protocol
+from mlxd.server.guard.connections import GuardedH11Protocol, guarded_protocol
 
 
 class FakeTransport(asyncio.Transport):

@@ -9,12 +9,12 @@ import pytest
 
 from mlxd import errors as E
 from mlxd.errors import from_code, one_line
+from mlxd.server.guard.middleware import host_is_loopback, route_label
 from mlxd.server.lifecycle import Lifecycle
 from mlxd.server.metrics import Histogram, Metrics
-from mlxd.server.middleware import host_is_loopback, route_label
+from mlxd.server.openai.wire import ChatWire, CompletionWire
 from mlxd.server.served_models import check_model_name
 from mlxd.server.settings import is_loopback_host
-from mlxd.server.wire import ChatWire, CompletionWire
 from mlxd.types import FinishEvent, FinishReason, ReasoningDelta, TextDelta, ToolCall, Usage
 
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from mlxd.server.responses_schemas import ResponsesRequest
-from mlxd.server.responses_wire import ResponsesWire
+from mlxd.server.responses.schemas import ResponsesRequest
+from mlxd.server.responses.wire import ResponsesWire
 from mlxd.types import ChatEvent, FinishEvent, FinishReason, TextDelta, Usage
 from tests.unit.server.scripted_app import DONE, FAILED, SCRIPTS, run, sse, sse_text
 

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from mlxd.errors import InvalidRequest, ModelBroken
 from mlxd.store import facts
-from mlxd.store.download import parse_repo_ref, safe_repo_path
 from mlxd.store.files import is_lfs_pointer, wanted
+from mlxd.store.hub.download import parse_repo_ref, safe_repo_path
 from mlxd.store.safetensors_meta import count_parameters, read_header
 
 
@@ -170,7 +170,7 @@ def test_disk_space_is_checked_before_download(isolated_home: Path, monkeypatch)
     from collections import namedtuple
 
     from mlxd.errors import DownloadError
-    from mlxd.store import download
+    from mlxd.store.hub import download
 
     plan = download.PullPlan("org/big", None, "f" * 40, (("model.safetensors", 10_000),))
     usage = namedtuple("usage", "total used free")

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 from mlxd.errors import DownloadError, InvalidRequest, ModelNotFound, ModelRefused, one_line
 from mlxd.store import files as F
 from mlxd.store.hfcache import hub_cache_dir, locks_folder, repo_folder
-from mlxd.store.resume import resume_partials
-from mlxd.store.verify import Checksum, discard, mismatches
+from mlxd.store.hub.resume import resume_partials
+from mlxd.store.hub.verify import Checksum, discard, mismatches
 
 if TYPE_CHECKING:
     from filelock import FileLock

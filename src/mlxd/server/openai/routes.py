@@ -1,5 +1,5 @@
-"""HTTP routes: chat and text completions, models, health, metrics; Anthropic's messages and
-OpenAI's Responses come from their own modules."""
+"""OpenAI's chat and text completions and its model list: /v1/chat/completions,
+/v1/completions, /v1/models."""
 
 from __future__ import annotations
 
@@ -7,21 +7,18 @@ import asyncio
 import time
 
 from fastapi import APIRouter, Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, Response
 
-from mlxd.engine import RankStatus
 from mlxd.errors import ModelNotFound
-from mlxd.server import anthropic_api, responses_api
 from mlxd.server.generation import respond, start_chat_stream
-from mlxd.server.inputs import chat_inputs, parse, request_template
-from mlxd.server.schemas import ChatCompletionRequest, CompletionRequest
+from mlxd.server.openai.inputs import chat_inputs, request_template
+from mlxd.server.openai.schemas import ChatCompletionRequest, CompletionRequest
+from mlxd.server.openai.wire import ChatWire, CompletionWire
+from mlxd.server.request_inputs import parse
 from mlxd.server.served_models import DEFAULT_ALIASES
 from mlxd.server.state import server_state as _state
-from mlxd.server.wire import ChatWire, CompletionWire
 
 router = APIRouter()
-router.include_router(anthropic_api.router)
-router.include_router(responses_api.router)
 
 
 @router.post("/v1/chat/completions")
@@ -72,36 +69,3 @@ async def get_model(request: Request, model_id: str) -> Response:
     if not await st.models.exists(model_id):
         raise ModelNotFound(f"model '{model_id}' is not known", param="model")
     return JSONResponse(st.models.card(model_id))
-
-
-@router.get("/health")
-async def health(request: Request) -> Response:
-    """Reads engine.health() only (never blocks), so it answers during long prefills."""
-    st = _state(request)
-    h = st.engine.health()
-    ok = bool(h.ok) and not st.lifecycle.draining
-    state = "shutting_down" if st.lifecycle.draining else str(getattr(h, "state", ""))
-    body = {
-        "status": "ok" if ok else "unavailable",
-        "state": state,
-        "detail": getattr(h, "detail", None),
-        "model": st.models.default.name if st.models.default is not None else None,
-        "draft": st.models.draft(st.models.default.name) if st.models.default else None,
-        "blas": h.blas,
-    }
-    if h.cluster is not None:
-        body["ranks"] = [_rank_json(r) for r in h.cluster.ranks]
-    return JSONResponse(body, status_code=200 if ok else 503)
-
-
-def _rank_json(rank: RankStatus) -> dict[str, object]:
-    """One rank in /health's "ranks" list (distributed serve)."""
-    age = None if rank.heartbeat_age is None else round(rank.heartbeat_age, 3)
-    return {"rank": rank.rank, "up": rank.up, "heartbeat_age_seconds": age}
-
-
-@router.get("/metrics")
-async def metrics(request: Request) -> Response:
-    st = _state(request)
-    text = st.metrics.render(st.engine.stats(), len(st.lifecycle.active))
-    return PlainTextResponse(text, media_type="text/plain; version=0.0.4")

@@ -20,7 +20,7 @@ from mlxd.errors import InvalidRequest, MlxdError
 from mlxd.types import ChatEvent
 
 if TYPE_CHECKING:
-    from mlxd.cli.http_model import ServerAddress
+    from mlxd.cli.client.http_model import ServerAddress
     from mlxd.store.model_ref import ModelRef
 
 
@@ -99,7 +99,7 @@ def server_of(args: argparse.Namespace) -> ServerAddress | None:
                 "request can only ask for what the server has loaded",
                 param=dest,
             )
-    from mlxd.cli.http_model import server_address
+    from mlxd.cli.client.http_model import server_address
 
     return server_address(url)
 
@@ -121,10 +121,10 @@ def resolver(args: argparse.Namespace) -> Callable[[str], ModelRef | str]:
     model list (GET /v1/models/NAME; the name is then sent as given)."""
     server = server_of(args)
     if server is None:
-        from mlxd.cli.repl_engine import resolve_model
+        from mlxd.cli.client.in_process import resolve_model
 
         return resolve_model
-    from mlxd.cli.http_model import HttpModel
+    from mlxd.cli.client.http_model import HttpModel
 
     probe = HttpModel(server, "default", api_key(args))
 
@@ -143,12 +143,12 @@ def open_client(
     engine, closed after."""
     server = server_of(args)
     if server is not None:
-        from mlxd.cli.http_model import HttpModel
+        from mlxd.cli.client.http_model import HttpModel
 
         name = model if model is None or isinstance(model, str) else model.name
         yield HttpModel.connect(server, api_key(args), name)
         return
-    from mlxd.cli.repl_engine import open_model, resolve_model
+    from mlxd.cli.client.in_process import open_model, resolve_model
 
     ref = model if model is not None and not isinstance(model, str) else None
     ref = ref or resolve_model(model if isinstance(model, str) else None, quiet=quiet)

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlxd.errors import ModelBroken
-from mlxd.store.gguf_reader import GgufFile
-from mlxd.store.gguf_rope import rope_scaling_from_freqs
+from mlxd.store.gguf.reader import GgufFile
+from mlxd.store.gguf.rope import rope_scaling_from_freqs
 
 SUPPORTED_ARCHITECTURES = ("llama",)
 ROPE_FREQS = "rope_freqs.weight"  # folded into config.json's rope_scaling, not a weight

@@ -20,9 +20,9 @@ import numpy as np
 from gguf.quants import dequantize
 
 from mlxd.errors import InvalidRequest, ModelBroken
-from mlxd.store.gguf_config import ROPE_FREQS, LlamaHParams
-from mlxd.store.gguf_quant import GROUP_SIZE, affine_parts, kept_bits, pack
-from mlxd.store.gguf_reader import SUPPORTED_TYPES, GgufFile, GgufTensor
+from mlxd.store.gguf.hparams import ROPE_FREQS, LlamaHParams
+from mlxd.store.gguf.quant import GROUP_SIZE, affine_parts, kept_bits, pack
+from mlxd.store.gguf.reader import SUPPORTED_TYPES, GgufFile, GgufTensor
 
 DTYPES = {"float32": ("F32", 4), "float16": ("F16", 2), "bfloat16": ("BF16", 2)}
 _TAG_WIDTH = {"F32": 4, "F16": 2, "BF16": 2, "U32": 4}

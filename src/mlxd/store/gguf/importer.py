@@ -19,11 +19,11 @@ from typing import Any
 
 from mlxd import config
 from mlxd.errors import InvalidRequest, MlxdError
-from mlxd.store.gguf_config import LlamaHParams, hf_config, read_hparams, sampling_defaults
-from mlxd.store.gguf_format import IMPORT_FORMAT, INFO_KEY, TMP_PREFIX
-from mlxd.store.gguf_reader import GgufFile, open_gguf
-from mlxd.store.gguf_tokenizer import TokenizerFiles, build_tokenizer
-from mlxd.store.gguf_weights import (
+from mlxd.store.gguf.format import IMPORT_FORMAT, INFO_KEY, TMP_PREFIX
+from mlxd.store.gguf.hparams import LlamaHParams, hf_config, read_hparams, sampling_defaults
+from mlxd.store.gguf.reader import GgufFile, open_gguf
+from mlxd.store.gguf.tokenizer_files import TokenizerFiles, build_tokenizer
+from mlxd.store.gguf.weights import (
     DTYPES,
     ProgressFn,
     WeightPlan,

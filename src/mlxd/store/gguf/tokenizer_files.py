@@ -13,9 +13,9 @@ from typing import Any
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 
 from mlxd.errors import ModelBroken
-from mlxd.store.gguf_config import LlamaHParams
-from mlxd.store.gguf_reader import GgufFile
-from mlxd.store.gguf_spm import spm_tokenizer
+from mlxd.store.gguf.hparams import LlamaHParams
+from mlxd.store.gguf.reader import GgufFile
+from mlxd.store.gguf.spm import spm_tokenizer
 
 # llama.cpp token types (gguf.TokenType): which ids become HF added tokens.
 _UNKNOWN, _CONTROL, _USER_DEFINED = 2, 3, 4

@@ -23,7 +23,7 @@ from urllib.parse import quote, urlsplit
 
 from mlxd import __version__
 from mlxd.chat.options import OPTIONS
-from mlxd.cli.chat_chunks import ChunkDecoder
+from mlxd.cli.client.chat_chunks import ChunkDecoder
 from mlxd.config import default
 from mlxd.errors import EngineFault, EngineUnavailable, InvalidRequest, MlxdError, ModelNotFound
 from mlxd.errors import from_http as error_from_http

@@ -11,11 +11,10 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from mlxd.chat.messages import check_template_kwargs
 from mlxd.chat.options import check_stop_count
 from mlxd.errors import InvalidRequest
 from mlxd.server.error_responses import validation_error
-from mlxd.server.schemas import ChatCompletionRequest, NamedToolChoice, SamplingFields
+from mlxd.server.openai.schemas import SamplingFields
 from mlxd.server.settings import ServerSettings
 
 M = TypeVar("M", bound=BaseModel)
@@ -62,19 +61,6 @@ class ToolChoice(StrEnum):
     NAMED = "named"  # call this one tool (stated in the prompt; the template sees only it)
 
 
-def chat_inputs(req: ChatCompletionRequest) -> ChatInputs:
-    """(messages, tools, template_kwargs) for start_chat, honouring tool_choice: the prompt
-    says what it asks for; start_chat enforces a forced call with a grammar."""
-    messages = [m.to_template() for m in req.messages]
-    tools = [t.model_dump(exclude_none=True) for t in req.tools] if req.tools else None
-    choice = req.tool_choice
-    if isinstance(choice, NamedToolChoice):
-        tools = apply_tool_choice(messages, tools, ToolChoice.NAMED, choice.function.name)
-    elif choice is not None:
-        tools = apply_tool_choice(messages, tools, ToolChoice(choice))
-    return ChatInputs(messages, tools, template_kwargs(req))
-
-
 def apply_tool_choice(
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]] | None,
@@ -90,24 +76,6 @@ def apply_tool_choice(
         tools = [t for t in tools if t["function"]["name"] == name]
         _add_system_hint(messages, NAMED_HINT.format(name=name))
     return tools
-
-
-def request_template(req: ChatCompletionRequest, settings: ServerSettings) -> str | None:
-    """The request's own `chat_template`, if the operator allows requests to set one."""
-    if req.chat_template is None:
-        return None
-    if not settings.request_chat_template:
-        raise InvalidRequest(
-            "a request may not set 'chat_template' (the model's own template is used); "
-            "the operator can allow it with MLXD_REQUEST_CHAT_TEMPLATE=1",
-            param="chat_template",
-        )
-    return req.chat_template
-
-
-def template_kwargs(req: ChatCompletionRequest) -> dict[str, Any] | None:
-    """The request's chat_template_kwargs, checked against the chat layer's allow-list."""
-    return check_template_kwargs(req.chat_template_kwargs) or None
 
 
 def _add_system_hint(messages: list[dict[str, Any]], hint: str) -> None:

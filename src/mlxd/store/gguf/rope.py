@@ -15,7 +15,7 @@ import numpy as np
 from gguf import GGMLQuantizationType
 
 from mlxd.errors import ModelBroken
-from mlxd.store.gguf_reader import GgufTensor
+from mlxd.store.gguf.reader import GgufTensor
 
 _TOLERANCE = 1e-4
 _COMMON = [(lo, hi, ctx) for ctx in (8192, 4096, 2048, 16384, 32768) for lo, hi in ((1.0, 4.0),)]

@@ -1,24 +1,16 @@
-"""OpenAI's Responses API on the chat layer: POST /v1/responses.
+"""Responses `instructions` and `input` items -> chat-layer inputs (messages, tools).
 
-`instructions` and the `input` items become OpenAI-shaped chat messages (a reasoning item
-goes to the next assistant turn as reasoning_content, function_call items to its
-tool_calls, each function_call_output is a `tool` message), then go through start_chat like
-/v1/chat/completions: the same prompt, options table, stream filter, budgets and prefix cache.
-Stateless: every request carries the whole conversation (responses_schemas).
+A reasoning item goes to the next assistant turn as reasoning_content, function_call items
+to its tool_calls, each function_call_output is a `tool` message.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from fastapi import APIRouter, Request
-from starlette.responses import Response
-
 from mlxd.errors import InvalidRequest
-from mlxd.server.generation import respond, start_chat_stream
-from mlxd.server.inputs import ChatInputs, ToolChoice, apply_tool_choice, parse
-from mlxd.server.responses_schemas import (
+from mlxd.server.request_inputs import ChatInputs, ToolChoice, apply_tool_choice
+from mlxd.server.responses.schemas import (
     FunctionCallItem,
     FunctionCallOutputItem,
     MessageItem,
@@ -26,21 +18,6 @@ from mlxd.server.responses_schemas import (
     ResponsesRequest,
     ToolChoiceFunction,
 )
-from mlxd.server.responses_wire import ResponsesWire
-from mlxd.server.state import server_state
-
-router = APIRouter()
-
-
-@router.post("/v1/responses")
-async def create_response(request: Request) -> Response:
-    st = server_state(request)
-    start = time.perf_counter()
-    req = parse(ResponsesRequest, await request.body(), st.settings)
-    info = await st.models.get(req.model)
-    stream = await start_chat_stream(st, info, req, chat_inputs(req))
-    wire = ResponsesWire(model=info.name, request=req)
-    return await respond(request, st, stream, wire, req.stream, start)
 
 
 def chat_inputs(req: ResponsesRequest) -> ChatInputs:

@@ -13,7 +13,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     StrictBool,
     StrictFloat,
@@ -22,37 +21,23 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic.fields import FieldInfo
 
 from mlxd.chat.messages import join_text
-from mlxd.config import LIMITS, SAMPLING_BOUNDS
-
-# Every API's wire shapes: unknown fields ignored (as OpenAI and Anthropic do), no NaN/inf.
-WIRE_CONFIG = ConfigDict(extra="ignore", allow_inf_nan=False)
-_CFG = WIRE_CONFIG
-MAX_MESSAGES = 10_000  # messages in one request
-MAX_TOOLS = 512  # tools in one request
-
-
-def _range(name: str) -> FieldInfo:
-    """Field bounds of one option: the range the option table and the engine check too."""
-    b = SAMPLING_BOUNDS[name]
-    bounds: FieldInfo = Field(gt=b.low, le=b.high) if b.low_open else Field(ge=b.low, le=b.high)
-    return bounds
-
-
-MaxTokens = Annotated[StrictInt, _range("max_tokens")]
-Temperature = Annotated[StrictFloat, _range("temperature")]
-TopP = Annotated[StrictFloat, _range("top_p")]
-TopK = Annotated[StrictInt, _range("top_k")]
-Seed = Annotated[StrictInt, _range("seed")]
-TopLogprobs = Annotated[StrictInt, _range("top_logprobs")]
-StopText = Annotated[StrictStr, Field(min_length=1, max_length=LIMITS["stop_string_chars"])]
-ModelName = Annotated[StrictStr, Field(min_length=1, max_length=512)]
-FunctionName = Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_.\-]{1,64}$")]
-CallId = Annotated[StrictStr, Field(min_length=1, max_length=256)]  # a tool call's id
-# A body may list this many stop strings; the operator's max_stop_strings is checked after.
-StopList = Annotated[list[StopText], Field(max_length=256)]
+from mlxd.config import LIMITS
+from mlxd.server.fields import (
+    MAX_MESSAGES,
+    MAX_TOOLS,
+    FunctionName,
+    JsonSchemaFormat,
+    MaxTokens,
+    ModelName,
+    Seed,
+    StopList,
+    StopText,
+    TopLogprobs,
+    within,
+)
+from mlxd.server.fields import WIRE_CONFIG as _CFG
 
 # HTTP field -> chat-layer option name; the names are the same by design (OPTIONS table).
 SAMPLING_FIELDS = (
@@ -80,17 +65,17 @@ class SamplingFields(BaseModel):
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
     max_tokens: MaxTokens | None = None
-    temperature: Annotated[StrictFloat, _range("temperature")] | None = None
-    top_p: Annotated[StrictFloat, _range("top_p")] | None = None
-    top_k: Annotated[StrictInt, _range("top_k")] | None = None
-    min_p: Annotated[StrictFloat, _range("min_p")] | None = None
-    repetition_penalty: Annotated[StrictFloat, _range("repetition_penalty")] | None = None
-    repetition_context_size: Annotated[StrictInt, _range("repetition_context_size")] | None = None
-    presence_penalty: Annotated[StrictFloat, _range("presence_penalty")] | None = None
-    frequency_penalty: Annotated[StrictFloat, _range("frequency_penalty")] | None = None
+    temperature: Annotated[StrictFloat, within("temperature")] | None = None
+    top_p: Annotated[StrictFloat, within("top_p")] | None = None
+    top_k: Annotated[StrictInt, within("top_k")] | None = None
+    min_p: Annotated[StrictFloat, within("min_p")] | None = None
+    repetition_penalty: Annotated[StrictFloat, within("repetition_penalty")] | None = None
+    repetition_context_size: Annotated[StrictInt, within("repetition_context_size")] | None = None
+    presence_penalty: Annotated[StrictFloat, within("presence_penalty")] | None = None
+    frequency_penalty: Annotated[StrictFloat, within("frequency_penalty")] | None = None
     logit_bias: (
         Annotated[
-            dict[StrictStr, Annotated[StrictFloat, _range("logit_bias")]],
+            dict[StrictStr, Annotated[StrictFloat, within("logit_bias")]],
             Field(max_length=LIMITS["logit_bias_entries"]),
         ]
         | None
@@ -102,7 +87,7 @@ class SamplingFields(BaseModel):
     ignore_eos: StrictBool | None = None  # extension (as in vLLM): generate past EOS
     # Extensions: speculative decoding for this request ("none" turns the server's off).
     draft_kind: Literal["none", "ngram", "model"] | None = None
-    num_draft_tokens: Annotated[StrictInt, _range("num_draft_tokens")] | None = None
+    num_draft_tokens: Annotated[StrictInt, within("num_draft_tokens")] | None = None
     response_format: ResponseFormat | None = None
 
     @field_validator("n")
@@ -250,16 +235,6 @@ class NamedToolChoice(BaseModel):
     model_config = _CFG
     type: Literal["function"]
     function: NamedFunction
-
-
-class JsonSchemaFormat(BaseModel):
-    """OpenAI's json_schema response format; the schema itself is checked when it compiles."""
-
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
-    name: Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_\-]{1,64}$")] = "response"
-    description: StrictStr | None = None
-    schema_: dict[str, Any] | StrictBool = Field(alias="schema")
-    strict: StrictBool | None = None
 
 
 class ResponseFormat(BaseModel):

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mlxd.errors import MlxdError
-from mlxd.server.responses_schemas import ResponsesRequest, ToolChoiceFunction
+from mlxd.server.responses.schemas import ResponsesRequest, ToolChoiceFunction
 from mlxd.server.sse import named_event
 from mlxd.types import (
     ChatEvent,

@@ -1,6 +1,6 @@
 """Wire schemas of Anthropic's Messages API: POST /v1/messages and /v1/messages/count_tokens.
 
-Strict like mlxd.server.schemas: no bools or strings as numbers, no NaN, every number bounded
+Strict like mlxd.server.openai.schemas: no bools or strings as numbers, no NaN, every number bounded
 by the option table's ranges. Images in user turns go to the chat layer as image_url parts
 (for a vision model; the chat layer checks them). Content mlxd cannot serve (documents,
 images in tool results, server tools) is refused with a 400 naming it; hints with nothing to
@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, model_validator
 
 from mlxd.chat.messages import join_text
-from mlxd.server.schemas import (
+from mlxd.server.fields import (
     MAX_MESSAGES,
     MAX_TOOLS,
     CallId,
@@ -28,7 +28,7 @@ from mlxd.server.schemas import (
     TopK,
     TopP,
 )
-from mlxd.server.schemas import WIRE_CONFIG as _CFG
+from mlxd.server.fields import WIRE_CONFIG as _CFG
 
 ToolName = Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_\-]{1,128}$")]  # Anthropic's rule
 MAX_BLOCKS = 10_000  # content blocks in one message

@@ -1,6 +1,6 @@
 """Wire schemas of OpenAI's Responses API: POST /v1/responses.
 
-Strict like mlxd.server.schemas. mlxd keeps no response state, so what needs it is refused
+Strict like mlxd.server.openai.schemas. mlxd keeps no response state, so what needs it is refused
 with a 400 that says so (`previous_response_id`, `store: true`, `background`, `conversation`,
 `prompt`, uploaded `file_id`s), as are files, audio and tools other than functions. Images
 (`input_image` by URL) go to the chat layer, which checks them (for a vision model).
@@ -28,7 +28,7 @@ from pydantic import (
 )
 
 from mlxd.chat.messages import join_text
-from mlxd.server.schemas import (
+from mlxd.server.fields import (
     MAX_TOOLS,
     CallId,
     FunctionName,
@@ -39,7 +39,7 @@ from mlxd.server.schemas import (
     TopLogprobs,
     TopP,
 )
-from mlxd.server.schemas import WIRE_CONFIG as _CFG
+from mlxd.server.fields import WIRE_CONFIG as _CFG
 
 MAX_ITEMS = 10_000
 MAX_PARTS = 10_000

@@ -1,0 +1,1 @@
+"""Anthropic Messages (`routes.router`): schemas, inputs, wire."""

@@ -1,0 +1,1 @@
+"""OpenAI chat and text completions (`routes.router`): schemas, inputs, wire."""

@@ -1,0 +1,1 @@
+"""OpenAI Responses (`routes.router`): schemas, inputs, wire."""

@@ -1,0 +1,50 @@
+"""The app's routes: each API's own router, then /health and /metrics."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+
+from mlxd.engine import RankStatus
+from mlxd.server.anthropic.routes import router as anthropic_router
+from mlxd.server.openai.routes import router as openai_router
+from mlxd.server.responses.routes import router as responses_router
+from mlxd.server.state import server_state as _state
+
+router = APIRouter()
+router.include_router(anthropic_router)
+router.include_router(responses_router)
+router.include_router(openai_router)
+
+
+@router.get("/health")
+async def health(request: Request) -> Response:
+    """Reads engine.health() only (never blocks), so it answers during long prefills."""
+    st = _state(request)
+    h = st.engine.health()
+    ok = bool(h.ok) and not st.lifecycle.draining
+    state = "shutting_down" if st.lifecycle.draining else str(getattr(h, "state", ""))
+    body = {
+        "status": "ok" if ok else "unavailable",
+        "state": state,
+        "detail": getattr(h, "detail", None),
+        "model": st.models.default.name if st.models.default is not None else None,
+        "draft": st.models.draft(st.models.default.name) if st.models.default else None,
+        "blas": h.blas,
+    }
+    if h.cluster is not None:
+        body["ranks"] = [_rank_json(r) for r in h.cluster.ranks]
+    return JSONResponse(body, status_code=200 if ok else 503)
+
+
+def _rank_json(rank: RankStatus) -> dict[str, object]:
+    """One rank in /health's "ranks" list (distributed serve)."""
+    age = None if rank.heartbeat_age is None else round(rank.heartbeat_age, 3)
+    return {"rank": rank.rank, "up": rank.up, "heartbeat_age_seconds": age}
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    st = _state(request)
+    text = st.metrics.render(st.engine.stats(), len(st.lifecycle.active))
+    return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
