@@ -52,7 +52,7 @@ Nothing else in mlxd reads or writes mlx-lm's private state. What we rely on:
   same door's second room (it documents what it relies on).
 
 The Protocols name what we use of mlx-lm's objects, private members included, so mypy checks
-them against the installed mlx-lm; tests/integration/engine/test_engine_mlx_lm_compat.py checks
+them against the installed mlx-lm; tests/integration/backend/mlx_lm/test_compat.py checks
 the behaviour and fails on any mlx-lm other than PINNED.
 """
 

@@ -7,7 +7,7 @@ from tokenizer.json, else "transformers" with the reason (no tokenizer.json, a m
 custom tokenizer class, remote code, legacy files). `CheckpointTokenizer` then gives what mlxd
 and mlx-lm's TokenizerWrapper and streaming detokenizers use of a transformers tokenizer, built by
 the same steps from the same files, so ids and text are the same (tests/integration/backend/
-test_checkpoint_tokenizer.py compares them on every test checkpoint and the demo model).
+tokenizer/test_checkpoint_tokenizer.py compares them on every test checkpoint and the demo model).
 Reads JSON only at import; `tokenizers` is imported when a tokenizer loads.
 """
 

@@ -17,7 +17,7 @@ in mlxd's loader (`checkpoint_tokenizers()`), where a tokenizer that `tokenizer_
 loads as a CheckpointTokenizer.
 Likewise `huggingface_hub.snapshot_download` (mlx_lm.utils, called only for a model not on disk)
 is a function that imports the real one when called.
-tests/integration/backend/test_lazy_transformers.py fails if mlx-lm imports other names.
+tests/integration/backend/tokenizer/test_lazy_transformers.py fails if mlx-lm imports other names.
 """
 
 from __future__ import annotations

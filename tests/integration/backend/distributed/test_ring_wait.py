@@ -23,7 +23,7 @@ import pytest
 
 from mlxd.backend.distributed.ring_wait import right_sockets, ring_ports, wait_in_kernel
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 @dataclass

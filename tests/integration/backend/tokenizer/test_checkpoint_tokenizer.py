@@ -22,7 +22,7 @@ from mlxd.backend.tokenizer.checkpoint_tokenizer import (
 )
 from mlxd.chat.builder import build_chat_prompt, build_text_prompt
 from mlxd.chat.formats import detect_formats
-from tests.integration.backend.tokenizer_variants import VARIANTS, make_variant
+from tests.integration.backend.tokenizer.tokenizer_variants import VARIANTS, make_variant
 
 TEXTS = [
     "",
