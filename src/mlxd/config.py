@@ -1,38 +1,95 @@
 """Every default, budget and limit, declared once with its environment variable.
 
-The CLI, the server and the engine read these; nothing else hard-codes a default.
+The CLI, the server and the engine read these; nothing else hard-codes a default. Each
+`Setting` carries the parser from its text (the environment's, else its default) to its
+value, so no reader parses a setting by hand.
 """
 
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, Generic, TypedDict, TypeVar
 
 from mlxd.errors import InvalidRequest
 
+T = TypeVar("T")
+
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str | float) -> float:
+    """Seconds from "300", "2.5", "500ms", "30s", "5m", "1h" or "1h30m" (ollama-style
+    keep-alive spellings); raises ValueError on anything else, negative values included."""
+    if isinstance(text, int | float):
+        return float(text)
+    spec = text.strip().lower()
+    parts = list(_DURATION.finditer(spec))
+    if not spec or "".join(m.group(0) for m in parts).replace(" ", "") != spec.replace(" ", ""):
+        raise ValueError(f"not a duration: {text!r} (use seconds, or e.g. 30s, 5m, 1h)")
+    if len(parts) > 1 and any(m.group(2) is None for m in parts):
+        raise ValueError(f"not a duration: {text!r} (every part of it needs a unit)")
+    return sum(float(m.group(1)) * _UNIT_SECONDS[m.group(2) or "s"] for m in parts)
+
+
+def _text(text: str) -> str:
+    return text
+
+
+def _flag(text: str) -> bool:
+    """ "1" is on; anything else is off."""
+    return text == "1"
+
+
+def _int_or_none(text: str) -> int | None:
+    """An integer where 0 means "none"."""
+    return int(text) or None
+
 
 @dataclass(frozen=True, slots=True)
-class Setting:
+class Setting(Generic[T]):
+    """One operator setting: its env var, its default (spelled as the env var would be),
+    help, and `parse`, the one way its text becomes its value."""
+
     env: str
     default: str
     help: str
+    parse: Callable[[str], T]
 
-    def get(self) -> str:
+    def text(self) -> str:
+        """The environment's text, else the default's."""
         return os.environ.get(self.env, self.default)
 
+    get = text  # the old name, until server/launch.py reads value()
 
-SETTINGS: dict[str, Setting] = {
+    def value(self) -> T:
+        """The parsed value; raises ValueError naming the env var when its text is bad."""
+        text = self.text()
+        try:
+            return self.parse(text)
+        except ValueError as exc:
+            raise ValueError(f"{self.env}: {exc}") from None
+
+    def default_value(self) -> T:
+        """The parsed default, environment ignored (what dataclass defaults use)."""
+        return self.parse(self.default)
+
+
+SETTINGS: dict[str, Setting[Any]] = {
     "home": Setting(
-        "MLXD_HOME", "~/.mlxd", "mlxd's own store: imported models live in HOME/models"
+        "MLXD_HOME", "~/.mlxd", "mlxd's own store: imported models live in HOME/models", _text
     ),
-    "host": Setting("MLXD_HOST", "127.0.0.1", "address `mlxd serve` binds"),
-    "port": Setting("MLXD_PORT", "8080", "port `mlxd serve` listens on"),
+    "host": Setting("MLXD_HOST", "127.0.0.1", "address `mlxd serve` binds", _text),
+    "port": Setting("MLXD_PORT", "8080", "port `mlxd serve` listens on", int),
     "api_key": Setting(
         "MLXD_API_KEY",
         "",
         "Bearer key `mlxd serve` requires, and `mlxd run/chat --server` sends (empty: no auth)",
+        _text,
     ),
     "server": Setting(
         "MLXD_SERVER",
@@ -41,163 +98,226 @@ SETTINGS: dict[str, Setting] = {
         "optional; HOST[:PORT] alone means http, and `mlxd serve`'s default port when it is "
         "omitted) instead of loading the model in-process (`--local` ignores it); empty: "
         "in-process",
+        _text,
     ),
     "allowed_origins": Setting(
         "MLXD_ALLOWED_ORIGINS",
         "",
         "origins (comma-separated) browsers may call `mlxd serve` from; a request with any "
         "other Origin header gets 403 ('*': any origin)",
+        _text,
     ),
     "load_memory_fraction": Setting(
         "MLXD_LOAD_MEMORY_FRACTION",
         "0.9",
         "a model loads only if its weights fit in this fraction of the memory the process may "
         "use (available RAM, cgroup and rlimit headroom); 0: no check",
+        float,
     ),
-    "max_batch": Setting("MLXD_MAX_BATCH", "16", "most requests decoding at once (server)"),
+    "max_batch": Setting("MLXD_MAX_BATCH", "16", "most requests decoding at once (server)", int),
     "draft_policy": Setting(
         "MLXD_DRAFT_POLICY",
         "measured",
         "which drafts a speculating step verifies: `measured` (as many as pay for the wider "
         "forward on this machine, from measured step costs) or `every` (all of them: "
         "draft counts that repeat run after run)",
+        _text,
     ),
-    "max_queue": Setting("MLXD_MAX_QUEUE", "64", "most requests waiting; more get EngineBusy"),
-    "prefill_chunk": Setting("MLXD_PREFILL_CHUNK", "512", "prompt tokens prefilled per step"),
+    "max_queue": Setting("MLXD_MAX_QUEUE", "64", "most requests waiting; more get EngineBusy", int),
+    "prefill_chunk": Setting("MLXD_PREFILL_CHUNK", "512", "prompt tokens prefilled per step", int),
     "kv_budget_tokens": Setting(
-        "MLXD_KV_BUDGET_TOKENS", "262144", "admission budget: prompt + max new tokens in flight"
+        "MLXD_KV_BUDGET_TOKENS",
+        "262144",
+        "admission budget: prompt + max new tokens in flight",
+        int,
     ),
     "prefix_cache_bytes": Setting(
-        "MLXD_PREFIX_CACHE_BYTES", str(2 << 30), "bytes of KV kept for prefix reuse"
+        "MLXD_PREFIX_CACHE_BYTES", str(2 << 30), "bytes of KV kept for prefix reuse", int
     ),
     "prefix_cache_dir": Setting(
         "MLXD_PREFIX_CACHE_DIR",
         "",
         "directory where prefix cache snapshots are also kept as files, surviving a restart "
         "(empty: memory only)",
+        _text,
     ),
     "prefix_cache_disk_bytes": Setting(
-        "MLXD_PREFIX_CACHE_DISK_BYTES", str(16 << 30), "bytes of prefix cache files kept on disk"
+        "MLXD_PREFIX_CACHE_DISK_BYTES",
+        str(16 << 30),
+        "bytes of prefix cache files kept on disk",
+        int,
     ),
     "max_tokens_ceiling": Setting(
-        "MLXD_MAX_TOKENS_CEILING", "0", "operator ceiling on max_tokens (0: none)"
+        "MLXD_MAX_TOKENS_CEILING", "0", "operator ceiling on max_tokens (0: none)", _int_or_none
     ),
     "watchdog_seconds": Setting(
-        "MLXD_WATCHDOG_SECONDS", "120", "active requests with no progress this long: unhealthy"
+        "MLXD_WATCHDOG_SECONDS",
+        "120",
+        "active requests with no progress this long: unhealthy",
+        float,
     ),
     "rank_stall_seconds": Setting(
         "MLXD_RANK_STALL_SECONDS",
         "10",
         "distributed serve: a rank silent this long counts as failed (a dead one at once)",
+        float,
     ),
     "rank0_address": Setting(
         "MLXD_RANK0_ADDRESS",
         "",
         "distributed serve: rank 0's address for the ranks' heartbeats (empty: from "
         "mlx.launch's ring hostfile or JACCL coordinator; set it under MPI)",
+        _text,
     ),
     "ring_wait_ms": Setting(
         "MLXD_RING_WAIT_MS",
         "1",
         "distributed serve, ring backend: a rank waiting for a peer sleeps in the kernel up "
         "to this long per wait instead of spinning (0: MLX's own busy loop)",
+        float,
     ),
     "max_models": Setting(
-        "MLXD_MAX_MODELS", "2", "most models kept loaded; idle least recently used ones unload"
+        "MLXD_MAX_MODELS", "2", "most models kept loaded; idle least recently used ones unload", int
     ),
     "model_ttl_seconds": Setting(
-        "MLXD_MODEL_TTL", "0", "an idle model unloads after this long (30s, 5m, 1h; 0: never)"
+        "MLXD_MODEL_TTL",
+        "0",
+        "an idle model unloads after this long (30s, 5m, 1h; 0: never)",
+        parse_duration,
     ),
     "stream_interval_ms": Setting(
-        "MLXD_STREAM_INTERVAL_MS", "20", "streams deliver tokens at most this often (0: per step)"
+        "MLXD_STREAM_INTERVAL_MS",
+        "20",
+        "streams deliver tokens at most this often (0: per step)",
+        int,
     ),
     "blas": Setting(
-        "MLXD_BLAS", "mkl", "CPU BLAS on Linux x86_64: mkl (when installed) or reference"
+        "MLXD_BLAS", "mkl", "CPU BLAS on Linux x86_64: mkl (when installed) or reference", _text
     ),
-    "blas_threads": Setting("MLXD_BLAS_THREADS", "1", "MKL threads per matmul (1: sequential)"),
-    "max_body_bytes": Setting("MLXD_MAX_BODY_BYTES", str(4 << 20), "HTTP request body cap"),
+    "blas_threads": Setting(
+        "MLXD_BLAS_THREADS", "1", "MKL threads per matmul (1: sequential)", int
+    ),
+    "max_body_bytes": Setting("MLXD_MAX_BODY_BYTES", str(4 << 20), "HTTP request body cap", int),
     "header_timeout_seconds": Setting(
         "MLXD_HEADER_TIMEOUT",
         "20",
         "a connection closes unless its request headers arrive "
         "within this many seconds (of its start or of its previous response)",
+        float,
     ),
     "body_timeout_seconds": Setting(
-        "MLXD_BODY_TIMEOUT", "60", "a request body must arrive within this many seconds (408)"
+        "MLXD_BODY_TIMEOUT",
+        "60",
+        "a request body must arrive within this many seconds (408)",
+        float,
     ),
     "keep_alive_seconds": Setting(
-        "MLXD_KEEP_ALIVE", "30", "an idle keep-alive connection closes after this many seconds"
+        "MLXD_KEEP_ALIVE",
+        "30",
+        "an idle keep-alive connection closes after this many seconds",
+        float,
     ),
     "max_connections": Setting(
         "MLXD_MAX_CONNECTIONS",
         "512",
         "open connections at most; at the cap a new one pushes "
         "out the oldest connection waiting for headers",
+        int,
     ),
-    "max_stop_strings": Setting("MLXD_MAX_STOP_STRINGS", "16", "most stop strings per request"),
-    "drain_seconds": Setting("MLXD_DRAIN_SECONDS", "30", "shutdown: time running requests get"),
+    "max_stop_strings": Setting(
+        "MLXD_MAX_STOP_STRINGS", "16", "most stop strings per request", int
+    ),
+    "drain_seconds": Setting(
+        "MLXD_DRAIN_SECONDS", "30", "shutdown: time running requests get", float
+    ),
     "content_control_tokens": Setting(
         "MLXD_CONTENT_CONTROL_TOKENS",
         "0",
         "1: control tokens written in message content act as control tokens (lets whoever "
         "writes a message forge roles); 0: they tokenize as text",
+        _flag,
     ),
     "request_chat_template": Setting(
         "MLXD_REQUEST_CHAT_TEMPLATE",
         "0",
         "1: a chat request's 'chat_template' field replaces the model's template (rendered in "
         "the same sandbox); 0: such requests get 400",
+        _flag,
     ),
-    "template_seconds": Setting("MLXD_TEMPLATE_SECONDS", "2", "chat template render time budget"),
+    "template_seconds": Setting(
+        "MLXD_TEMPLATE_SECONDS", "2", "chat template render time budget", float
+    ),
     "grammar_bytes": Setting(
         "MLXD_GRAMMAR_BYTES",
         str(64 << 10),
         "size budget of one output constraint: a response_format schema or a forced tool "
         "call's tool schemas larger than this (bytes of JSON) are refused (400)",
+        int,
     ),
     "grammar_seconds": Setting(
         "MLXD_GRAMMAR_SECONDS",
         "2",
         "time budget for compiling one output constraint's grammar, before the request is "
         "queued; a slower one is refused (400)",
+        float,
     ),
     "template_bytes": Setting(
-        "MLXD_TEMPLATE_BYTES", str(8 << 20), "chat template render output-size budget"
+        "MLXD_TEMPLATE_BYTES", str(8 << 20), "chat template render output-size budget", int
     ),
     "max_images": Setting(
-        "MLXD_MAX_IMAGES", "8", "most images in one chat request (all its messages together)"
+        "MLXD_MAX_IMAGES", "8", "most images in one chat request (all its messages together)", int
     ),
     "image_max_bytes": Setting(
-        "MLXD_IMAGE_MAX_BYTES", str(16 << 20), "largest encoded image (bytes, after base64)"
+        "MLXD_IMAGE_MAX_BYTES", str(16 << 20), "largest encoded image (bytes, after base64)", int
     ),
     "image_max_pixels": Setting(
         "MLXD_IMAGE_MAX_PIXELS",
         str(40_000_000),
         "largest image (width x height, as its header declares it, checked before decoding: "
         "a decompression bomb is refused unread)",
+        int,
     ),
     "allow_image_urls": Setting(
         "MLXD_ALLOW_IMAGE_URLS",
         "0",
         "1: `mlxd serve` fetches http(s) image URLs in requests (`--allow-image-urls`); "
         "0: only data: URLs, remote URLs get 400",
+        _flag,
     ),
     "image_url_seconds": Setting(
-        "MLXD_IMAGE_URL_SECONDS", "10", "time budget for fetching one remote image URL"
+        "MLXD_IMAGE_URL_SECONDS", "10", "time budget for fetching one remote image URL", float
     ),
 }
 
 
 def setting(name: str) -> str:
-    return SETTINGS[name].get()
+    """A setting's text (the environment's, else its default); a text setting's value."""
+    return SETTINGS[name].text()
 
 
 def setting_int(name: str) -> int:
-    return int(setting(name))
+    return _typed(name, int)
+
+
+def setting_float(name: str) -> float:
+    return _typed(name, float)
+
+
+def setting_flag(name: str) -> bool:
+    return _typed(name, bool)
+
+
+def _typed(name: str, kind: type[T]) -> T:
+    """SETTINGS[name]'s value, which its parser makes a `kind` (else a TypeError: the
+    reader asks for another type than the table declares)."""
+    value = SETTINGS[name].value()
+    if type(value) is not kind:
+        raise TypeError(f"setting {name} is declared {type(value).__name__}, not {kind.__name__}")
+    return value
 
 
 def default(name: str) -> str:
-    """The declared default of a setting, environment ignored (what dataclass defaults use)."""
+    """The declared default of a setting as text, environment ignored (for help texts)."""
     return SETTINGS[name].default
 
 
@@ -239,6 +359,15 @@ LIMITS = {
     "logit_bias_entries": 1024,
     "stop_string_chars": 256,
     "template_kwarg_chars": 64,  # a chat_template_kwargs string value
+}
+
+
+# Engine defaults that no environment variable sets (EngineConfig's; `mlxd serve` flags and
+# the request fields draft_kind / num_draft_tokens may override the draft tokens).
+ENGINE_DEFAULTS = {
+    "prefill_batch": 16,  # most prompts prefilled side by side
+    "prefill_group_tokens": 256,  # most padded tokens per group until step costs are measured
+    "num_draft_tokens": 4,  # most draft tokens a row verifies per step
 }
 
 

@@ -35,7 +35,7 @@ from mlxd.chat.messages import (
     normalize_tools,
 )
 from mlxd.chat.template import render_template
-from mlxd.config import setting
+from mlxd.config import setting_flag, setting_int
 from mlxd.errors import InvalidRequest, TemplateError
 from mlxd.types import ImageInputs, PromptBoundaries, Tokenizer
 
@@ -97,7 +97,7 @@ def build_chat_prompt(
     tool_list = normalize_tools(tools)
     kwargs = check_template_kwargs(template_kwargs)
     shield = Shield()
-    if setting("content_control_tokens") != "1":  # content tokenizes as text (the default)
+    if not setting_flag("content_control_tokens"):  # content tokenizes as text (the default)
         msgs, shield = shield_messages(tokenizer, msgs, detect_reasoning(tokenizer) or ())
     rendered = render_chat_text(tokenizer, msgs, tool_list, kwargs, template)
     fallback = template is None and _uses_fallback(tokenizer)
@@ -227,7 +227,7 @@ def render_chat_text(
         "add_generation_prompt": add_generation_prompt,
     }
     # The size budget bounds what a template adds: a long prompt is the window's business.
-    budget = int(setting("template_bytes")) + len(json.dumps([messages, tools], default=str))
+    budget = setting_int("template_bytes") + len(json.dumps([messages, tools], default=str))
     text = render_template(source, context, max_bytes=budget)
     if not text:
         raise TemplateError("chat template rendered an empty prompt")

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mlxd.config import setting, setting_int
+from mlxd.config import setting_float, setting_int
 from mlxd.errors import InvalidRequest, one_line
 
 if TYPE_CHECKING:
@@ -197,7 +197,7 @@ def _download(url: str, param: str) -> bytes:
     import urllib.request
 
     cap = setting_int("image_max_bytes")
-    seconds = float(setting("image_url_seconds"))
+    seconds = setting_float("image_url_seconds")
     request = urllib.request.Request(url, headers={"User-Agent": "mlxd"})
     try:
         with urllib.request.urlopen(request, timeout=seconds) as response:  # noqa: S310

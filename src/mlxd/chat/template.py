@@ -25,7 +25,7 @@ from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import Namespace
 
-from mlxd.config import setting
+from mlxd.config import setting_float, setting_int
 from mlxd.errors import TemplateError, one_line
 
 __all__ = ["render_template"]
@@ -263,8 +263,8 @@ def render_template(
     Budgets default to the `template_seconds` and `template_bytes` settings. A template's
     raise_exception("...") message comes back as the TemplateError message.
     """
-    seconds = float(setting("template_seconds")) if seconds is None else seconds
-    max_bytes = int(setting("template_bytes")) if max_bytes is None else max_bytes
+    seconds = setting_float("template_seconds") if seconds is None else seconds
+    max_bytes = setting_int("template_bytes") if max_bytes is None else max_bytes
     template = _compile(source)
     _budget.seconds, _budget.max_bytes = seconds, max_bytes
     _budget.deadline = time.monotonic() + seconds

@@ -3,61 +3,36 @@
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
 from mlxd import config as settings
 from mlxd.backend.outputs import FaultHook
+from mlxd.config import ENGINE_DEFAULTS, parse_duration
 from mlxd.errors import InvalidRequest
 from mlxd.types import DraftKind
 
-_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+__all__ = ["EngineConfig", "parse_duration"]
 
 
-def parse_duration(text: str | float) -> float:
-    """Seconds from "300", "2.5", "500ms", "30s", "5m", "1h" or "1h30m" (ollama-style
-    keep-alive spellings); raises ValueError on anything else, negative values included."""
-    if isinstance(text, int | float):
-        return float(text)
-    spec = text.strip().lower()
-    parts = list(_DURATION.finditer(spec))
-    if not spec or "".join(m.group(0) for m in parts).replace(" ", "") != spec.replace(" ", ""):
-        raise ValueError(f"not a duration: {text!r} (use seconds, or e.g. 30s, 5m, 1h)")
-    if len(parts) > 1 and any(m.group(2) is None for m in parts):
-        raise ValueError(f"not a duration: {text!r} (every part of it needs a unit)")
-    return sum(float(m.group(1)) * _UNIT_SECONDS[m.group(2) or "s"] for m in parts)
+def _from_setting(name: str, convert: Callable[[Any], Any] | None = None) -> Any:
+    """A field whose default and environment variable are `mlxd.config.SETTINGS[name]`'s
+    (`convert` turns the setting's value into the field's, e.g. milliseconds to seconds)."""
+    value = settings.SETTINGS[name].default_value()
+    meta = {"setting": name, "convert": convert}
+    return field(default=convert(value) if convert else value, metadata=meta)
 
 
-def _setting_values(text: Callable[[str], str]) -> dict[str, Any]:
-    """The EngineConfig fields that come from `mlxd.config` settings; `text(name)` gives a
-    setting's text (its default, or the environment). Raises ValueError naming the setting."""
-
-    def duration(name: str) -> float:
-        try:
-            return parse_duration(text(name))
-        except ValueError as exc:
-            raise ValueError(f"{settings.SETTINGS[name].env}: {exc}") from None
-
-    return {
-        "max_batch": int(text("max_batch")),
-        "max_queue": int(text("max_queue")),
-        "prefill_chunk": int(text("prefill_chunk")),
-        "kv_budget_tokens": int(text("kv_budget_tokens")),
-        "prefix_cache_bytes": int(text("prefix_cache_bytes")),
-        "prefix_cache_dir": text("prefix_cache_dir"),
-        "prefix_cache_disk_bytes": int(text("prefix_cache_disk_bytes")),
-        "max_tokens_ceiling": int(text("max_tokens_ceiling")) or None,  # 0 means "none"
-        "watchdog_seconds": float(text("watchdog_seconds")),
-        "max_models": int(text("max_models")),
-        "model_ttl_seconds": duration("model_ttl_seconds"),
-        "stream_interval_s": int(text("stream_interval_ms")) / 1000,
-    }
+def _ms_to_s(ms: int) -> float:
+    return ms / 1000
 
 
-_DEFAULTS = _setting_values(settings.default)
+def _setting_value(f: Field[Any]) -> Any:
+    """A field's value from the environment; raises ValueError naming the variable."""
+    value = settings.SETTINGS[f.metadata["setting"]].value()
+    convert = f.metadata["convert"]
+    return convert(value) if convert else value
 
 
 @dataclass(slots=True)
@@ -65,15 +40,15 @@ class EngineConfig:
     """Limits of one engine. Validated on construction; defaults and env vars are
     `mlxd.config.SETTINGS`."""
 
-    max_batch: int = _DEFAULTS["max_batch"]
-    max_queue: int = _DEFAULTS["max_queue"]
-    prefill_chunk: int = _DEFAULTS["prefill_chunk"]
-    kv_budget_tokens: int = _DEFAULTS["kv_budget_tokens"]
-    prefix_cache_bytes: int = _DEFAULTS["prefix_cache_bytes"]
-    prefix_cache_dir: str = _DEFAULTS["prefix_cache_dir"]  # "": no disk tier
-    prefix_cache_disk_bytes: int = _DEFAULTS["prefix_cache_disk_bytes"]
-    max_tokens_ceiling: int | None = _DEFAULTS["max_tokens_ceiling"]
-    watchdog_seconds: float = _DEFAULTS["watchdog_seconds"]
+    max_batch: int = _from_setting("max_batch")
+    max_queue: int = _from_setting("max_queue")
+    prefill_chunk: int = _from_setting("prefill_chunk")
+    kv_budget_tokens: int = _from_setting("kv_budget_tokens")
+    prefix_cache_bytes: int = _from_setting("prefix_cache_bytes")
+    prefix_cache_dir: str = _from_setting("prefix_cache_dir")  # "": no disk tier
+    prefix_cache_disk_bytes: int = _from_setting("prefix_cache_disk_bytes")
+    max_tokens_ceiling: int | None = _from_setting("max_tokens_ceiling")
+    watchdog_seconds: float = _from_setting("watchdog_seconds")
     trust_remote_code: bool = False
     # Prefill is first come first served. Waiting prompts are prefilled side by side (at most
     # prefill_batch of them) while they cost less than a group's steps to its first token,
@@ -82,25 +57,25 @@ class EngineConfig:
     # padded group, longest prompt x count, stays within prefill_group_tokens): short bursts
     # start together, long prompts go one at a time so the first streams early (0 disables
     # grouping: always prefill_batch prompts per group).
-    prefill_batch: int = 16
-    prefill_group_tokens: int = 256
+    prefill_batch: int = ENGINE_DEFAULTS["prefill_batch"]
+    prefill_group_tokens: int = ENGINE_DEFAULTS["prefill_group_tokens"]
     # Residency: at most max_models stay loaded (least recently used idle ones unload first;
     # a model with requests waiting or running never does); an idle model unloads after
     # model_ttl_seconds (0: never). Pinned models are exempt from both.
-    max_models: int = _DEFAULTS["max_models"]
-    model_ttl_seconds: float = _DEFAULTS["model_ttl_seconds"]
+    max_models: int = _from_setting("max_models")
+    model_ttl_seconds: float = _from_setting("model_ttl_seconds")
     # Consumers of running streams are woken at most once per stream_interval_s (0: every
     # step); first tokens, the tokens of a consumer that shows nothing yet (until_shown) and
     # finishes are delivered at once, and pending tokens before any step that prefills.
     # Each wake-up costs a consumer thread or event loop GIL time that
     # the engine thread waits for; on small fast models (a step of 1-3 ms) waking every step
     # costs ~5% of throughput, while 50 updates per second read the same to a person.
-    stream_interval_s: float = _DEFAULTS["stream_interval_s"]
+    stream_interval_s: float = _from_setting("stream_interval_ms", _ms_to_s)
     # Speculative decoding for requests that do not choose (SamplingParams.draft_kind None):
     # the draft kind (None: `model` on a model loaded with a draft, else `none`) and the most
     # draft tokens a row verifies per step (docs/engine-design.md).
     draft_kind: DraftKind | None = None
-    num_draft_tokens: int = 4
+    num_draft_tokens: int = ENGINE_DEFAULTS["num_draft_tokens"]
     fault_hook: FaultHook | None = None
 
     def __post_init__(self) -> None:
@@ -139,7 +114,7 @@ class EngineConfig:
         if unknown:
             raise TypeError(f"unknown EngineConfig fields: {sorted(unknown)}")
         try:
-            values = _setting_values(settings.setting)
+            values = {f.name: _setting_value(f) for f in fields(cls) if "setting" in f.metadata}
         except ValueError as exc:
             raise InvalidRequest(f"bad engine setting in the environment: {exc}") from exc
         values.update(overrides)

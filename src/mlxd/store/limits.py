@@ -15,7 +15,7 @@ import resource
 from pathlib import Path
 from typing import Any
 
-from mlxd.config import setting
+from mlxd.config import setting_float
 from mlxd.store.problems import Problem, Severity, broken
 from mlxd.store.safetensors_meta import SafetensorsHeader, TensorInfo
 
@@ -61,7 +61,7 @@ def architecture_problems(
 
 def memory_problems(headers: list[SafetensorsHeader]) -> list[Problem]:
     """The weights against `load_memory_fraction` of the memory this process may use."""
-    fraction = float(setting("load_memory_fraction"))
+    fraction = setting_float("load_memory_fraction")
     available = available_memory()
     if fraction <= 0 or available is None:
         return []

@@ -12,8 +12,8 @@ import pytest
 
 from mlxd.backend.loader import LoadedModel
 from mlxd.backend.outputs import StepResult
+from mlxd.config import parse_duration
 from mlxd.engine import Engine, EngineConfig, EngineRequest
-from mlxd.engine.engine_config import parse_duration
 from mlxd.engine.loaded_models import LoadedModels, ModelEntry
 from mlxd.engine.residency import choose_unloads, next_check
 from mlxd.errors import InvalidRequest, ModelNotFound
