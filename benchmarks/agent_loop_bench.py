@@ -9,8 +9,8 @@ Every round starts from a fresh system prompt, so its first step is a cold prefi
 Reported per step: prompt tokens, cache_read_input_tokens and TTFT (median over --rounds) on
 each server, and their ratio; then the median and minimum ratio from step 2 on.
 
-    python benchmarks/agent_loop_bench.py                     # 10 steps, 3 rounds, demo model
-    python benchmarks/agent_loop_bench.py --steps 10 --rounds 5 --model ./my-checkpoint
+    python -m benchmarks.agent_loop_bench                     # 10 steps, 3 rounds, demo model
+    python -m benchmarks.agent_loop_bench --steps 10 --rounds 5 --model ./my-checkpoint
 """
 
 from __future__ import annotations
@@ -19,16 +19,16 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
-from server_bench import free_port, wait_ready  # same directory
+
+from benchmarks.common import PY, emit, free_port, isolated_env, running
 
 SERVERS = {"cached": {}, "uncached": {"MLXD_PREFIX_CACHE_BYTES": "0"}}
 TOOLS = [
@@ -75,18 +75,6 @@ class Turn:
     @property
     def prompt_tokens(self) -> int:
         return self.input_tokens + self.cache_read
-
-
-def start(env: dict[str, str], model: str | None, log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    cmd = [sys.executable, "-m", "mlxd.cli.main", "serve", "--port", str(port)]
-    cmd += ["--model", model] if model else []
-    with log.open("wb") as err:
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err)
-    try:  # the first start imports the demo model
-        return proc, wait_ready(proc, port, f"mlxd serve: {' '.join(cmd)}", "/health", 600)
-    except RuntimeError as exc:
-        raise RuntimeError(f"{exc}\n{log.read_text(errors='replace')[-2000:]}") from None
 
 
 def send(client: httpx.Client, url: str, body: dict[str, Any]) -> Turn:
@@ -188,24 +176,23 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--model", help="a model to serve (default: the demo model)")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        base = dict(os.environ, MLXD_HOME=str(Path(tmp) / "home"), HF_HUB_OFFLINE="1")
-        procs, urls = [], {}
-        try:
-            for name, extra in SERVERS.items():  # one after the other: the first imports
-                log = Path(tmp) / f"{name}.log"
-                proc, urls[name] = start({**base, **extra}, args.model, log)
-                procs.append(proc)
-            with httpx.Client(timeout=600) as client:
-                warm = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
-                for url in urls.values():
-                    send(client, url, warm)
-                rounds = [agent_round(client, urls, s, args) for s in range(args.rounds)]
-        finally:
-            for proc in procs:
-                proc.terminate()
-            for proc in procs:
-                proc.wait(timeout=60)
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as servers:
+        urls = {}
+        for name, extra in SERVERS.items():  # one after the other: the first imports
+            port = free_port()
+            cmd = [PY, "-m", "mlxd.cli.main", "serve", "--port", str(port)]
+            cmd += ["--model", args.model] if args.model else []
+            env = isolated_env(Path(tmp), **extra)
+            log = Path(tmp) / f"{name}.log"
+            # the first start imports the demo model
+            urls[name] = servers.enter_context(
+                running(cmd, port, env, ready="/health", seconds=600, log=log)
+            )
+        with httpx.Client(timeout=600) as client:
+            warm = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+            for url in urls.values():
+                send(client, url, warm)
+            rounds = [agent_round(client, urls, s, args) for s in range(args.rounds)]
     result = {
         "model": args.model or "demo (smollm2-135m-instruct)",
         "rounds": args.rounds,
@@ -214,7 +201,7 @@ def main() -> None:
         "load_average": round(os.getloadavg()[0], 2),
         **summarize(rounds),
     }
-    print(json.dumps(result, indent=1))
+    emit(result, 1)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 should make the concurrent wave take well under the sequential time; this prints the figures
 (it used to be a timed assertion in the server tests, `t_conc < 0.8 * t_seq`).
 
-    python benchmarks/concurrency_bench.py [--model DIR] [--clients 8] [--max-tokens 48]
+    python -m benchmarks.concurrency_bench [--model DIR] [--clients 8] [--max-tokens 48]
                                            [--rounds 3]
 
 Without --model a tiny random checkpoint (tests/checkpoints.py) is built in a temp dir. Prints
@@ -13,16 +13,13 @@ one JSON object: per round the sequential and concurrent wall seconds, and their
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.common import emit, free_port, isolated_env, mlxd_serve, running
 
 
 def one_stream(client, max_tokens: int, i: int) -> int:  # type: ignore[no-untyped-def]
@@ -61,7 +58,6 @@ def main() -> None:
     args = parser.parse_args()
 
     import openai
-    from tests.e2e.server.serverproc import launch, server_env
 
     with tempfile.TemporaryDirectory() as tmp:
         model = args.model
@@ -69,21 +65,16 @@ def main() -> None:
             from tests.checkpoints import make_checkpoint
 
             model = make_checkpoint(Path(tmp) / "tiny-chat", "chat")
-        srv = launch(
-            ["--model", str(model), "--max-batch", str(max(args.clients, 1))],
-            server_env(Path(tmp)),
-        )
-        try:
-            client = openai.OpenAI(base_url=srv.base_url, api_key="unused", max_retries=0,
+        port = free_port()
+        cmd = mlxd_serve(model, port, "--max-batch", str(max(args.clients, 1)))
+        with running(cmd, port, isolated_env(Path(tmp))) as url:
+            client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0,
                                    timeout=600)  # fmt: skip
             one_stream(client, args.max_tokens, -1)  # warm-up
             rounds = [one_round(client, args.clients, args.max_tokens) for _ in range(args.rounds)]
-        finally:
-            srv.stop()
     median = {k: round(statistics.median(r[k] for r in rounds), 3) for k in rounds[0]}
-    print(json.dumps({"model": str(args.model or "tiny-chat"), "clients": args.clients,
-                      "max_tokens": args.max_tokens, "rounds": rounds, "median": median},
-                     indent=2))  # fmt: skip
+    emit({"model": str(args.model or "tiny-chat"), "clients": args.clients,
+          "max_tokens": args.max_tokens, "rounds": rounds, "median": median})  # fmt: skip
 
 
 if __name__ == "__main__":

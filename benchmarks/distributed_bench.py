@@ -28,10 +28,10 @@ Communication, two numbers:
                   the forward, where they cannot be timed apart) and the broadcast's one small
                   all_sum; `est_comm_per_step_ms` = 2 x layers x reduction + broadcast.
 
-    python benchmarks/distributed_bench.py  # xl (93M), 8 clients + prefill row, 2 rounds
-    python benchmarks/distributed_bench.py --concurrency 1,8 --rounds 1  # adds 1 client
-    python benchmarks/distributed_bench.py --size medium --max-tokens 16 --requests 8  # quick
-    python benchmarks/distributed_bench.py --servers mlxd_2ranks,mlxd_2ranks_base \
+    python -m benchmarks.distributed_bench  # xl (93M), 8 clients + prefill row, 2 rounds
+    python -m benchmarks.distributed_bench --concurrency 1,8 --rounds 1  # adds 1 client
+    python -m benchmarks.distributed_bench --size medium --max-tokens 16 --requests 8  # quick
+    python -m benchmarks.distributed_bench --servers mlxd_2ranks,mlxd_2ranks_base \
         --mlxd-base OLD_CHECKOUT --prefill-words 0 --rounds 3  # 2 ranks, before and after
 """
 
@@ -41,7 +41,6 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -52,16 +51,19 @@ from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.server_bench import (  # noqa: E402
-    _param_count,
-    _prompt_tokens,
+from benchmarks.common import (
+    ROOT,
+    emit,
+    eos_id,
+    fast_blas,
     free_port,
-    run_level,
-    wait_ready,
+    isolated_env,
+    param_count,
+    progress,
+    running,
+    token_count,
 )
+from benchmarks.server_bench import prompt_text, run_level
 
 SERVERS = (
     "mlxd_1proc_2t",
@@ -118,47 +120,6 @@ def server_env(name: str, base: dict[str, str], args: argparse.Namespace) -> dic
     return env
 
 
-def start(
-    name: str, model: Path, env: dict[str, str], args: argparse.Namespace
-) -> tuple[subprocess.Popen[bytes], str]:
-    """A server (and, under mlx.launch, its ranks) in a new process group."""
-    port = free_port()
-    cmd = server_command(name, model, port, args)
-    proc = subprocess.Popen(
-        cmd,
-        env=server_env(name, env, args),
-        # An open pipe nobody writes: mlx.launch polls its stdin, and at EOF (/dev/null) that
-        # poll returns at once and spins a core (mlxd and mlx-lm alike).
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    try:
-        return proc, wait_ready(proc, port, f"{name}: {' '.join(cmd)}")
-    except BaseException:
-        stop_group(proc)
-        raise
-
-
-def stop_group(proc: subprocess.Popen[bytes], seconds: float = 30.0) -> None:
-    """SIGTERM the server's process group (the launcher and every rank), SIGKILL if it lingers."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=seconds)
-            time.sleep(0.5)  # the ranks leave after the launcher
-        except subprocess.TimeoutExpired:
-            continue
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
 def broadcast_totals(url: str) -> tuple[float, int]:
     """(seconds, count) of mlxd's lockstep broadcasts so far (0, 0 for other servers)."""
     try:
@@ -179,10 +140,11 @@ def broadcast_totals(url: str) -> tuple[float, int]:
 def bench_server(
     name: str, model_dir: Path, env: dict[str, str], args: argparse.Namespace, eos: int
 ) -> list[dict[str, float]]:
-    """One server: a warm-up, then every concurrency level."""
-    proc, url = start(name, model_dir, env, args)
+    """One server (and, under mlx.launch, its ranks): a warm-up, then every concurrency level."""
+    port = free_port()
+    cmd = server_command(name, model_dir, port, args)
     model = "default" if name.startswith("mlxd") else str(model_dir)
-    try:
+    with running(cmd, port, server_env(name, env, args), group=True) as url:
         asyncio.run(run_level(name, url, "greedy", 1, 1, args, eos, model))  # warm-up
         out = []
         for clients in args.concurrency:
@@ -197,7 +159,7 @@ def bench_server(
                 level["broadcasts"] = count2 - count
                 level["broadcast_ms"] = round(1000 * (seconds2 - seconds) / (count2 - count), 3)
             out.append(level)
-            print(f"{name} {clients}: {json.dumps(level)}", file=sys.stderr, flush=True)
+            progress(f"{name} {clients}", level)
         if args.prefill_words:  # long prompts, few tokens: TTFT, where compute dominates
             heavy = argparse.Namespace(
                 **(vars(args) | {"prompt_words": args.prefill_words, "max_tokens": 2})
@@ -206,10 +168,8 @@ def bench_server(
             level = asyncio.run(run_level(name, url, "greedy", clients, 1, heavy, eos, model))
             level["phase"] = "prefill"  # type: ignore[assignment]
             out.append(level)
-            print(f"{name} prefill {clients}: {json.dumps(level)}", file=sys.stderr, flush=True)
+            progress(f"{name} prefill {clients}", level)
         return out
-    finally:
-        stop_group(proc)
 
 
 # ---- the collective probe (a 2-rank job of its own) ---------------------------------------
@@ -260,14 +220,15 @@ def probe(config: dict[str, int], rows: list[int]) -> dict[str, dict[str, float]
 def probe_once(config: dict[str, int], rows: list[int], wait_ms: str) -> dict[str, float]:
     cmd = [
         *_launcher(Path(sys.executable).parent, sys.executable),
-        str(Path(__file__).resolve()),
+        "-m",
+        "benchmarks.distributed_bench",
         "--probe",
         str(config["hidden_size"]),
         ",".join(map(str, rows)),
     ]
     env = dict(os.environ, MLXD_BLAS_THREADS="1", MLXD_RING_WAIT_MS=wait_ms)
     done = subprocess.run(
-        cmd, env=env, stdin=subprocess.PIPE, capture_output=True, text=True, timeout=300
+        cmd, env=env, cwd=ROOT, stdin=subprocess.PIPE, capture_output=True, text=True, timeout=300
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if not lines:
@@ -308,17 +269,14 @@ def main() -> None:
         return
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
 
+    fast_blas()  # MKL before mlx, as the servers load it
     from tests.checkpoints import make_checkpoint
-
-    import mlxd.backend  # noqa: F401  (MKL before mlx, as the servers load it)
 
     work = Path(tempfile.mkdtemp(prefix="mlxd-dist-bench-"))
     model_dir = make_checkpoint(work / f"bench-{args.size}", "chat", size=args.size)
     config = json.loads((model_dir / "config.json").read_text())
-    eos = int(config["eos_token_id"])
-    env = dict(
-        os.environ, MLXD_HOME=str(work / "home"), HF_HOME=str(work / "hf"), HF_HUB_OFFLINE="1"
-    )
+    eos = eos_id(model_dir)
+    env = isolated_env(work)
     servers = args.servers.split(",")
     results: dict[str, list[list[dict[str, float]]]] = {s: [] for s in servers}
     for r in range(args.rounds):
@@ -326,10 +284,10 @@ def main() -> None:
             results[name].append(bench_server(name, model_dir, env, args, eos))
     report = {
         "checkpoint": args.size,
-        "parameters": _param_count(model_dir),
+        "parameters": param_count(model_dir),
         "hidden_size": config["hidden_size"],
         "layers": config["num_hidden_layers"],
-        "prompt_tokens": _prompt_tokens(model_dir, args.prompt_words),
+        "prompt_tokens": token_count(model_dir, prompt_text(0, 0, args.prompt_words)),
         "max_tokens": args.max_tokens,
         "requests_per_level": args.requests,
         "rounds": args.rounds,
@@ -342,7 +300,7 @@ def main() -> None:
         ),
         "probe": probe(config, args.concurrency),
     }
-    print(json.dumps(report, indent=2))
+    emit(report)
 
 
 def summary(results: dict[str, list[list[dict[str, float]]]], rows: list[str]) -> dict[str, object]:

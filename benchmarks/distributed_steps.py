@@ -15,7 +15,7 @@ Each job inserts --rows greedy sequences, prefills them, then times --steps deco
 More rows make a step more compute-bound (a step reads the weights once for every row):
 --rows 8,32 shows how the ratio moves with it. Rounds alternate the order of the jobs.
 
-    python benchmarks/distributed_steps.py --size xl --rows 8,32 --steps 40 --rounds 2
+    python -m benchmarks.distributed_steps --size xl --rows 8,32 --steps 40 --rounds 2
 """
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.common import ROOT, emit, fast_blas, progress
 
 # 2ranks_spin: MLXD_RING_WAIT_MS=0, MLX's ring threads spinning while they wait (before/after).
 JOBS = ("1proc_1t", "1proc_2t", "2ranks", "2ranks_spin")
@@ -39,7 +38,7 @@ JOBS = ("1proc_1t", "1proc_2t", "2ranks", "2ranks_spin")
 
 def worker(path: Path, rows: int, steps: int) -> None:
     """One job (under mlx.launch for 2 ranks): rank 0 prints one JSON line, rank 1 another."""
-    import mlxd.backend  # noqa: F401  (MKL before mlx)
+    fast_blas()
     from mlxd.backend.distributed import cluster as dist
     from mlxd.backend.distributed import launch_env
     from mlxd.engine.engine import backend_options
@@ -145,18 +144,19 @@ def _ms(values: list[float]) -> float:
 
 def run_job(job: str, model: Path, rows: int, steps: int) -> dict[str, float]:
     python = sys.executable
-    cmd = [python, __file__, "--worker", str(model), str(rows), str(steps)]
+    worker = ["-m", "benchmarks.distributed_steps", "--worker", str(model), str(rows), str(steps)]
+    cmd = [python, *worker]
     if job.startswith("2ranks"):
         launcher = Path(python).parent / "mlx.launch"
         port = str(20000 + os.getpid() % 20000)
         cmd = [str(launcher), "-n", "2", "--backend", "ring", "-p", port, "--python", python]
-        cmd += [__file__, "--worker", str(model), str(rows), str(steps)]
+        cmd += worker
     env = dict(os.environ, MLXD_BLAS="mkl", MLXD_BLAS_THREADS="2" if job.endswith("2t") else "1")
     if job == "2ranks_spin":
         env["MLXD_RING_WAIT_MS"] = "0"
     # An open pipe as stdin: mlx.launch spins a core polling a stdin at end of file.
     with subprocess.Popen(
-        cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        cmd, env=env, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     ) as proc:
         out, _ = proc.communicate(timeout=1200)
     lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
@@ -193,9 +193,9 @@ def main() -> None:
                 got = run_job(job, model, rows, args.steps)
                 got["load_avg"] = round(os.getloadavg()[0], 2)
                 per_job[job].append(got)
-                print(f"rows {rows} {job}: {json.dumps(got)}", file=sys.stderr, flush=True)
+                progress(f"rows {rows} {job}", got)
         results[f"{rows}_rows"] = per_job
-    print(json.dumps({"checkpoint": args.size, "results": results, "summary": summary(results)}))
+    emit({"checkpoint": args.size, "results": results, "summary": summary(results)}, None)
 
 
 _NUMBERS = ("step_ms", "cpu_ms", "tok_s", "send_ms", "wait_ms", "apply_ms", "load_avg")

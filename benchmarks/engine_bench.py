@@ -1,7 +1,7 @@
 """Engine benchmarks, measured side by side in one run; prints JSON.
 
-  python benchmarks/engine_bench.py [--tokens 32] [--repeats 3] [--sections single,batch,ttft,turn]
-                                    [--models big,small] [--sizes 1,4,8,16]
+  python -m benchmarks.engine_bench [--tokens 32] [--repeats 3] [--sections single,batch,ttft,turn]
+                                     [--models big,small] [--sizes 1,4,8,16]
 
 Sections (issue 4):
   single  single-stream decode: engine vs mlx-lm's generate_step, token ids on both sides
@@ -24,16 +24,15 @@ import asyncio
 import json
 import random
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import emit, fast_blas
 
-# Before any mlx import: it loads the fast BLAS (MKL), for the engine and raw mlx-lm alike
-# (imported after mlx, the whole run was on the reference BLAS). MLXD_BLAS=reference: off.
-from mlxd.backend import blas  # noqa: E402, I001
+# Before any mlx import, for the engine and raw mlx-lm alike (loaded after mlx, the whole run
+# was on the reference BLAS). MLXD_BLAS=reference: off.
+BLAS = fast_blas()
 
 import mlx.core as mx  # noqa: E402
 from mlx_lm.generate import BatchGenerator, generate_step, stream_generate  # noqa: E402
@@ -327,7 +326,7 @@ def main() -> None:
     big = make_checkpoint(tmp / "big", "big", dtype=args.dtype) if needs_big else tmp / "big"
     small = make_checkpoint(tmp / "small", "small")
     result: dict = {
-        "blas": f"{blas.active().name}: {blas.active().detail}",
+        "blas": BLAS,
         "checkpoints": {"big": f"~29M params {args.dtype}", "small": "~0.25M params float32"},
         "tokens": args.tokens,
         "repeats": args.repeats,
@@ -348,7 +347,7 @@ def main() -> None:
         result["ttft_4x256"] = section_ttft(big, args.repeats)
     if "turn" in sections:
         result["second_turn_1000_history"] = section_turn(big, args.repeats)
-    print(json.dumps(result, indent=2))
+    emit(result)
 
 
 if __name__ == "__main__":

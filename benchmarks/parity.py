@@ -2,7 +2,7 @@
 `mlxd serve` process (/v1/chat/completions), greedy; any difference in content, reasoning,
 tool calls or finish reason is a mismatch. Prints one JSON object.
 
-    python benchmarks/parity.py [--model REF] [--prompts FILE] [--max-tokens 32]
+    python -m benchmarks.parity [--model REF] [--prompts FILE] [--max-tokens 32]
 
 REF is anything `mlxd run` accepts (a directory, a store name such as
 smollm2-135m-instruct); without it a tiny random checkpoint is built in a temp dir.
@@ -14,17 +14,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-MLXD = [sys.executable, "-m", "mlxd.cli.main"]
+from benchmarks.common import PY, emit, free_port, mlxd_serve, running
+
+MLXD = [PY, "-m", "mlxd.cli.main"]
 PROMPTS = [
     "What is the capital of France?",
     "Hello, how are you today?",
@@ -79,45 +79,21 @@ def server_answer(base: str, prompt: str, max_tokens: int) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def start_server(model: str, env: dict[str, str], log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [*MLXD, "serve", "--model", model, "--port", str(port)],
-        env=env, stdout=subprocess.DEVNULL, stderr=log.open("wb"),
-    )  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                return proc, base
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    proc.kill()
-    raise SystemExit(f"mlxd serve did not become ready: {log.read_text()[-2000:]}")
-
-
 def compare(
     model: str, prompts: list[str], max_tokens: int, env: dict[str, str], log: Path
 ) -> dict:
-    proc, base = start_server(model, env, log)
     mismatches = []
-    try:
+    port = free_port()
+    with running(mlxd_serve(model, port), port, env, ready="/health", seconds=600, log=log) as base:
         for prompt in prompts:
             served = server_answer(base, prompt, max_tokens)
             local = cli_answer(model, prompt, max_tokens, env)
             if served != local:
                 mismatches.append({"prompt": prompt, "cli": local, "server": served})
-    finally:
-        server_exit = proc.poll()
-        proc.terminate()
-        proc.wait(timeout=60)
+        gone = not _answers(base)
     return {
-        "server_exited_early": server_exit,
-        "server_log_tail": log.read_text()[-1500:] if server_exit is not None else None,
+        "server_exited_early": gone,
+        "server_log_tail": log.read_text()[-1500:] if gone else None,
         "model": model,
         "max_tokens": max_tokens,
         "prompts": len(prompts),
@@ -140,12 +116,18 @@ def main() -> None:
         env.setdefault("MLXD_HOME", str(Path(tmp) / "home"))
         model = args.model or str(_tiny_model(Path(tmp)))
         result = compare(model, prompts, args.max_tokens, env, Path(tmp) / "serve.log")
-    print(json.dumps(result, indent=2, ensure_ascii=False))
+    emit(result)
     sys.exit(1 if result["mismatches"] else 0)
 
 
+def _answers(base: str) -> bool:
+    try:
+        return httpx.get(f"{base}/health", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def _tiny_model(tmp: Path) -> Path:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests.checkpoints import make_checkpoint
 
     return make_checkpoint(tmp / "tiny-chat", "chat")

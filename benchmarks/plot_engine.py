@@ -1,7 +1,7 @@
 """Plot an engine_bench.py result: aggregate decode tok/s vs concurrency (engine vs raw
 BatchGenerator, per checkpoint) and the 4x256 time-to-first-token picture.
 
-  python benchmarks/plot_engine.py benchmarks/results/engine-DATE.json [out.png]
+  python -m benchmarks.plot_engine benchmarks/results/engine_bench.json [out.png]
 
 Needs matplotlib (`pip install -e ".[bench]"`); the benchmarks themselves do not.
 """

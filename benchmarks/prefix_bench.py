@@ -13,8 +13,8 @@ call and a ~200-token tool result. Each round starts from a fresh system prompt 
 turn); per turn the median TTFT over --rounds is reported, with the prompt and cached tokens
 the server reported, and from turn 2 on: mlxd cache off / on, and best peer / mlxd.
 
-    python benchmarks/prefix_bench.py                                  # mlxd on and off only
-    python benchmarks/prefix_bench.py --servers mlxd,mlxd-nocache,mlx_lm,vllm-mlx \
+    python -m benchmarks.prefix_bench                                  # mlxd on and off only
+    python -m benchmarks.prefix_bench --servers mlxd,mlxd-nocache,mlx_lm,vllm-mlx \
         --mlx-lm-python /work/peers/mlxlm/bin/python --vllm-mlx /work/peers/vllmmlx/bin/vllm-mlx
 """
 
@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,10 +33,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from server_bench import blas_env, free_port, server_command, stop, wait_ready  # same directory
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.common import emit, free_port, running
+from benchmarks.server_bench import server_command, server_env
 
 KINDS = ("sliding", "hybrid")
 SERVERS = ("mlxd", "mlxd-nocache", "mlx_lm", "vllm-mlx")
@@ -149,35 +147,31 @@ WORKLOADS: dict[str, Callable[[httpx.Client, str, int, argparse.Namespace], list
 }
 
 
-def start(
-    server: str, model: Path, args: argparse.Namespace
-) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
+def command_env(
+    server: str, model: Path, port: int, args: argparse.Namespace
+) -> tuple[list[str], dict[str, str]]:
+    """`server`'s command and environment (mlxd-nocache: mlxd with no prefix cache)."""
     kind = "mlxd" if server.startswith("mlxd") else server
     cmd = server_command(kind, model, port, args)
     env = dict(os.environ, MLXD_HOME=str(args.home), HF_HUB_OFFLINE="1")
     if server == "mlxd-nocache":
         env["MLXD_PREFIX_CACHE_BYTES"] = "0"
-    env = blas_env(kind, env, args.blas, Path(cmd[0]).parent.as_posix() + "/python")
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return proc, wait_ready(proc, port, f"{server}: {' '.join(cmd)}")
+    return cmd, server_env(kind, env, args, Path(cmd[0]).parent.as_posix() + "/python")
 
 
 def run_server(server: str, model: Path, args: argparse.Namespace) -> dict[str, list[list[Turn]]]:
     """Every workload, --rounds times (fresh sessions), on one server: workload -> rounds."""
-    proc, url = start(server, model, args)
+    port = free_port()
+    cmd, env = command_env(server, model, port, args)
     # mlxd serves its --model as "default"; the peers know the model by its directory.
     args.body["model"] = "default" if server.startswith("mlxd") else str(model)
-    try:
-        with httpx.Client(timeout=900) as client:
-            warm = {**args.body, "messages": [{"role": "user", "content": "Warm up."}]}
-            send(client, url, warm)
-            return {
-                name: [run(client, url, 1000 * r + i, args) for r in range(args.rounds)]
-                for i, (name, run) in enumerate(WORKLOADS.items())
-            }
-    finally:
-        stop(proc, 60)
+    with running(cmd, port, env) as url, httpx.Client(timeout=900) as client:
+        warm = {**args.body, "messages": [{"role": "user", "content": "Warm up."}]}
+        send(client, url, warm)
+        return {
+            name: [run(client, url, 1000 * r + i, args) for r in range(args.rounds)]
+            for i, (name, run) in enumerate(WORKLOADS.items())
+        }
 
 
 def summarize(results: dict[str, dict[str, list[list[Turn]]]], workload: str) -> dict[str, Any]:
@@ -251,7 +245,7 @@ def main() -> None:
             out["kinds"][kind] = {w: summarize(results, w) for w in WORKLOADS}
             out["load_average"] = round(os.getloadavg()[0], 2)
             print(json.dumps(out["kinds"][kind], indent=1), file=sys.stderr)
-    print(json.dumps(out, indent=1))
+    emit(out, 1)
 
 
 if __name__ == "__main__":

@@ -11,10 +11,10 @@ suppressed with logit_bias, so every request decodes max_tokens. --rounds repeat
 Intel MKL (mlxd by MLXD_BLAS, the peers by preloading libmkl_rt), `ships` with what each
 ships with (mlxd: MKL; peers: mlx's reference BLAS), `reference` all without MKL.
 
-    python benchmarks/server_bench.py                      # 0.25M-parameter checkpoint
-    python benchmarks/server_bench.py --kind big --max-tokens 32
-    python benchmarks/server_bench.py --servers mlxd,mlxd-base --mlxd-base OLD_CHECKOUT
-    python benchmarks/server_bench.py --kind tiny --max-tokens 128 --requests 48 --rounds 2 \
+    python -m benchmarks.server_bench                      # 0.25M-parameter checkpoint
+    python -m benchmarks.server_bench --kind big --max-tokens 32
+    python -m benchmarks.server_bench --servers mlxd,mlxd-base --mlxd-base OLD_CHECKOUT
+    python -m benchmarks.server_bench --kind tiny --max-tokens 128 --requests 48 --rounds 2 \
         --servers mlxd,mlx_lm,vllm-mlx,rapid-mlx --vllm-mlx VENV/bin/vllm-mlx --rapid-mlx ...
 """
 
@@ -22,43 +22,36 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-
-@dataclass
-class Sample:
-    ttft: float
-    gaps: list[float] = field(default_factory=list)
-    tokens: int = 0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from benchmarks.common import (
+    ROOT,
+    Sample,
+    blas_env,
+    emit,
+    eos_id,
+    free_port,
+    isolated_env,
+    mlxd_serve,
+    param_count,
+    pct,
+    progress,
+    running,
+    stream_chat,
+    token_count,
+)
 
 
 def server_command(kind: str, model: Path, port: int, args: argparse.Namespace) -> list[str]:
     if kind in ("mlxd", "mlxd-base"):
-        return [sys.executable, "-m", "mlxd.cli.main", "serve", "--model", str(model)] + [
-            "--port",
-            str(port),
-        ]
+        return mlxd_serve(model, port)
     if kind == "mlx_lm":
         python = args.mlx_lm_python or sys.executable
         return [python, "-m", "mlx_lm.server", "--model", str(model), "--port", str(port)]
@@ -69,102 +62,16 @@ def server_command(kind: str, model: Path, port: int, args: argparse.Namespace) 
     raise ValueError(kind)
 
 
-def blas_env(kind: str, env: dict[str, str], blas: str, python: str) -> dict[str, str]:
-    """mlxd picks its BLAS with MLXD_BLAS; a peer gets MKL by preloading its runtime."""
-    env = dict(env, MLXD_BLAS="mkl" if blas in ("mkl", "ships") else "reference")
-    if not kind.startswith("mlxd") and blas == "mkl":
-        lib = Path(python).resolve().parents[1] / "lib" / "libmkl_rt.so.3"
-        if not lib.is_file():
-            lib = Path(sys.prefix) / "lib" / "libmkl_rt.so.3"
-        env.update(LD_PRELOAD=str(lib), MKL_THREADING_LAYER="SEQUENTIAL")
-    return env
-
-
-def start(
-    kind: str, model: Path, env: dict[str, str], args: argparse.Namespace
-) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    cmd = server_command(kind, model, port, args)
-    env = blas_env(kind, env, args.blas, Path(cmd[0]).parent.as_posix() + "/python")
-    if kind == "mlxd-base":  # another mlxd source tree (a checkout of an older commit)
+def server_env(
+    kind: str, env: dict[str, str], args: argparse.Namespace, python: str
+) -> dict[str, str]:
+    """The BLAS of --blas; mlxd-base runs another mlxd source tree (an older checkout)."""
+    env = blas_env(env, args.blas, python, peer=not kind.startswith("mlxd"))
+    if kind == "mlxd-base":
         env["PYTHONPATH"] = str(Path(args.mlxd_base) / "src")
     elif kind == "mlxd":
         env["PYTHONPATH"] = str(ROOT / "src")
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return proc, wait_ready(proc, port, f"{kind} server: {' '.join(cmd)}")
-
-
-def stop(proc: subprocess.Popen[bytes], seconds: float = 30.0) -> None:
-    """Terminate a benchmarked server; kill it if it has not exited after `seconds`."""
-    proc.terminate()
-    try:
-        proc.wait(timeout=seconds)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-
-
-def wait_ready(
-    proc: subprocess.Popen[bytes], port: int, what: str, path: str = "/v1/models", seconds=300.0
-) -> str:
-    """The server's base URL once `path` answers 200; kills it and raises if it exits or takes
-    longer than `seconds` (every benchmark that starts a server uses this)."""
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + path, timeout=2).status_code == 200:
-                return url
-        except httpx.TransportError:
-            pass
-        if proc.poll() is not None:
-            break
-        time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError(f"{what} did not start")
-
-
-async def sse_lines(response: httpx.Response) -> AsyncIterator[str]:
-    """Lines split on LF only, as SSE defines them (aiter_lines also splits on U+2028 etc.)."""
-    buf = b""
-    async for chunk in response.aiter_bytes():
-        buf += chunk
-        *lines, buf = buf.split(b"\n")
-        for line in lines:
-            yield line.rstrip(b"\r").decode()
-
-
-async def one_request(client: httpx.AsyncClient, url: str, body: dict[str, object]) -> Sample:
-    t0 = time.perf_counter()
-    sample: Sample | None = None
-    last = t0
-    chunks = usage_tokens = 0
-    async with client.stream("POST", url + "/v1/chat/completions", json=body) as r:
-        r.raise_for_status()
-        async for line in sse_lines(r):
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            data = json.loads(line[6:])
-            if data.get("usage"):
-                usage_tokens = data["usage"]["completion_tokens"]
-            if not data.get("choices"):
-                continue
-            delta = data["choices"][0].get("delta") or {}
-            text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
-            if not text:
-                continue
-            now = time.perf_counter()
-            chunks += 1
-            if sample is None:
-                sample = Sample(ttft=now - t0)
-            else:
-                sample.gaps.append(now - last)
-            last = now
-    if sample is None:  # nothing visible streamed (held back to the end): the client's TTFT
-        sample = Sample(ttft=time.perf_counter() - t0)
-    sample.tokens = usage_tokens
-    if not sample.tokens:
-        sample.tokens = chunks
-    return sample
+    return env
 
 
 WORDS = (
@@ -223,7 +130,7 @@ async def run_level(
                     del body["logit_bias"]
                     body["ignore_eos"] = True
                 try:
-                    out.append(await one_request(client, url, body))
+                    out.append(await stream_chat(client, url, body))
                 except httpx.HTTPError:  # a reset or refused connection counts, not crashes
                     errors += 1
             return out
@@ -250,30 +157,22 @@ async def run_level(
     }
 
 
-def pct(values: list[float], p: float) -> float:
-    if not values:
-        return 0.0
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=100, method="inclusive")[min(int(p), 99) - 1]
-
-
 def bench_server(
     kind: str, model_dir: Path, env: dict[str, str], args: argparse.Namespace, eos: int, load: str
 ) -> list[dict[str, float]]:
     """One server process: a warm-up, then every concurrency level of one load."""
-    proc, url = start(kind, model_dir, env, args)
+    port = free_port()
+    cmd = server_command(kind, model_dir, port, args)
+    env = server_env(kind, env, args, Path(cmd[0]).parent.as_posix() + "/python")
     model = "default" if kind.startswith("mlxd") else str(model_dir)
-    try:
+    with running(cmd, port, env) as url:
         asyncio.run(run_level(kind, url, "greedy", 1, 1, args, eos, model))  # warm-up
         out = []
         for c in args.concurrency:
             per_client = max(1, args.requests // c)
             out.append(asyncio.run(run_level(kind, url, load, c, per_client, args, eos, model)))
-            print(f"{kind} {load} {c}: {json.dumps(out[-1])}", file=sys.stderr, flush=True)
+            progress(f"{kind} {load} {c}", out[-1])
         return out
-    finally:
-        stop(proc)
 
 
 def main() -> None:
@@ -297,17 +196,14 @@ def main() -> None:
     from tests.checkpoints import make_checkpoint
 
     work = Path(tempfile.mkdtemp(prefix="mlxd-bench-"))
-    kind = "chat" if args.kind == "tiny" else args.kind
-    model_dir = make_checkpoint(work / f"bench-{args.kind}", kind)
-    eos = int(json.loads((model_dir / "config.json").read_text())["eos_token_id"])
-    env = dict(
-        os.environ, MLXD_HOME=str(work / "home"), HF_HOME=str(work / "hf"), HF_HUB_OFFLINE="1"
-    )
+    model_dir = make_checkpoint(work / f"bench-{args.kind}", "chat", size=args.kind)
+    eos = eos_id(model_dir)
+    env = isolated_env(work)
     servers = args.servers.split(",")
     report: dict[str, object] = {
         "checkpoint": args.kind,
-        "parameters": _param_count(model_dir),
-        "prompt_tokens": _prompt_tokens(model_dir, args.prompt_words),
+        "parameters": param_count(model_dir),
+        "prompt_tokens": token_count(model_dir, prompt_text(0, 0, args.prompt_words)),
         "max_tokens": args.max_tokens,
         "requests_per_level": args.requests,
         "rounds": args.rounds,
@@ -323,7 +219,7 @@ def main() -> None:
                 results[server][load].append(bench_server(server, model_dir, env, args, eos, load))
     report["results"] = results
     report["summary"] = _summary(results, args)
-    print(json.dumps(report, indent=2))
+    emit(report)
 
 
 def _summary(
@@ -342,20 +238,6 @@ def _summary(
                 for key in ("agg_tok_s", "ttft_p99_ms", "ttft_mean_ms")
             }
     return out
-
-
-def _prompt_tokens(model_dir: Path, words: int) -> int:
-    from tokenizers import Tokenizer
-
-    tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-    return len(tok.encode(prompt_text(0, 0, words)).ids)
-
-
-def _param_count(model_dir: Path) -> int:
-    import mlx.core as mx
-
-    weights = mx.load(str(model_dir / "model.safetensors"))
-    return int(sum(v.size for v in weights.values()))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Speculative decoding on the demo model with copy-heavy work (issue 14); prints JSON.
 
-    python benchmarks/spec_bench.py                               # engine mode, ~2-3 min
-    python benchmarks/spec_bench.py --rounds 2 --servers mlxd,mlxd-ngram,mlxd-draft,mlx_lm-draft
+    python -m benchmarks.spec_bench                               # engine mode, ~2-3 min
+    python -m benchmarks.spec_bench --rounds 2 --servers mlxd,mlxd-ngram,mlxd-draft,mlx_lm-draft
 
 Engine mode (default): the same greedy requests (repeat, fix or edit a given paragraph or
 piece of code) without speculation (`plain`), with `ngram` speculation as the engine runs it
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import subprocess
@@ -45,12 +44,20 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from server_bench import blas_env, free_port, one_request, stop, wait_ready  # same directory
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from benchmarks.common import (
+    blas_env,
+    emit,
+    fast_blas,
+    free_port,
+    mlxd_serve,
+    progress,
+    running,
+    stream_chat,
+)
 
-import mlxd.backend  # noqa: E402, F401  (loads the fast BLAS before mlx is imported)
+fast_blas()  # before mlx is imported
+
 from mlxd.backend.mlx_lm import compat  # noqa: E402
 from mlxd.backend.speculation.draft_policy import StepCosts  # noqa: E402
 from mlxd.engine import Engine, EngineConfig, EngineRequest  # noqa: E402
@@ -217,9 +224,7 @@ def engine_mode(args: argparse.Namespace) -> dict[str, Any]:
         for size in args.sizes:
             batch = [prompts[i % len(prompts)] for i in range(size)]
             report[f"batch_{size}"] = bench_size(engine, info.name, batch, args)
-            print(
-                f"batch {size}: {json.dumps(report[f'batch_{size}'])}", file=sys.stderr, flush=True
-            )
+            progress(f"batch {size}", report[f"batch_{size}"])
     finally:
         engine.close()
     report["step_cost_ratio"] = {
@@ -237,16 +242,6 @@ def server_command(kind: str, model: Path, port: int, args: argparse.Namespace) 
         python = args.mlx_lm_python or sys.executable
         return [python, "-m", "mlx_lm.server", "--model", str(model), "--port", str(port),
                 "--draft-model", str(model), "--num-draft-tokens", k]  # fmt: skip
-    base = [
-        sys.executable,
-        "-m",
-        "mlxd.cli.main",
-        "serve",
-        "--model",
-        str(model),
-        "--port",
-        str(port),
-    ]
     spec = {
         "mlxd": [],
         "mlxd-ngram": ["--draft-kind", "ngram", "--num-draft-tokens", k],
@@ -259,7 +254,7 @@ def server_command(kind: str, model: Path, port: int, args: argparse.Namespace) 
             k,
         ],
     }
-    return base + spec[kind]
+    return mlxd_serve(model, port, *spec[kind])
 
 
 def mlxd_has_draft_model() -> bool:
@@ -285,7 +280,7 @@ async def clients(url: str, model: str, args: argparse.Namespace) -> dict[str, A
                     "stream": True,
                     "stream_options": {"include_usage": True},
                 }
-                tokens += (await one_request(client, url, body)).tokens
+                tokens += (await stream_chat(client, url, body)).tokens
             return tokens
 
         started = time.perf_counter()
@@ -302,16 +297,12 @@ def one_server(kind: str, path: Path, args: argparse.Namespace) -> dict[str, Any
     """Start one server, warm it with one request, run the clients, stop it."""
     cmd = server_command(kind, path, port := free_port(), args)
     python = args.mlx_lm_python or sys.executable
-    env = blas_env("mlxd" if kind.startswith("mlxd") else "mlx_lm", dict(os.environ), "mkl", python)
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        url = wait_ready(proc, port, f"{kind}: {' '.join(cmd)}")
+    env = blas_env(dict(os.environ), "mkl", python, peer=not kind.startswith("mlxd"))
+    with running(cmd, port, env) as url:
         model = "default" if kind.startswith("mlxd") else str(path)
         warm = argparse.Namespace(**{**vars(args), "clients": 1, "requests_per_client": 1})
         asyncio.run(clients(url, model, warm))
         return asyncio.run(clients(url, model, args))
-    finally:
-        stop(proc)
 
 
 def server_mode(args: argparse.Namespace) -> dict[str, Any]:
@@ -329,7 +320,7 @@ def server_mode(args: argparse.Namespace) -> dict[str, Any]:
     for round_ in range(args.rounds):
         for kind in kinds if round_ % 2 == 0 else kinds[::-1]:
             runs[kind].append(one_server(kind, ref.path, args))
-            print(f"{kind}: {json.dumps(runs[kind][-1])}", file=sys.stderr, flush=True)
+            progress(kind, runs[kind][-1])
     for kind, results in runs.items():
         results.sort(key=lambda r: r["agg_tok_s"])
         report[kind] = {
@@ -365,7 +356,7 @@ def main() -> None:
         report["engine"] = engine_mode(args)
     if args.servers:
         report["servers"] = server_mode(args)
-    print(json.dumps(report, indent=2))
+    emit(report)
 
 
 if __name__ == "__main__":

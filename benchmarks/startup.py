@@ -4,7 +4,7 @@ alternately so both see the same machine load. Prints one JSON object: per comma
 and minimum wall seconds and CPU seconds (user + system, the child's own), and the machine's
 load average before and after (wall times on a busy machine stretch; CPU times barely move).
 
-    python benchmarks/startup.py [--model DIR] [--repeat 9] [--demo] [--as-is] [--before SRC]
+    python -m benchmarks.startup [--model DIR] [--repeat 9] [--demo] [--as-is] [--before SRC]
                                  [--server]
 
 Without --model a tiny random checkpoint (tests/checkpoints.py) is built in a temp dir. --demo
@@ -28,7 +28,6 @@ import re
 import resource
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -36,7 +35,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-PY = sys.executable
+from benchmarks.common import PY, emit
+
 TARGET_S = 0.5  # issue 12: `mlxd run TINY hi --max-tokens 1`, whole process, median
 # Records the modules `mlxd ...` imported (argv[1]: where), then runs it as `python -m` would.
 RECORD_IMPORTS = (
@@ -47,7 +47,11 @@ RECORD_IMPORTS = (
 
 
 def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of the child) for one run of `cmd`."""
+    """(wall seconds, CPU seconds of the child) for one run of `cmd`; a leading `NAME=VALUE`
+    word sets that variable for this command (as a shell does)."""
+    while cmd and "=" in cmd[0]:
+        name, value = cmd[0].split("=", 1)
+        env, cmd = {**env, name: value}, cmd[1:]
     cpu_before = _children_cpu()
     start = time.perf_counter()
     done = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL, capture_output=True)
@@ -75,10 +79,8 @@ def commands(
         "import_transformers": [PY, "-c", "import transformers"],
         "mlxd_help": [PY, "-m", "mlxd.cli.main", "--help"],
     }
-    if before:
-        script = f"import sys; sys.path.insert(0, {before!r}); import runpy; "
-        script += "runpy.run_module('mlxd.cli.main', run_name='__main__', alter_sys=True)"
-        cmds["mlxd_run_before"] = [PY, "-c", script, "run", model, "hi", "--max-tokens", "1"]
+    if before:  # the older tree first on the path
+        cmds["mlxd_run_before"] = [f"PYTHONPATH={before}", *run, model, "hi", "--max-tokens", "1"]
     if demo:
         cmds["mlxd_run_demo"] = [*run, "hi", "--max-tokens", "1"]  # the default model
         cmds["mlx_lm_generate_demo"] = [*generate, demo]
@@ -168,7 +170,7 @@ def main() -> None:
         report["mlxd_run_server_imports_mlx"] = bool(
             {"mlx", "mlx_lm"} & imported["mlxd_run_server"]
         )
-    print(json.dumps(report, indent=2))
+    emit(report)
 
 
 @contextmanager
@@ -200,7 +202,6 @@ def _ratios(runs: dict[str, list[tuple[float, float]]], a: str, b: str) -> dict[
 
 
 def _tiny_model(tmp: Path) -> Path:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests.checkpoints import make_checkpoint
 
     return make_checkpoint(tmp / "tiny-chat", "chat")

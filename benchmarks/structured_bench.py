@@ -1,6 +1,6 @@
 """Structured output benchmarks, in-process on the real engine; prints JSON (issue 15).
 
-  python benchmarks/structured_bench.py [--model DIR] [--tokens 64] [--clients 8] [--rounds 2]
+  python -m benchmarks.structured_bench [--model DIR] [--tokens 64] [--clients 8] [--rounds 2]
                                         [--requests 3] [--sections mask,throughput]
 
 Sections:
@@ -26,9 +26,7 @@ integers, N chosen so their answers are about as long (reported as tokens_per_re
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -36,12 +34,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks.common import emit, fast_blas
+
+fast_blas()  # before mlx is imported
 
 from tests.checkpoints import make_checkpoint  # noqa: E402
 
 from mlxd.backend import batch  # noqa: E402
-from mlxd.backend.structured import grammar_mask
+from mlxd.backend.structured import grammar_mask  # noqa: E402
 from mlxd.chat.session import start_chat  # noqa: E402
 from mlxd.engine import Engine, EngineConfig, ModelInfo  # noqa: E402
 from mlxd.types import FinishEvent, FinishReason  # noqa: E402
@@ -281,7 +281,7 @@ def main() -> None:
                 )
         finally:
             engine.close()
-    print(json.dumps(report, indent=2))
+    emit(report)
 
 
 if __name__ == "__main__":

@@ -12,8 +12,8 @@ which transformers 5.24 refuses (every image request fails in mlx-vlm's own serv
 generate CLI); the peer runs with a shim that drops those keyword arguments for the image
 processor only (`--no-shim` measures it as shipped).
 
-    python benchmarks/vision_bench.py                              # 8 clients, 2 rounds
-    python benchmarks/vision_bench.py --max-tokens 64 --per-client 4 --size small
+    python -m benchmarks.vision_bench                              # 8 clients, 2 rounds
+    python -m benchmarks.vision_bench --max-tokens 64 --per-client 4 --size small
 """
 
 from __future__ import annotations
@@ -21,21 +21,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
-import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.server_bench import Sample, free_port, one_request, pct, stop, wait_ready  # noqa: E402
+from benchmarks.common import (
+    PY,
+    Sample,
+    emit,
+    eos_id,
+    free_port,
+    mlxd_serve,
+    pct,
+    progress,
+    running,
+    stream_chat,
+)
 
 # Runs mlx-vlm's server with its llava processor's text keyword arguments kept away from the
 # image processor (see the module docstring).
@@ -66,18 +71,9 @@ runpy.run_module("mlx_vlm.server", run_name="__main__", alter_sys=True)
 
 def server_command(kind: str, model: Path, port: int, shim: bool) -> list[str]:
     if kind == "mlxd":
-        return [sys.executable, "-m", "mlxd.cli.main", "serve", "--model", str(model),
-                "--port", str(port)]  # fmt: skip
-    head = [sys.executable, "-c", PEER_SHIM] if shim else [sys.executable, "-m", "mlx_vlm.server"]
+        return mlxd_serve(model, port)
+    head = [PY, "-c", PEER_SHIM] if shim else [PY, "-m", "mlx_vlm.server"]
     return [*head, "--model", str(model), "--host", "127.0.0.1", "--port", str(port)]
-
-
-def start(kind: str, model: Path, shim: bool) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    cmd = server_command(kind, model, port, shim)
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return proc, wait_ready(proc, port, f"{kind} server: {' '.join(cmd[:3])}")
 
 
 def body_for(client: int, n: int, image: bool, args: argparse.Namespace, eos: int) -> dict:
@@ -114,7 +110,7 @@ async def run_load(url: str, model: str, args: argparse.Namespace, eos: int) -> 
             for n in range(args.per_client):
                 body = dict(body_for(cid, n, image, args, eos), model=model)
                 try:
-                    sample = await one_request(client, url, body)
+                    sample = await stream_chat(client, url, body)
                 except httpx.HTTPError:
                     failed += 1
                     continue
@@ -139,16 +135,15 @@ async def run_load(url: str, model: str, args: argparse.Namespace, eos: int) -> 
 
 
 def bench(kind: str, model_dir: Path, args: argparse.Namespace, eos: int) -> dict:
-    proc, url = start(kind, model_dir, not args.no_shim)
+    port = free_port()
+    cmd = server_command(kind, model_dir, port, not args.no_shim)
     model = "default" if kind == "mlxd" else str(model_dir)
-    try:
+    with running(cmd, port, dict(os.environ, HF_HUB_OFFLINE="1")) as url:
         warm = argparse.Namespace(**{**vars(args), "clients": 2, "per_client": 1})
         asyncio.run(run_load(url, model, warm, eos))  # warm-up: one image and one text turn
         result = asyncio.run(run_load(url, model, args, eos))
-        print(f"{kind}: {json.dumps(result)}", file=sys.stderr, flush=True)
+        progress(kind, result)
         return result
-    finally:
-        stop(proc)
 
 
 def main() -> None:
@@ -165,7 +160,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = make_vision_checkpoint(Path(tmp) / "tiny-vision", size=args.size)
-        eos = int(json.loads((model_dir / "config.json").read_text())["eos_token_id"])
+        eos = eos_id(model_dir)
         runs: dict[str, list[dict]] = {"mlxd": [], "mlx_vlm": []}
         for r in range(args.rounds):
             order = ["mlxd", "mlx_vlm"] if r % 2 == 0 else ["mlx_vlm", "mlxd"]
@@ -191,7 +186,7 @@ def main() -> None:
         "runs": runs,
         "mlxd_over_mlx_vlm_median": summary,
     }
-    print(json.dumps(out, indent=2))
+    emit(out)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,1 @@
+"""The benchmark shelf: benchmarks/README.md says what each script answers and how to run it."""
