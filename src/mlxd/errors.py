@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+INVALID = "invalid_request_error"  # the error_type of a request the caller must change
+SERVER = "server_error"
+
 
 def one_line(exc: BaseException | None, *, with_type: bool = True, whole: bool = False) -> str:
     """`TypeName: first line of the message` (the one way an exception becomes one line);
@@ -17,12 +20,27 @@ def one_line(exc: BaseException | None, *, with_type: bool = True, whole: bool =
 
 
 class MlxdError(Exception):
-    """A user-facing failure: its message is one clear line."""
+    """A user-facing failure: its message is one clear line.
+
+    A subclass states the exit code, HTTP status and error type that differ from its base's
+    in its class line (`class X(Base, exit_code=3, http_status=404)`) and its own `code`."""
 
     exit_code = 1
     http_status = 500
-    error_type = "server_error"
+    error_type = SERVER
     code: str | None = None
+
+    def __init_subclass__(
+        cls,
+        *,
+        exit_code: int | None = None,
+        http_status: int | None = None,
+        error_type: str | None = None,
+    ) -> None:
+        super().__init_subclass__()
+        cls.exit_code = cls.exit_code if exit_code is None else exit_code
+        cls.http_status = cls.http_status if http_status is None else http_status
+        cls.error_type = cls.error_type if error_type is None else error_type
 
     def __init__(self, message: str, *, param: str | None = None) -> None:
         super().__init__(message)
@@ -38,17 +56,11 @@ class MlxdError(Exception):
         }
 
 
-class InvalidRequest(MlxdError):
-    exit_code = 2
-    http_status = 400
-    error_type = "invalid_request_error"
+class InvalidRequest(MlxdError, exit_code=2, http_status=400, error_type=INVALID):
     code = "invalid_request"
 
 
-class ModelNotFound(MlxdError):
-    exit_code = 3
-    http_status = 404
-    error_type = "invalid_request_error"
+class ModelNotFound(MlxdError, exit_code=3, http_status=404, error_type=INVALID):
     code = "model_not_found"
 
 
@@ -56,12 +68,9 @@ class AmbiguousModel(ModelNotFound):
     code = "ambiguous_model"
 
 
-class ModelBroken(MlxdError):
+class ModelBroken(MlxdError, exit_code=4, http_status=422, error_type=INVALID):
     """The model is on disk but cannot be used: corrupt, incomplete, or unsupported."""
 
-    exit_code = 4
-    http_status = 422
-    error_type = "invalid_request_error"
     code = "model_unusable"
 
 
@@ -85,40 +94,25 @@ class TemplateError(InvalidRequest):
     code = "template_error"
 
 
-class EngineBusy(MlxdError):
-    exit_code = 5
-    http_status = 429
-    error_type = "rate_limit_error"
+class EngineBusy(MlxdError, exit_code=5, http_status=429, error_type="rate_limit_error"):
     code = "queue_full"
 
 
-class EngineUnavailable(MlxdError):
+class EngineUnavailable(MlxdError, exit_code=5, http_status=503):
     """Shutting down or failed: new requests are refused."""
 
-    exit_code = 5
-    http_status = 503
-    error_type = "server_error"
     code = "unavailable"
 
 
-class EngineFault(MlxdError):
-    exit_code = 6
-    http_status = 500
-    error_type = "server_error"
+class EngineFault(MlxdError, exit_code=6, http_status=500):
     code = "engine_error"
 
 
-class DownloadError(MlxdError):
-    exit_code = 7
-    http_status = 502
-    error_type = "server_error"
+class DownloadError(MlxdError, exit_code=7, http_status=502):
     code = "download_failed"
 
 
-class AuthError(MlxdError):
-    exit_code = 8
-    http_status = 401
-    error_type = "authentication_error"
+class AuthError(MlxdError, exit_code=8, http_status=401, error_type="authentication_error"):
     code = "invalid_api_key"
 
 

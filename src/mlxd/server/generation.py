@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from starlette.background import BackgroundTask
 from starlette.requests import Request
@@ -23,9 +23,10 @@ from starlette.types import Receive
 from mlxd.errors import EngineUnavailable, MlxdError, from_code
 from mlxd.server.lifecycle import Generation, Lifecycle
 from mlxd.server.metrics import Metrics
-from mlxd.server.request_inputs import ChatInputs, ChatRequest
+from mlxd.server.request_inputs import ApiChatRequest, ChatInputs, chat_inputs
+from mlxd.server.settings import ServerSettings
 from mlxd.server.sse import SSE_HEADERS
-from mlxd.server.state import ServerState
+from mlxd.server.state import ServerState, server_state
 from mlxd.types import ChatEvent, FinishEvent, FinishReason, Usage, Warning
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from mlxd.engine import ModelInfo
 
 log = logging.getLogger("mlxd.server")
+R = TypeVar("R", bound=ApiChatRequest)
 
 
 class Stream(Protocol):
@@ -105,7 +107,7 @@ def failure(finish: FinishEvent, gen: Generation) -> MlxdError | None:
 async def start_chat_stream(
     st: ServerState,
     info: ModelInfo,
-    req: ChatRequest,
+    req: ApiChatRequest,
     inputs: ChatInputs,
     template: str | None = None,
 ) -> ChatStream:
@@ -120,13 +122,35 @@ async def start_chat_stream(
             inputs.messages,
             options=req.options(),
             tools=inputs.tools,
-            tool_choice=req.forced_tool_choice(),
+            tool_choice=forced_tool_choice(req),
             template_kwargs=inputs.template_kwargs,
             server_defaults=True,
             template=template,
             allow_image_urls=st.settings.allow_image_urls,
         )
     )
+
+
+def forced_tool_choice(req: ApiChatRequest) -> str | dict[str, Any] | None:
+    spec = req.tool_choice_spec()
+    return spec.forced() if spec is not None else None
+
+
+async def chat_endpoint(
+    request: Request,
+    read: Callable[[bytes, ServerSettings], R],
+    wire: Callable[[R, ModelInfo, ChatStream, ServerState], Wire],
+    template: Callable[[R, ServerSettings], str | None] | None = None,
+) -> Response:
+    """One chat request of any API: `read` parses the body (refusals before any model
+    load), then the same prompt, start_chat and response driver; `wire` is the API's."""
+    st = server_state(request)
+    start = time.perf_counter()
+    req = read(await request.body(), st.settings)
+    chat_template = template(req, st.settings) if template is not None else None
+    info = await st.models.get(req.model)
+    stream = await start_chat_stream(st, info, req, chat_inputs(req), chat_template)
+    return await respond(request, st, stream, wire(req, info, stream, st), req.stream, start)
 
 
 async def respond(

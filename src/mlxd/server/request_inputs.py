@@ -6,7 +6,6 @@ that depend on operator settings or on several fields at once.
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -14,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 from mlxd.chat.options import check_stop_count
 from mlxd.errors import InvalidRequest
 from mlxd.server.error_responses import validation_error
+from mlxd.server.fields import ToolChoice, ToolChoiceSpec
 from mlxd.server.openai.schemas import SamplingFields
 from mlxd.server.settings import ServerSettings
 
@@ -31,12 +31,28 @@ class ChatInputs(NamedTuple):
     template_kwargs: dict[str, Any] | None
 
 
-class ChatRequest(Protocol):
+class ApiConversation(Protocol):
+    """What any API's parsed request holds of a conversation, in the chat layer's shapes."""
+
+    def chat_messages(self) -> list[dict[str, Any]]: ...
+
+    def chat_tools(self) -> list[dict[str, Any]] | None: ...
+
+    def tool_choice_spec(self) -> ToolChoiceSpec | None: ...
+
+    def template_kwargs(self) -> dict[str, Any] | None: ...
+
+
+class ApiChatRequest(ApiConversation, Protocol):
     """A parsed chat request of any API (chat completions, Anthropic messages, Responses)."""
 
-    def options(self) -> dict[str, Any]: ...
+    @property
+    def model(self) -> str | None: ...
 
-    def forced_tool_choice(self) -> str | dict[str, Any] | None: ...
+    @property
+    def stream(self) -> bool: ...
+
+    def options(self) -> dict[str, Any]: ...
 
 
 def parse(model: type[M], body: bytes, settings: ServerSettings) -> M:
@@ -52,13 +68,16 @@ def parse(model: type[M], body: bytes, settings: ServerSettings) -> M:
     return req
 
 
-class ToolChoice(StrEnum):
-    """What a request lets the model do with its tools (each API spells it its own way)."""
-
-    AUTO = "auto"  # call a tool or answer
-    NONE = "none"  # the template never sees the tools, so the model cannot call them
-    REQUIRED = "required"  # call one of the tools (stated in the prompt)
-    NAMED = "named"  # call this one tool (stated in the prompt; the template sees only it)
+def chat_inputs(req: ApiConversation) -> ChatInputs:
+    """(messages, tools, template_kwargs) for start_chat from any API's request, honouring
+    tool_choice: the prompt says what it asks for; start_chat enforces a forced call with a
+    grammar."""
+    messages = req.chat_messages()
+    tools = req.chat_tools()
+    spec = req.tool_choice_spec()
+    if spec is not None:
+        tools = apply_tool_choice(messages, tools, spec.kind, spec.name)
+    return ChatInputs(messages, tools, req.template_kwargs())
 
 
 def apply_tool_choice(

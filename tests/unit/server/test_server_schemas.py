@@ -9,9 +9,8 @@ from mlxd.chat.messages import check_template_kwargs
 from mlxd.chat.options import OPTIONS, OptionKind
 from mlxd.config import LIMITS
 from mlxd.errors import InvalidRequest
-from mlxd.server.openai.inputs import chat_inputs
 from mlxd.server.openai.schemas import ChatCompletionRequest, CompletionRequest
-from mlxd.server.request_inputs import parse
+from mlxd.server.request_inputs import chat_inputs, parse
 from mlxd.server.settings import ServerSettings
 
 MSGS = [{"role": "user", "content": "hi"}]

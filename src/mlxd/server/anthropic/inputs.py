@@ -1,4 +1,4 @@
-"""Anthropic messages -> chat-layer inputs: OpenAI-shaped chat messages, tools, tool_choice.
+"""Anthropic messages -> the chat layer's OpenAI-shaped chat messages.
 
 System first; thinking blocks become the assistant's reasoning_content, tool_use blocks its
 tool_calls, each tool_result a `tool` message ahead of the user's text.
@@ -9,56 +9,36 @@ from __future__ import annotations
 from typing import Any
 
 from mlxd.errors import InvalidRequest
-from mlxd.server.anthropic.schemas import (
+from mlxd.server.anthropic.blocks import (
     ContentBlock,
-    CountTokensRequest,
     ImageBlock,
     MessageParam,
     TextBlock,
     ThinkingBlock,
-    ToolChoiceAny,
-    ToolChoiceNone,
-    ToolChoiceTool,
     ToolResultBlock,
     ToolUseBlock,
 )
-from mlxd.server.request_inputs import ChatInputs, ToolChoice, apply_tool_choice
 
 
-def chat_inputs(req: CountTokensRequest) -> ChatInputs:
-    """(messages, tools, template_kwargs) for start_chat, honouring tool_choice."""
+def chat_messages(system: str | None, turns: list[MessageParam]) -> list[dict[str, Any]]:
+    """The conversation as the chat layer's messages (the last turn must be the user's)."""
     messages: list[dict[str, Any]] = []
-    system = req.system_text()
     if system is not None:
         messages.append({"role": "system", "content": system})
     called: set[str] = set()  # tool_use ids of the previous assistant turn
-    for i, m in enumerate(req.messages):
+    for i, m in enumerate(turns):
         if m.role == "assistant":
             messages.append(_assistant(m, f"messages.{i}.content"))
             called = {b.id for b in m.blocks() if isinstance(b, ToolUseBlock)}
         else:
             messages += _user(m, called, f"messages.{i}.content")
             called = set()
-    if req.messages[-1].role == "assistant":
+    if turns[-1].role == "assistant":
         raise InvalidRequest(
             "the last message must be a user turn (continuing an assistant turn is not supported)",
-            param=f"messages.{len(req.messages) - 1}.role",
+            param=f"messages.{len(turns) - 1}.role",
         )
-    tools = [t.to_chat() for t in req.tools] if req.tools else None
-    return ChatInputs(messages, _tool_choice(req, messages, tools), req.template_kwargs())
-
-
-def _tool_choice(
-    req: CountTokensRequest, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
-) -> list[dict[str, Any]] | None:
-    choice = req.tool_choice
-    if isinstance(choice, ToolChoiceTool):
-        return apply_tool_choice(messages, tools, ToolChoice.NAMED, choice.name)
-    if isinstance(choice, ToolChoiceAny):
-        return apply_tool_choice(messages, tools, ToolChoice.REQUIRED)
-    if isinstance(choice, ToolChoiceNone):
-        return apply_tool_choice(messages, tools, ToolChoice.NONE)
-    return tools
+    return messages
 
 
 def _assistant(m: MessageParam, where: str) -> dict[str, Any]:

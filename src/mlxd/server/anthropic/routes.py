@@ -10,32 +10,41 @@ prompt, options table, stream filter, budgets and prefix cache. Errors have Anth
 from __future__ import annotations
 
 import asyncio
-import time
+from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
 from mlxd.chat.options import check_stop_count
-from mlxd.server.anthropic.inputs import chat_inputs
 from mlxd.server.anthropic.schemas import CountTokensRequest, MessagesRequest
 from mlxd.server.anthropic.wire import AnthropicWire
-from mlxd.server.generation import respond, start_chat_stream
-from mlxd.server.request_inputs import parse
-from mlxd.server.state import server_state
+from mlxd.server.generation import chat_endpoint
+from mlxd.server.request_inputs import chat_inputs, parse
+from mlxd.server.settings import ServerSettings
+from mlxd.server.state import ServerState, server_state
+
+if TYPE_CHECKING:
+    from mlxd.chat.session import ChatStream
+    from mlxd.engine import ModelInfo
 
 router = APIRouter()
 
 
 @router.post("/v1/messages")
 async def create_message(request: Request) -> Response:
-    st = server_state(request)
-    start = time.perf_counter()
-    req = parse(MessagesRequest, await request.body(), st.settings)
+    return await chat_endpoint(request, _read, _wire)
+
+
+def _read(body: bytes, settings: ServerSettings) -> MessagesRequest:
+    req = parse(MessagesRequest, body, settings)
     check_stop_count(len(req.stop_sequences or []), param="stop_sequences")
-    info = await st.models.get(req.model)
-    stream = await start_chat_stream(st, info, req, chat_inputs(req))
-    wire = AnthropicWire(model=info.name, prompt_tokens=stream.prompt.prompt_tokens)
-    return await respond(request, st, stream, wire, req.stream, start)
+    return req
+
+
+def _wire(
+    req: MessagesRequest, info: ModelInfo, stream: ChatStream, st: ServerState
+) -> AnthropicWire:
+    return AnthropicWire(model=info.name, prompt_tokens=stream.prompt.prompt_tokens)
 
 
 @router.post("/v1/messages/count_tokens")

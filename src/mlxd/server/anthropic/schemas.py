@@ -16,143 +16,22 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, model_validator
 
 from mlxd.chat.messages import join_text
+from mlxd.server.anthropic import inputs
+from mlxd.server.anthropic.blocks import MAX_BLOCKS, MessageParam, TextBlock, ToolName
 from mlxd.server.fields import (
     MAX_MESSAGES,
     MAX_TOOLS,
-    CallId,
     JsonSchemaFormat,
     MaxTokens,
     ModelName,
     StopList,
     Temperature,
+    ToolChoice,
+    ToolChoiceSpec,
     TopK,
     TopP,
 )
 from mlxd.server.fields import WIRE_CONFIG as _CFG
-
-ToolName = Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_\-]{1,128}$")]  # Anthropic's rule
-MAX_BLOCKS = 10_000  # content blocks in one message
-
-
-class TextBlock(BaseModel):
-    model_config = _CFG
-    type: Literal["text"]
-    text: StrictStr
-
-
-class ToolUseBlock(BaseModel):
-    """A call the model made (assistant turns)."""
-
-    model_config = _CFG
-    type: Literal["tool_use"]
-    id: CallId
-    name: ToolName
-    input: dict[StrictStr, Any]
-
-
-class Base64Source(BaseModel):
-    model_config = _CFG
-    type: Literal["base64"]
-    media_type: Annotated[StrictStr, Field(pattern=r"^image/[A-Za-z0-9.+\-]{1,64}$")]
-    data: StrictStr
-
-
-class UrlSource(BaseModel):
-    model_config = _CFG
-    type: Literal["url"]
-    url: Annotated[StrictStr, Field(min_length=1)]
-
-
-class ImageBlock(BaseModel):
-    """An image in a user turn (a vision model's; the chat layer reads and checks it)."""
-
-    model_config = _CFG
-    type: Literal["image"]
-    source: Annotated[Base64Source | UrlSource, Field(discriminator="type")]
-
-    def to_chat(self) -> dict[str, Any]:
-        """The OpenAI image_url part the chat layer takes (base64 as a data: URL)."""
-        src = self.source
-        url = src.url if isinstance(src, UrlSource) else f"data:{src.media_type};base64,{src.data}"
-        return {"type": "image_url", "image_url": {"url": url}}
-
-
-ResultPart = Annotated[TextBlock | ImageBlock, Field(discriminator="type")]
-
-
-class ToolResultBlock(BaseModel):
-    """The client's answer to a tool_use of the previous assistant turn (user turns)."""
-
-    model_config = _CFG
-    type: Literal["tool_result"]
-    tool_use_id: CallId
-    content: StrictStr | Annotated[list[ResultPart], Field(max_length=MAX_BLOCKS)] = ""
-    is_error: StrictBool = False
-
-    @property
-    def has_images(self) -> bool:
-        return isinstance(self.content, list) and any(
-            isinstance(b, ImageBlock) for b in self.content
-        )
-
-    def text(self) -> str:
-        """The result as the `tool` message's text (tool turns carry no images)."""
-        content = self.content
-        text = (
-            content
-            if isinstance(content, str)
-            else join_text(b.text for b in content if isinstance(b, TextBlock))
-        )
-        return f"Error: {text}" if self.is_error else text
-
-
-class ThinkingBlock(BaseModel):
-    """Earlier reasoning sent back (assistant turns); the signature is not checked."""
-
-    model_config = _CFG
-    type: Literal["thinking"]
-    thinking: StrictStr
-    signature: StrictStr | None = None
-
-
-class RedactedThinkingBlock(BaseModel):
-    model_config = _CFG
-    type: Literal["redacted_thinking"]
-    data: StrictStr
-
-
-class UnsupportedBlock(BaseModel):
-    """Block kinds mlxd cannot take: refused, never dropped."""
-
-    model_config = _CFG
-    type: Literal["document", "search_result", "container_upload"]
-
-    @model_validator(mode="after")
-    def _refuse(self) -> UnsupportedBlock:
-        raise ValueError(f"'{self.type}' content blocks are not supported")
-
-
-ContentBlock = Annotated[
-    TextBlock
-    | ToolUseBlock
-    | ToolResultBlock
-    | ThinkingBlock
-    | RedactedThinkingBlock
-    | ImageBlock
-    | UnsupportedBlock,
-    Field(discriminator="type"),
-]
-
-
-class MessageParam(BaseModel):
-    model_config = _CFG
-    role: Literal["user", "assistant"]
-    content: StrictStr | Annotated[list[ContentBlock], Field(max_length=MAX_BLOCKS)]
-
-    def blocks(self) -> list[ContentBlock]:
-        if isinstance(self.content, str):
-            return [TextBlock(type="text", text=self.content)]
-        return list(self.content)
 
 
 class ToolParam(BaseModel):
@@ -283,12 +162,20 @@ class CountTokensRequest(BaseModel):
             return {"enable_thinking": False}
         return None
 
-    def forced_tool_choice(self) -> str | dict[str, Any] | None:
-        """A tool_choice that forces a call, as the chat layer takes it (else None)."""
-        if isinstance(self.tool_choice, ToolChoiceAny):
-            return "required"
-        if isinstance(self.tool_choice, ToolChoiceTool):
-            return {"type": "function", "function": {"name": self.tool_choice.name}}
+    def chat_messages(self) -> list[dict[str, Any]]:
+        return inputs.chat_messages(self.system_text(), self.messages)
+
+    def chat_tools(self) -> list[dict[str, Any]] | None:
+        return [t.to_chat() for t in self.tools] if self.tools else None
+
+    def tool_choice_spec(self) -> ToolChoiceSpec | None:
+        choice = self.tool_choice
+        if isinstance(choice, ToolChoiceTool):
+            return ToolChoiceSpec(ToolChoice.NAMED, choice.name)
+        if isinstance(choice, ToolChoiceAny):
+            return ToolChoiceSpec(ToolChoice.REQUIRED)
+        if isinstance(choice, ToolChoiceNone):
+            return ToolChoiceSpec(ToolChoice.NONE)
         return None
 
 

@@ -5,33 +5,55 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
-from mlxd.errors import ModelNotFound
-from mlxd.server.generation import respond, start_chat_stream
-from mlxd.server.openai.inputs import chat_inputs, request_template
+from mlxd.errors import InvalidRequest, ModelNotFound
+from mlxd.server.generation import chat_endpoint, respond
 from mlxd.server.openai.schemas import ChatCompletionRequest, CompletionRequest
 from mlxd.server.openai.wire import ChatWire, CompletionWire
 from mlxd.server.request_inputs import parse
 from mlxd.server.served_models import DEFAULT_ALIASES
+from mlxd.server.settings import ServerSettings
+from mlxd.server.state import ServerState
 from mlxd.server.state import server_state as _state
+
+if TYPE_CHECKING:
+    from mlxd.chat.session import ChatStream
+    from mlxd.engine import ModelInfo
 
 router = APIRouter()
 
 
 @router.post("/v1/chat/completions")
 async def chat_completions(request: Request) -> Response:
-    st = _state(request)
-    start = time.perf_counter()
-    req = parse(ChatCompletionRequest, await request.body(), st.settings)
-    template = request_template(req, st.settings)
-    info = await st.models.get(req.model)
-    stream = await start_chat_stream(st, info, req, chat_inputs(req), template)
+    return await chat_endpoint(request, _read, _wire, request_template)
+
+
+def _read(body: bytes, settings: ServerSettings) -> ChatCompletionRequest:
+    return parse(ChatCompletionRequest, body, settings)
+
+
+def _wire(
+    req: ChatCompletionRequest, info: ModelInfo, stream: ChatStream, st: ServerState
+) -> ChatWire:
     texts = st.texts(info) if req.logprobs else None
-    wire = ChatWire(model=info.name, texts=texts, include_usage=req.include_usage)
-    return await respond(request, st, stream, wire, req.stream, start)
+    return ChatWire(model=info.name, texts=texts, include_usage=req.include_usage)
+
+
+def request_template(req: ChatCompletionRequest, settings: ServerSettings) -> str | None:
+    """The request's own `chat_template`, if the operator allows requests to set one."""
+    if req.chat_template is None:
+        return None
+    if not settings.request_chat_template:
+        raise InvalidRequest(
+            "a request may not set 'chat_template' (the model's own template is used); "
+            "the operator can allow it with MLXD_REQUEST_CHAT_TEMPLATE=1",
+            param="chat_template",
+        )
+    return req.chat_template
 
 
 @router.post("/v1/completions")

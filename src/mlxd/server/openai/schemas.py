@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from mlxd.chat.messages import join_text
+from mlxd.chat.messages import check_template_kwargs, join_text
 from mlxd.config import LIMITS
 from mlxd.server.fields import (
     MAX_MESSAGES,
@@ -34,6 +34,8 @@ from mlxd.server.fields import (
     Seed,
     StopList,
     StopText,
+    ToolChoice,
+    ToolChoiceSpec,
     TopLogprobs,
     within,
 )
@@ -267,7 +269,7 @@ class ChatCompletionRequest(SamplingFields):
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     chat_template_kwargs: dict[StrictStr, Any] | None = None
     # A Jinja chat template instead of the model's (vLLM's extension); only when the operator
-    # allows it (MLXD_REQUEST_CHAT_TEMPLATE=1), refused otherwise (server.inputs).
+    # allows it (MLXD_REQUEST_CHAT_TEMPLATE=1), refused otherwise (openai.routes).
     chat_template: Annotated[StrictStr, Field(min_length=1, max_length=1 << 20)] | None = None
 
     @model_validator(mode="after")
@@ -285,11 +287,21 @@ class ChatCompletionRequest(SamplingFields):
     def budget(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
 
-    def forced_tool_choice(self) -> str | dict[str, Any] | None:
-        """tool_choice as the chat layer takes it, when it forces a call (else None)."""
-        if isinstance(self.tool_choice, NamedToolChoice):
-            return self.tool_choice.model_dump()
-        return self.tool_choice if self.tool_choice == "required" else None
+    def chat_messages(self) -> list[dict[str, Any]]:
+        return [m.to_template() for m in self.messages]
+
+    def chat_tools(self) -> list[dict[str, Any]] | None:
+        return [t.model_dump(exclude_none=True) for t in self.tools] if self.tools else None
+
+    def tool_choice_spec(self) -> ToolChoiceSpec | None:
+        choice = self.tool_choice
+        if isinstance(choice, NamedToolChoice):
+            return ToolChoiceSpec(ToolChoice.NAMED, choice.function.name)
+        return None if choice is None else ToolChoiceSpec(ToolChoice(choice))
+
+    def template_kwargs(self) -> dict[str, Any] | None:
+        """chat_template_kwargs, checked against the chat layer's allow-list."""
+        return check_template_kwargs(self.chat_template_kwargs) or None
 
     def options(self) -> dict[str, Any]:
         opts = self.sampling_options()

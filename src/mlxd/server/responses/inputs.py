@@ -1,4 +1,4 @@
-"""Responses `instructions` and `input` items -> chat-layer inputs (messages, tools).
+"""Responses `instructions` and `input` items -> the chat layer's chat messages.
 
 A reasoning item goes to the next assistant turn as reasoning_content, function_call items
 to its tool_calls, each function_call_output is a `tool` message.
@@ -9,33 +9,24 @@ from __future__ import annotations
 from typing import Any
 
 from mlxd.errors import InvalidRequest
-from mlxd.server.request_inputs import ChatInputs, ToolChoice, apply_tool_choice
-from mlxd.server.responses.schemas import (
+from mlxd.server.responses.items import (
     FunctionCallItem,
     FunctionCallOutputItem,
     MessageItem,
     ReasoningItem,
-    ResponsesRequest,
-    ToolChoiceFunction,
 )
 
 
-def chat_inputs(req: ResponsesRequest) -> ChatInputs:
-    """(messages, tools, template_kwargs) for start_chat, honouring tool_choice."""
+def chat_messages(instructions: str | None, items: str | list[Any]) -> list[dict[str, Any]]:
+    """`instructions` and `input` as the chat layer's messages."""
     messages: list[dict[str, Any]] = []
-    if req.instructions is not None:
-        messages.append({"role": "system", "content": req.instructions})
-    if isinstance(req.input, str):
-        messages.append({"role": "user", "content": req.input})
+    if instructions is not None:
+        messages.append({"role": "system", "content": instructions})
+    if isinstance(items, str):
+        messages.append({"role": "user", "content": items})
     else:
-        _ItemsToMessages(messages).add_all(req.input)
-    tools = [t.to_chat() for t in req.tools] if req.tools else None
-    choice = req.tool_choice
-    if isinstance(choice, ToolChoiceFunction):
-        tools = apply_tool_choice(messages, tools, ToolChoice.NAMED, choice.name)
-    elif choice is not None:
-        tools = apply_tool_choice(messages, tools, ToolChoice(choice))
-    return ChatInputs(messages, tools, req.template_kwargs())
+        _ItemsToMessages(messages).add_all(items)
+    return messages
 
 
 class _ItemsToMessages:

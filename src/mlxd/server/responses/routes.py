@@ -9,27 +9,35 @@ Stateless: every request carries the whole conversation (responses.schemas).
 
 from __future__ import annotations
 
-import time
+from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from mlxd.server.generation import respond, start_chat_stream
+from mlxd.server.generation import chat_endpoint
 from mlxd.server.request_inputs import parse
-from mlxd.server.responses.inputs import chat_inputs
 from mlxd.server.responses.schemas import ResponsesRequest
 from mlxd.server.responses.wire import ResponsesWire
-from mlxd.server.state import server_state
+from mlxd.server.settings import ServerSettings
+from mlxd.server.state import ServerState
+
+if TYPE_CHECKING:
+    from mlxd.chat.session import ChatStream
+    from mlxd.engine import ModelInfo
 
 router = APIRouter()
 
 
 @router.post("/v1/responses")
 async def create_response(request: Request) -> Response:
-    st = server_state(request)
-    start = time.perf_counter()
-    req = parse(ResponsesRequest, await request.body(), st.settings)
-    info = await st.models.get(req.model)
-    stream = await start_chat_stream(st, info, req, chat_inputs(req))
-    wire = ResponsesWire(model=info.name, request=req)
-    return await respond(request, st, stream, wire, req.stream, start)
+    return await chat_endpoint(request, _read, _wire)
+
+
+def _read(body: bytes, settings: ServerSettings) -> ResponsesRequest:
+    return parse(ResponsesRequest, body, settings)
+
+
+def _wire(
+    req: ResponsesRequest, info: ModelInfo, stream: ChatStream, st: ServerState
+) -> ResponsesWire:
+    return ResponsesWire(model=info.name, request=req)

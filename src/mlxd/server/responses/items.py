@@ -1,0 +1,165 @@
+"""Input items of OpenAI's Responses API (messages and their parts, function calls and
+outputs, reasoning); strict like every wire schema (mlxd.server.fields)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    Discriminator,
+    Field,
+    StrictStr,
+    Tag,
+    field_validator,
+    model_validator,
+)
+
+from mlxd.chat.messages import join_text
+from mlxd.server.fields import WIRE_CONFIG as _CFG
+from mlxd.server.fields import (
+    CallId,
+    FunctionName,
+)
+
+MAX_ITEMS = 10_000
+MAX_PARTS = 10_000
+NO_STATE = "mlxd keeps no response state; send the whole conversation in 'input'"
+
+
+class InputText(BaseModel):
+    model_config = _CFG
+    type: Literal["input_text"]
+    text: StrictStr
+
+
+class OutputText(BaseModel):
+    """An earlier answer sent back (annotations and logprobs are ignored)."""
+
+    model_config = _CFG
+    type: Literal["output_text"]
+    text: StrictStr
+
+
+class InputImage(BaseModel):
+    """An image by URL (a data: URL, or http(s) if the operator allows); the chat layer reads
+    and checks it (a vision model's). Uploaded files (`file_id`) are refused: no file store."""
+
+    model_config = _CFG
+    type: Literal["input_image"]
+    image_url: Annotated[StrictStr, Field(min_length=1)] | None = None
+    file_id: StrictStr | None = None
+    detail: Literal["low", "high", "auto"] | None = None  # accepted; the processor decides
+
+    @model_validator(mode="after")
+    def _by_url(self) -> InputImage:
+        if self.file_id is not None or self.image_url is None:
+            raise ValueError("input_image needs an image_url (uploaded files are not supported)")
+        return self
+
+
+class UnsupportedPart(BaseModel):
+    model_config = _CFG
+    type: Literal["input_file", "input_audio", "refusal"]
+
+    @model_validator(mode="after")
+    def _refuse(self) -> UnsupportedPart:
+        raise ValueError(f"'{self.type}' content is not supported")
+
+
+ContentPart = Annotated[
+    InputText | OutputText | InputImage | UnsupportedPart, Field(discriminator="type")
+]
+
+
+class MessageItem(BaseModel):
+    """A message; `type` may be left out (the SDK's EasyInputMessage)."""
+
+    model_config = _CFG
+    type: Literal["message"] = "message"
+    role: Literal["user", "assistant", "system", "developer"]
+    content: StrictStr | Annotated[list[ContentPart], Field(max_length=MAX_PARTS)]
+
+    def parts(self) -> list[dict[str, Any]]:
+        """Text and image parts as the chat layer takes them (OpenAI's chat shapes)."""
+        if isinstance(self.content, str):
+            return [{"type": "text", "text": self.content}]
+        out: list[dict[str, Any]] = []
+        for p in self.content:
+            if isinstance(p, InputImage):
+                out.append({"type": "image_url", "image_url": {"url": p.image_url}})
+            elif not isinstance(p, UnsupportedPart):
+                out.append({"type": "text", "text": p.text})
+        return out
+
+
+class FunctionCallItem(BaseModel):
+    """A call the model made earlier; `arguments` is a JSON object as a string."""
+
+    model_config = _CFG
+    type: Literal["function_call"]
+    call_id: CallId
+    name: FunctionName
+    arguments: StrictStr
+
+    @field_validator("arguments")
+    @classmethod
+    def _json_object(cls, v: str) -> str:
+        try:
+            value = json.loads(v) if v.strip() else {}
+        except json.JSONDecodeError:
+            value = None
+        if not isinstance(value, dict):
+            raise ValueError("arguments must be a JSON object as a string")
+        return v
+
+
+class FunctionCallOutputItem(BaseModel):
+    model_config = _CFG
+    type: Literal["function_call_output"]
+    call_id: CallId
+    output: StrictStr | Annotated[list[InputText], Field(max_length=MAX_PARTS)]
+
+    def text(self) -> str:
+        out = self.output
+        return out if isinstance(out, str) else join_text(p.text for p in out)
+
+
+class ReasoningPart(BaseModel):
+    model_config = _CFG
+    type: Literal["reasoning_text", "summary_text"]
+    text: StrictStr
+
+
+class ReasoningItem(BaseModel):
+    """Earlier reasoning sent back: its text goes to the next assistant turn
+    (`encrypted_content` is ignored)."""
+
+    model_config = _CFG
+    type: Literal["reasoning"]
+    summary: Annotated[list[ReasoningPart], Field(max_length=MAX_PARTS)] = []
+    content: Annotated[list[ReasoningPart], Field(max_length=MAX_PARTS)] | None = None
+
+    def text(self) -> str:
+        return join_text(p.text for p in (self.content or self.summary))
+
+
+def _item_kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return str(value.get("type", "message"))
+    return str(getattr(value, "type", "message"))
+
+
+InputItem = Annotated[
+    Annotated[MessageItem, Tag("message")]
+    | Annotated[FunctionCallItem, Tag("function_call")]
+    | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
+    | Annotated[ReasoningItem, Tag("reasoning")],
+    Discriminator(
+        _item_kind,
+        custom_error_type="invalid_item",
+        custom_error_message="input items must be message, function_call, function_call_output "
+        "or reasoning items",
+    ),
+]
