@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.hostile import gguf_lying_array, gguf_nested_arrays
+
 MLXD = str(Path(sys.executable).parent / "mlxd")  # the console script pip installed
 
 
@@ -60,6 +62,8 @@ def test_importer_cli_human_output_and_dtype(cli_gguf: Path, import_env: dict[st
         (lambda d: _write(d / "notes.gguf", b"hello world\n"), 4, "not a GGUF file"),
         (lambda d: _write(d / "empty.gguf", b""), 4, "not a GGUF file"),
         (lambda d: _write(d / "cut.gguf", b"GGUF\x03\x00\x00\x00\x01"), 4, "truncated or corrupt"),
+        (lambda d: gguf_lying_array(d / "lying.gguf"), 4, "array items cannot fit"),
+        (lambda d: gguf_nested_arrays(d / "deep.gguf"), 4, "nested deeper than"),
     ],
 )
 def test_importer_cli_bad_files(

@@ -9,6 +9,7 @@ import pytest
 
 from mlxd.errors import InvalidRequest, MlxdError, ModelBroken, ModelNotFound
 from mlxd.store.gguf.importer import import_gguf
+from tests.hostile import gguf_lying_array, gguf_lying_counts, gguf_nested_arrays
 from tests.integration.importer.gguf_builder import GgufFactory
 
 
@@ -52,6 +53,28 @@ def test_importer_huge_length_fields_fail_fast(tmp_path: Path, store: Path) -> N
     bad = tmp_path / "huge.gguf"
     bad.write_bytes(header + kv + b"\0" * 64)
     with pytest.raises(ModelBroken, match="truncated or corrupt"):
+        import_gguf(bad)
+    assert store_entries(store) == []
+
+
+@pytest.mark.parametrize(
+    ("write", "message"),
+    [
+        (lambda p: gguf_lying_array(p), "1099511627776 array items cannot fit in the 1048576"),
+        (lambda p: gguf_lying_array(p, items=(1 << 20) + 1), "1048577 array items cannot fit"),
+        (lambda p: gguf_lying_counts(p, 0, 1 << 40), "metadata entries cannot fit"),
+        (lambda p: gguf_lying_counts(p, 1 << 40, 0), "tensors cannot fit"),
+        (lambda p: gguf_nested_arrays(p), "nested deeper than 8 levels"),
+    ],
+)
+def test_importer_lying_sizes_are_refused_before_any_loop(
+    write, message: str, tmp_path: Path, store: Path
+) -> None:
+    """Sizes are checked against the bytes left before a loop walks them (a 2^40-item array
+    in an 8 MB file ran 75 s and peaked at 2.5 GB), and nesting is bounded (depth 2000 was
+    a RecursionError)."""
+    bad = write(tmp_path / "lying.gguf")
+    with pytest.raises(ModelBroken, match=message):
         import_gguf(bad)
     assert store_entries(store) == []
 
