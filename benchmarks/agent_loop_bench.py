@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks.common import PY, emit, free_port, isolated_env, running
+from benchmarks.common import PY, agent_rules, emit, free_port, isolated_env, running, tool_result
 
 SERVERS = {"cached": {}, "uncached": {"MLXD_PREFIX_CACHE_BYTES": "0"}}
 TOOLS = [
@@ -47,22 +47,8 @@ TOOLS = [
 
 def system_prompt(session: int) -> str:
     """A long agent system prompt (~1.2k tokens), distinct per round so each round starts cold."""
-    rules = "\n".join(
-        f"{i}. When you change module_{i}.py, read it first, keep its public names, run the "
-        f"tests of package_{i % 7}, and explain the change in one short paragraph."
-        for i in range(1, 31)
-    )
     head = f"Session {session}. You are a careful coding agent working in a Python repository."
-    return f"{head}\n{rules}"
-
-
-def tool_result(step: int) -> str:
-    """A file of ~200 tokens, as read_file would return it."""
-    lines = [
-        f"def handler_{step}_{i}(request, limit={i}):\n    return request.items[:limit]  # {i}"
-        for i in range(6)
-    ]
-    return f"# src/app/module_{step}.py\n" + "\n\n".join(lines)
+    return f"{head}\n{agent_rules(30)}"
 
 
 @dataclass
@@ -138,7 +124,7 @@ def agent_round(
             {
                 "role": "user",
                 "content": [
-                    {"type": "tool_result", "tool_use_id": call["id"], "content": tool_result(n)}
+                    {"type": "tool_result", "tool_use_id": call["id"], "content": tool_result(n, 6)}
                 ],
             },
         ]

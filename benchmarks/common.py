@@ -90,6 +90,27 @@ def isolated_env(work: Path, **extra: str) -> dict[str, str]:
     return env | {"HF_HUB_OFFLINE": "1"} | extra
 
 
+# ---- an agent's workload -------------------------------------------------------------
+
+
+def agent_rules(count: int) -> str:
+    """A coding agent's numbered house rules (about 30 tokens each), for a long system prompt."""
+    return "\n".join(
+        f"{i}. When you change module_{i}.py, read it first, keep its public names, run the "
+        f"tests of package_{i % 7}, and explain the change in one short paragraph."
+        for i in range(1, count + 1)
+    )
+
+
+def tool_result(step: int, functions: int) -> str:
+    """A source file as a read_file tool would return it (about 35 tokens per function)."""
+    lines = [
+        f"def handler_{step}_{i}(request, limit={i}):\n    return request.items[:limit]  # {i}"
+        for i in range(functions)
+    ]
+    return f"# src/app/module_{step}.py\n" + "\n\n".join(lines)
+
+
 # ---- servers --------------------------------------------------------------------------
 
 

@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import ROOT, emit, fast_blas, progress
+from benchmarks.common import ROOT, emit, fast_blas, free_port, progress
 
 # 2ranks_spin: MLXD_RING_WAIT_MS=0, MLX's ring threads spinning while they wait (before/after).
 JOBS = ("1proc_1t", "1proc_2t", "2ranks", "2ranks_spin")
@@ -148,7 +148,7 @@ def run_job(job: str, model: Path, rows: int, steps: int) -> dict[str, float]:
     cmd = [python, *worker]
     if job.startswith("2ranks"):
         launcher = Path(python).parent / "mlx.launch"
-        port = str(20000 + os.getpid() % 20000)
+        port = str(free_port())
         cmd = [str(launcher), "-n", "2", "--backend", "ring", "-p", port, "--python", python]
         cmd += worker
     env = dict(os.environ, MLXD_BLAS="mkl", MLXD_BLAS_THREADS="2" if job.endswith("2t") else "1")

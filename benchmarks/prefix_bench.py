@@ -34,7 +34,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks.common import emit, free_port, running
+from benchmarks.common import agent_rules, emit, free_port, running, tool_result
 from benchmarks.server_bench import server_command, server_env
 
 KINDS = ("sliding", "hybrid")
@@ -64,20 +64,8 @@ def chat_system(session: int) -> str:
 
 
 def agent_system(session: int) -> str:
-    rules = "\n".join(
-        f"{i}. When you change module_{i}.py, read it first, keep its public names, run the "
-        f"tests of package_{i % 7}, and explain the change in one short paragraph."
-        for i in range(1, 11)
-    )
-    return f"Session {session}. You are a careful coding agent working in a repository.\n{rules}"
-
-
-def tool_result(step: int) -> str:
-    lines = [
-        f"def handler_{step}_{i}(request, limit={i}):\n    return request.items[:limit]  # {i}"
-        for i in range(4)
-    ]
-    return f"# src/app/module_{step}.py\n" + "\n\n".join(lines)
+    head = f"Session {session}. You are a careful coding agent working in a repository."
+    return f"{head}\n{agent_rules(10)}"
 
 
 def send(client: httpx.Client, url: str, body: dict[str, Any]) -> Turn:
@@ -135,7 +123,7 @@ def agent(client: httpx.Client, url: str, session: int, args: argparse.Namespace
         call = {"id": f"call_{session}_{n}", "type": "function", "function": function}
         messages += [
             {"role": "assistant", "content": turn.content, "tool_calls": [call]},
-            {"role": "tool", "tool_call_id": call["id"], "content": tool_result(n)},
+            {"role": "tool", "tool_call_id": call["id"], "content": tool_result(n, 4)},
         ]
         turns.append(turn)
     return turns

@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
 RESULTS = BENCH / "results"
 HELPERS = {"__init__", "common"}  # the package and its shared helpers: not benchmarks
-DOCS = [ROOT / "README.md", BENCH / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "pyproject.toml", BENCH / "README.md"]
+DOCS += sorted((ROOT / "docs").rglob("*.md"))
 
 
 def scripts() -> list[Path]:
