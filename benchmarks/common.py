@@ -56,10 +56,10 @@ def pct(values: list[float], p: float) -> float:
 
 def fast_blas() -> str:
     """Loads the BLAS mlxd runs on (MKL unless MLXD_BLAS=reference) before anything imports
-    mlx, for mlxd and raw mlx-lm alike; returns which one is active."""
-    from mlxd.backend import blas
+    mlx, for mlxd and raw mlx-lm alike, as building a backend does; returns which one is active."""
+    from mlxd.backend.native import prepare_mlx
 
-    info = blas.active()
+    info = prepare_mlx()
     return f"{info.name}: {info.detail}"
 
 

@@ -21,6 +21,7 @@ More rows make a step more compute-bound (a step reads the weights once for ever
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -41,26 +42,25 @@ def worker(path: Path, rows: int, steps: int) -> None:
     fast_blas()
     from mlxd.backend.distributed import cluster as dist
     from mlxd.backend.distributed import launch_env
-    from mlxd.engine.engine import backend_options
     from mlxd.engine.engine_config import EngineConfig
 
     # Every row decodes at once (else rows over max_batch wait for a row to finish).
     cfg = EngineConfig(max_batch=max(rows, EngineConfig().max_batch))
-    options = backend_options(cfg) | {"prefix_cache_dir": ""}
+    options = dataclasses.replace(cfg.backend, prefix_cache_dir="")
     if not launch_env.launched():
-        backend = dist.MlxBackend(**options)
+        backend = dist.MlxBackend(options)
         runner = backend.make_runner(path.name, backend.load(path))
         print(json.dumps(drive(runner, rows, steps, None)), flush=True)
         return
     group = launch_env.init_group()
     if group.rank() == 0:
-        leader = dist.DistributedBackend(group, dist.ShardMode.TENSOR, **options)
+        leader = dist.DistributedBackend(group, dist.ShardMode.TENSOR, options)
         leader.watch_ranks(lambda detail: print(detail, file=sys.stderr), 30.0)
         runner = leader.make_runner(path.name, leader.load(path))
         print(json.dumps(drive(runner.inner, rows, steps, runner)), flush=True)
         leader.shutdown()
         return
-    follower = dist.Follower(dist.Channel(group), dist.MlxBackend(**options), dist.ShardMode.TENSOR)
+    follower = dist.Follower(dist.Channel(group), dist.MlxBackend(options), dist.ShardMode.TENSOR)
     waits: list[float] = []
     applies: list[float] = []
     cpu: list[dict[str, tuple[str, int]]] = []
@@ -83,12 +83,14 @@ def worker(path: Path, rows: int, steps: int) -> None:
 
 def drive(runner, rows: int, steps: int, lockstep) -> dict[str, float]:  # type: ignore[no-untyped-def]
     """Prefill `rows` sequences, then time `steps` decode steps (through `lockstep` when set)."""
+    from mlxd.backend.api import NewSequence
     from mlxd.types import SamplingParams
 
     step = lockstep.step if lockstep is not None else runner.step
     greedy = SamplingParams(temperature=0.0, ignore_eos=True)
     for i in range(rows):
-        (lockstep or runner).insert([5 + i, *range(3, 43)], greedy, 100_000, f"r{i}")
+        seq = NewSequence([5 + i, *range(3, 43)], greedy, 100_000, f"r{i}")
+        (lockstep or runner).insert(seq)
     while runner.prefill_pending:
         step()
     for _ in range(3):

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-import mlxd.backend  # noqa: F401  (loads the fast BLAS before any mlx import)
+from mlxd.backend.native import prepare_mlx
 from tests.checkpoints import make_checkpoint
+
+prepare_mlx()  # the fast BLAS before any mlx import, as an engine loads it
 
 UNIT_DIR = Path(__file__).parent / "unit"
 UNIT_TIMEOUT_S = 60  # unit tests load no model; the default (pyproject) covers the e2e ones

@@ -29,8 +29,9 @@ from benchmarks.common import emit, fast_blas, pct, progress
 
 fast_blas()  # before mlx is imported
 
+from mlxd.backend.api import BackendConfig, LoadedModel, NewSequence  # noqa: E402
 from mlxd.backend.batch import BatchRunner  # noqa: E402
-from mlxd.backend.loader import LoadedModel, load_checkpoint  # noqa: E402
+from mlxd.backend.loader import load_checkpoint  # noqa: E402
 from mlxd.backend.prefill_plan import STEPS_TO_FIRST_TOKEN, PrefillPlanner  # noqa: E402
 from mlxd.backend.prefix.cache import PrefixCache  # noqa: E402
 from mlxd.types import SamplingParams  # noqa: E402
@@ -79,10 +80,12 @@ def run_cell(
         loaded,
         "m",
         PrefixCache(0),
-        max_batch=args.max_batch,
-        prefill_chunk=args.prefill_chunk,
-        prefill_batch=args.prefill_batch,
-        prefill_group_tokens=256,
+        BackendConfig(
+            max_batch=args.max_batch,
+            prefill_chunk=args.prefill_chunk,
+            prefill_batch=args.prefill_batch,
+            prefill_group_tokens=256,
+        ),
     )
     planner = runner._planner
     assert planner is not None
@@ -97,7 +100,7 @@ def run_cell(
 
     params = SamplingParams(max_tokens=args.max_tokens, ignore_eos=True)
     try:
-        uid, _ = runner.insert(prompt(), params, args.max_tokens, "warm")
+        uid, _ = runner.insert(NewSequence(prompt(), params, args.max_tokens, "warm"))
         while not any(o.uid == uid and o.finish for o in runner.step().tokens):
             pass
         per_client = max(1, args.requests // clients)
@@ -109,7 +112,7 @@ def run_cell(
 
         def send(client: int) -> None:
             left[client] -= 1
-            u, _ = runner.insert(prompt(), params, args.max_tokens, f"c{client}")
+            u, _ = runner.insert(NewSequence(prompt(), params, args.max_tokens, f"c{client}"))
             inserted[u] = (client, time.perf_counter())
             waiting_first.add(u)
 

@@ -39,6 +39,7 @@ LOADS = {
 def child(checkpoint: Path, rows: list[int], loads: list[str], steps: int) -> dict[str, object]:
     """Runs inside one tree's interpreter: {load: {rows: [cpu_ms, wall_ms]}}."""
     fast_blas()
+    from mlxd.backend.api import BackendConfig, NewSequence
     from mlxd.backend.batch import BatchRunner
     from mlxd.backend.loader import load_checkpoint
     from mlxd.backend.prefix.cache import PrefixCache
@@ -51,9 +52,8 @@ def child(checkpoint: Path, rows: list[int], loads: list[str], steps: int) -> di
         spec = LOADS[load]
         per_rows: dict[str, list[float]] = {}
         for n in rows:
-            runner = BatchRunner(
-                loaded, "m", PrefixCache(0), max_batch=n, prefill_chunk=512, prefill_batch=n
-            )
+            config = BackendConfig(max_batch=n, prefill_chunk=512, prefill_batch=n)
+            runner = BatchRunner(loaded, "m", PrefixCache(0), config)
             uids = []
             for i in range(n):
                 params = SamplingParams(
@@ -63,7 +63,8 @@ def child(checkpoint: Path, rows: list[int], loads: list[str], steps: int) -> di
                     max_tokens=steps + 64,
                 )
                 prompt = [10 + (7 * i + 3 * j) % 400 for j in range(48)]
-                uids.append(runner.insert(prompt, params, steps + 64, f"r{i}")[0])
+                seq = NewSequence(prompt, params, steps + 64, f"r{i}")
+                uids.append(runner.insert(seq)[0])
             started: set[int] = set()
             while started != set(uids):  # prefill, until every row decodes
                 started |= {o.uid for o in runner.step().tokens}

@@ -22,10 +22,9 @@ from mlx_lm.generate import StopSequences
 from mlx_lm.models.cache import make_prompt_cache
 
 from mlxd.backend import vision
-from mlxd.backend.loader import LoadedModel
+from mlxd.backend.api import BackendConfig, LoadedModel, NewSequence, StepOutput, StepResult
 from mlxd.backend.mlx_lm import compat
 from mlxd.backend.mlx_lm import verify_step as spec_compat
-from mlxd.backend.outputs import FaultHook, StepOutput, StepResult
 from mlxd.backend.prefill_plan import PrefillPlanner
 from mlxd.backend.prefix.cache import (
     MIN_REUSE_TOKENS,
@@ -47,46 +46,33 @@ from mlxd.backend.sampling.samplers import (
 from mlxd.backend.speculation.draft_model import DraftModel
 from mlxd.backend.speculation.draft_policy import draft_policy_every
 from mlxd.backend.speculation.drafts import Drafts
-from mlxd.backend.structured.grammar import CompiledGrammar
 from mlxd.backend.structured.grammar_mask import GrammarMask
 from mlxd.types import DraftKind, ImageInputs, PromptBoundaries, SamplingParams
-
-_NO_BOUNDARIES = PromptBoundaries()
 
 
 class BatchRunner:
     """Runs sequences of one loaded model; every method must be called on the engine thread."""
 
     def __init__(
-        self,
-        loaded: LoadedModel,
-        model_key: str,
-        prefix_cache: PrefixCache,
-        *,
-        max_batch: int,
-        prefill_chunk: int,
-        prefill_batch: int = 1,
-        prefill_group_tokens: int = 0,
-        fault_hook: FaultHook | None = None,
+        self, loaded: LoadedModel, model_key: str, prefix_cache: PrefixCache, config: BackendConfig
     ) -> None:
         self.loaded = loaded
         self.model_key = model_key
         self.prefix_cache = prefix_cache
-        self.fault_hook = fault_hook
+        self.fault_hook = config.fault_hook
         self.vocab_size = loaded.vocab_size
-        self.max_prefill_batch = max(1, min(prefill_batch, max_batch))
-        self.prefill_chunk = prefill_chunk
-        self.prefill_group_tokens = prefill_group_tokens
+        self.max_prefill_batch = max(1, min(config.prefill_batch, config.max_batch))
+        self.prefill_chunk = config.prefill_chunk
         self._planner = (
-            PrefillPlanner(self.max_prefill_batch, prefill_group_tokens, prefill_chunk)
-            if prefill_group_tokens
+            PrefillPlanner(self.max_prefill_batch, config.prefill_group_tokens, self.prefill_chunk)
+            if config.prefill_group_tokens
             else None
         )
         self._gen = compat.new_batch_generator(
             loaded.model,
-            completion_batch_size=max_batch,
+            completion_batch_size=config.max_batch,
             prefill_batch_size=self.max_prefill_batch,
-            prefill_step_size=prefill_chunk,
+            prefill_step_size=self.prefill_chunk,
         )
         self._top_n: dict[int, int] = {}  # uid -> top_logprobs, only for logprobs requests
         self._failed: dict[int, BaseException] = {}  # uid -> first sampler/processor error
@@ -106,42 +92,34 @@ class BatchRunner:
         self._group_tokens = 0  # padded tokens of the group plan_step started, 0: none
         self._group_due = False  # the next step returns the timed group's first tokens
 
-    def insert(
-        self,
-        prompt_ids: list[int],
-        params: SamplingParams,
-        max_new: int,
-        request_id: str,
-        grammar: CompiledGrammar | None = None,
-        boundaries: PromptBoundaries = _NO_BOUNDARIES,
-        images: ImageInputs | None = None,
-    ) -> tuple[int, int]:
+    def insert(self, seq: NewSequence) -> tuple[int, int]:
         """Queue one sequence; returns (uid, cached prompt tokens reused from the prefix cache).
         A `grammar` masks its logits last. A sampler or logits processor that raises is
         reported in the next StepResult. An image prompt is prefilled here, its images'
         features in the embeddings (backend.vision), and joins the batch for its last token;
         the prefix cache sees it under vision.cache_key."""
+        prompt_ids, params, images = seq.prompt_ids, seq.params, seq.images
         key = prompt_ids if images is None else vision.cache_key(prompt_ids, images)
-        reuse = self.prefix_cache.fetch(self.model_key, key, boundaries.next_turn)
+        reuse = self.prefix_cache.fetch(self.model_key, key, seq.boundaries.next_turn)
         cached = start = reuse.tokens
         cache = reuse.cache
         if images is not None and vision.needs_image_prefill(prompt_ids, images, cached):
             cache = self._prefill_images(prompt_ids, images, cache, cached)
             start = len(prompt_ids) - 1
-        plan = self._plan(prompt_ids, key, boundaries, reuse.turn, start)
+        plan = self._plan(prompt_ids, key, seq.boundaries, reuse.turn, start)
         report = _FailureReport(self._failed)
         sampler = make_sampler(params, self.vocab_size)
         if sampler is not GREEDY or self.fault_hook is not None:
-            sampler = guard_sampler(sampler, report, self.fault_hook, request_id)
+            sampler = guard_sampler(sampler, report, self.fault_hook, seq.request_id)
         procs = [guard_processor(p, report) for p in make_processors(params)]
-        if grammar is not None:
-            procs.append(guard_processor(GrammarMask(grammar), report))
+        if seq.grammar is not None:
+            procs.append(guard_processor(GrammarMask(seq.grammar), report))
         stops = set(params.stop_token_ids)
         if not params.ignore_eos:
             stops |= self.loaded.eos_token_ids
         (uid,) = self._gen.insert_segments(
             [plan.segments(start)],
-            max_tokens=[max_new],
+            max_tokens=[seq.max_tokens],
             caches=[cache] if cache is not None else None,
             all_tokens=[prompt_ids[:start]],
             samplers=[sampler],
@@ -265,9 +243,9 @@ class BatchRunner:
             for r in gen_resps:
                 n = top_n.get(r.uid)
                 lp = token_logprob(r.logprobs, r.token, n) if n is not None else None
-                outputs.append(StepOutput(r.uid, r.token, r.finish_reason, lp))
+                outputs.append(StepOutput(r.uid, r.token, compat.finish_reason(r), lp))
         else:  # hot path (no logprobs requested): one comprehension, no per-token lookups
-            outputs = [StepOutput(r.uid, r.token, r.finish_reason, None) for r in gen_resps]
+            outputs = [StepOutput(r.uid, r.token, compat.finish_reason(r), None) for r in gen_resps]
         for r in gen_resps:
             if r.finish_reason is not None:
                 self._finished(r)

@@ -3,7 +3,7 @@
 The `mlx[cpu]` wheel on Linux links a bundled single-threaded reference BLAS (a few GFLOP/s).
 Loading MKL's runtime library with RTLD_GLOBAL *before* `mlx.core` is first imported makes
 mlx's `cblas_sgemm` calls resolve to MKL (10-20x faster on x86_64). No mlx import here: this
-module must run first, and only `mlxd.backend` (the one place that imports mlx) calls it.
+module must run first: backend.native calls it before anything imports mlx.
 """
 
 from __future__ import annotations

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mlxd.backend.api import LoadedModel
 from mlxd.checkpoint import context_window, sampling_defaults
 from mlxd.errors import InvalidRequest, ModelBroken, ModelNotFound, ModelRefused, one_line
 
-if TYPE_CHECKING:  # importing this module must not import mlx (the engine imports it)
+if TYPE_CHECKING:
     from mlx.nn.layers.base import Module
     from mlx_lm.tokenizer_utils import TokenizerWrapper
 
@@ -24,24 +25,6 @@ if TYPE_CHECKING:  # importing this module must not import mlx (the engine impor
 
 # The context window of a checkpoint whose files do not say.
 DEFAULT_CONTEXT_WINDOW = 4096
-
-
-@dataclass(frozen=True, slots=True)
-class LoadedModel:
-    """A model ready to run: the mlx module, its TokenizerWrapper and what we read about it.
-    What `Backend.load` returns; the engine builds its ModelInfo from it. A vision checkpoint
-    has `vision` (mlx-vlm's model and processor); `model` is then its language model."""
-
-    path: Path
-    model: Module
-    tokenizer: TokenizerWrapper
-    config: dict[str, Any]
-    context_window: int
-    vocab_size: int
-    generation_defaults: dict[str, Any] = field(default_factory=dict)
-    eos_token_ids: set[int] = field(default_factory=set)
-    vision: VisionParts | None = None
-    draft: LoadedModel | None = None  # the draft model speculation (kind `model`) runs
 
 
 def load_checkpoint(

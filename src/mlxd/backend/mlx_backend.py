@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from mlxd.backend import blas
+from mlxd.backend.api import BackendConfig, ClusterStats, LoadedModel, PrefixCacheStats
 from mlxd.backend.batch import BatchRunner, release_thread_streams
-from mlxd.backend.loader import LoadedModel, load_checkpoint, load_with_draft
+from mlxd.backend.loader import load_checkpoint, load_with_draft
 from mlxd.backend.memory import free_unused
-from mlxd.backend.outputs import ClusterStats, FaultHook, PrefixCacheStats
 from mlxd.backend.prefix.cache import PrefixCache
 from mlxd.backend.prefix.disk_tier import DiskTier
 
@@ -16,29 +16,15 @@ from mlxd.backend.prefix.disk_tier import DiskTier
 class MlxBackend:
     """Every method runs on the engine thread."""
 
-    def __init__(
-        self,
-        *,
-        max_batch: int,
-        prefill_chunk: int,
-        prefill_batch: int,
-        prefill_group_tokens: int,
-        prefix_cache_bytes: int,
-        prefix_cache_dir: str = "",
-        prefix_cache_disk_bytes: int = 0,
-        trust_remote_code: bool = False,
-        fault_hook: FaultHook | None = None,
-    ) -> None:
-        self.max_batch = max_batch
-        self.prefill_chunk = prefill_chunk
-        self.prefill_batch = prefill_batch
-        self.prefill_group_tokens = prefill_group_tokens
-        self.trust_remote_code = trust_remote_code
-        self.fault_hook = fault_hook
+    def __init__(self, config: BackendConfig) -> None:
+        self.config = config
+        self.trust_remote_code = config.trust_remote_code
         disk = (
-            DiskTier(Path(prefix_cache_dir), prefix_cache_disk_bytes) if prefix_cache_dir else None
+            DiskTier(Path(config.prefix_cache_dir), config.prefix_cache_disk_bytes)
+            if config.prefix_cache_dir
+            else None
         )
-        self.prefix_cache = PrefixCache(prefix_cache_bytes, disk)
+        self.prefix_cache = PrefixCache(config.prefix_cache_bytes, disk)
 
     def load(self, path: Path, draft: Path | None = None) -> LoadedModel:
         """The model at `path`, with the draft model at `draft` attached (speculation)."""
@@ -48,16 +34,7 @@ class MlxBackend:
 
     def make_runner(self, name: str, model: LoadedModel) -> BatchRunner:
         self.prefix_cache.register(name, model.path)
-        return BatchRunner(
-            model,
-            name,
-            self.prefix_cache,
-            max_batch=self.max_batch,
-            prefill_chunk=self.prefill_chunk,
-            prefill_batch=self.prefill_batch,
-            prefill_group_tokens=self.prefill_group_tokens,
-            fault_hook=self.fault_hook,
-        )
+        return BatchRunner(model, name, self.prefix_cache, self.config)
 
     def unload(self, name: str) -> None:
         """The engine and the runner let go of model `name`: drop its prefix-cache entries,

@@ -9,68 +9,31 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
 
-from mlxd.backend.loader import LoadedModel
-from mlxd.backend.outputs import ClusterStats, DraftCount, PrefixCacheStats, StepResult
+from mlxd.backend.api import Backend, DraftCount, NewSequence, Runner, StepResult
 from mlxd.engine.collector import Collector, StreamWaker
 from mlxd.engine.engine_config import EngineConfig
 from mlxd.engine.inbox import Cancel, LoadModel, Message, Submit
 from mlxd.engine.loaded_models import LoadedModels, ModelEntry
-from mlxd.engine.request import FINISH_BY_BACKEND, Request, RequestStatus
+from mlxd.engine.request import Request, RequestStatus
 from mlxd.engine.residency import Residency
 from mlxd.engine.scheduler import Scheduler
 from mlxd.engine.stats import Counters
 from mlxd.errors import EngineFault, MlxdError, ModelNotFound, one_line
-from mlxd.types import FinishEvent, FinishReason, ImageInputs, PromptBoundaries, SamplingParams
-
-if TYPE_CHECKING:  # llguidance loads with the first constrained request
-    from mlxd.backend.structured.grammar import CompiledGrammar
+from mlxd.types import FinishEvent, FinishReason
 
 
-class Runner(Protocol):
-    """One model's continuous batch (backend.batch.BatchRunner, or a fake in unit tests)."""
-
-    def insert(
-        self,
-        prompt_ids: list[int],
-        params: SamplingParams,
-        max_new: int,
-        request_id: str,
-        grammar: CompiledGrammar | None = None,
-        boundaries: PromptBoundaries = ...,
-        images: ImageInputs | None = None,
-    ) -> tuple[int, int]: ...  # (uid, prompt tokens served from the prefix cache)
-
-    def remove(self, uids: list[int], *, keep_cache: bool = True) -> None: ...
-
-    def awaits_snapshot(self, prompt_ids: list[int]) -> bool: ...  # start it later: a hit
-
-    def step(self) -> StepResult: ...
-
-    @property
-    def prefill_pending(self) -> bool: ...  # the next step may prefill (a long step)
-
-    def close(self) -> None: ...
-
-
-class Backend(Protocol):
-    """Loads models and makes runners; the only door to MLX."""
-
-    def load(self, path: Path, draft: Path | None = None) -> LoadedModel: ...  # draft attached
-
-    def make_runner(self, name: str, model: LoadedModel) -> Runner: ...
-
-    def cache_stats(self) -> PrefixCacheStats: ...
-
-    def blas(self) -> str: ...  # which BLAS the CPU matmuls use ("mkl", "reference", ...)
-
-    def cluster(self) -> ClusterStats | None: ...  # the ranks of a distributed job, or None
-
-    def unload(self, name: str) -> None: ...  # free what a dropped model held (prefix cache)
-
-    def shutdown(self) -> None: ...  # called last, on the engine thread
+def _sequence(request: Request) -> NewSequence:
+    """What the runner needs of a request to start its sequence."""
+    return NewSequence(
+        request.prompt_ids,
+        request.params,
+        request.max_new,
+        request.request_id,
+        request.grammar,
+        request.boundaries,
+        request.images,
+    )
 
 
 class LiveRequests:
@@ -232,15 +195,7 @@ class EngineCore:
                 continue
             request.admitted_at = time.monotonic()
             try:
-                uid, cached = self.runner.insert(
-                    request.prompt_ids,
-                    request.params,
-                    request.max_new,
-                    request.request_id,
-                    request.grammar,
-                    request.boundaries,
-                    request.images,
-                )
+                uid, cached = self.runner.insert(_sequence(request))
             except Exception as exc:  # this request cannot start; the others can
                 self.fail(request, f"request failed: {one_line(exc)}", EngineFault.code)
                 continue
@@ -306,13 +261,13 @@ class EngineCore:
                     later.append(collector)
                     continue
                 first.append(collector)  # a first token, or a consumer that shows nothing yet
-            elif finish != "stop":  # the stop token itself is never emitted
+            elif finish is not FinishReason.STOP:  # the stop token itself is never emitted
                 collector.put(out.token, out.logprob)
             if request.first_token_at is None:
                 request.first_token_at = now
                 request.status = RequestStatus.DECODING
             if finish is not None:
-                self.finish(request, FINISH_BY_BACKEND[finish], in_backend=False)
+                self.finish(request, finish, in_backend=False)
         return first, later
 
     def _fail_batch(self, exc: Exception) -> None:

@@ -18,10 +18,12 @@ from concurrent.futures import Future
 from dataclasses import replace
 from os import PathLike
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
+from mlxd.backend import factory
+from mlxd.backend.api import Backend
 from mlxd.engine.collector import Collector
-from mlxd.engine.core import Backend, EngineCore, LiveRequests
+from mlxd.engine.core import EngineCore, LiveRequests
 from mlxd.engine.engine_config import EngineConfig
 from mlxd.engine.handle import RequestHandle
 from mlxd.engine.inbox import Cancel, LoadModel, Message, Shutdown, Submit
@@ -52,27 +54,6 @@ def _close_open_engines() -> None:
         engine.close()
 
 
-def _mlx_backend(cfg: EngineConfig) -> Backend:
-    from mlxd.backend.mlx_backend import MlxBackend  # imports mlx: only when an engine starts
-
-    return MlxBackend(**backend_options(cfg))
-
-
-def backend_options(cfg: EngineConfig) -> dict[str, Any]:
-    """MlxBackend's keyword arguments for `cfg` (also what engine.lockstep passes on)."""
-    return dict(
-        max_batch=cfg.max_batch,
-        prefill_chunk=cfg.prefill_chunk,
-        prefill_batch=cfg.prefill_batch,
-        prefill_group_tokens=cfg.prefill_group_tokens,
-        prefix_cache_bytes=cfg.prefix_cache_bytes,
-        prefix_cache_dir=cfg.prefix_cache_dir,
-        prefix_cache_disk_bytes=cfg.prefix_cache_disk_bytes,
-        trust_remote_code=cfg.trust_remote_code,
-        fault_hook=cfg.fault_hook,
-    )
-
-
 def _source(path: ModelSource | str | PathLike[str], name: str | None) -> tuple[str, Path]:
     """(name, directory) of a model to load; the name defaults to the source's own."""
     if isinstance(path, str | PathLike):
@@ -95,7 +76,7 @@ class Engine:
 
     def __init__(self, cfg: EngineConfig | None = None, backend: Backend | None = None) -> None:
         self.cfg = cfg or EngineConfig.from_settings()
-        self._backend = backend if backend is not None else _mlx_backend(self.cfg)
+        self._backend = backend if backend is not None else factory.mlx_backend(self.cfg.backend)
         self._models = LoadedModels()
         self._live = LiveRequests()
         self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()

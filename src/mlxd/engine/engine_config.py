@@ -8,7 +8,7 @@ from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
 from mlxd import config as settings
-from mlxd.backend.outputs import FaultHook
+from mlxd.backend.api import BackendConfig, FaultHook
 from mlxd.config import ENGINE_DEFAULTS, parse_duration
 from mlxd.errors import InvalidRequest
 from mlxd.types import DraftKind
@@ -106,6 +106,11 @@ class EngineConfig:
                 "engine setting model_ttl_seconds must be >= 0 (0: never unload)",
                 param="model_ttl_seconds",
             )
+
+    @property
+    def backend(self) -> BackendConfig:
+        """The backend's part of this config: the fields BackendConfig shares with it."""
+        return BackendConfig(**{f.name: getattr(self, f.name) for f in fields(BackendConfig)})
 
     @classmethod
     def from_settings(cls, **overrides: object) -> EngineConfig:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from mlxd.backend.loader import LoadedModel
+from mlxd.backend.api import LoadedModel
 from mlxd.types import DraftKind, ImageProcessor, Tokenizer
 
 

@@ -6,58 +6,22 @@ the engine builds its usual backend.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-from mlxd.engine.engine import backend_options
+from mlxd.backend import factory
+from mlxd.backend.api import ClusterLeader, ClusterRole
 from mlxd.engine.engine_config import EngineConfig
-
-if TYPE_CHECKING:
-    from mlxd.backend.distributed.cluster import DistributedBackend, ShardMode
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterRole:
-    rank: int
-    size: int
-    mode: ShardMode
-
-    @property
-    def leader(self) -> bool:
-        return self.rank == 0
 
 
 def cluster_role(mode: str) -> ClusterRole | None:
-    """This process's rank when it runs under mlx.launch with more than one rank."""
-    from mlxd.backend.distributed import launch_env
-    from mlxd.backend.distributed.cluster import ShardMode
-
-    if not launch_env.launched():
-        return None
-    group = launch_env.init_group()
-    if group.size() < 2:
-        return None
-    launch_env.quiet_launcher_stdin()
-    launch_env.leave_with_launcher()
-    return ClusterRole(group.rank(), group.size(), ShardMode(mode))
+    """This process's rank when it runs under mlx.launch with more than one rank (`mode`:
+    how the job splits each model, "tensor", "pipeline" or "auto")."""
+    return factory.cluster_role(mode)
 
 
-def leader_backend(cfg: EngineConfig, role: ClusterRole) -> DistributedBackend:
-    """Rank 0's backend: the engine built on it drives every rank."""
-    from mlxd.backend.distributed.cluster import DistributedBackend
-    from mlxd.backend.distributed.launch_env import init_group
-
-    # Each rank holds its shard of every cache: no disk tier (one directory, many shards).
-    options = backend_options(cfg) | {"prefix_cache_dir": ""}
-    return DistributedBackend(init_group(), role.mode, **options)
+def leader_backend(cfg: EngineConfig, role: ClusterRole) -> ClusterLeader:
+    """Rank 0's side of the job: the engine built on its `backend` drives every rank."""
+    return factory.cluster_leader(cfg.backend, role)
 
 
 def follow_leader(cfg: EngineConfig, role: ClusterRole) -> int:
     """Ranks 1..N-1: run rank 0's steps until it stops; returns the exit code."""
-    from mlxd.backend.distributed.cluster import follow
-    from mlxd.backend.distributed.launch_env import init_group
-    from mlxd.backend.mlx_backend import MlxBackend
-
-    options = backend_options(cfg) | {"prefill_group_tokens": 0, "prefix_cache_dir": ""}
-    follow(init_group(), MlxBackend(**options), role.mode)
-    return 0
+    return factory.follow_leader(cfg.backend, role)

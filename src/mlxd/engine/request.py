@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 from mlxd.config import LIMITS, SAMPLING_BOUNDS
 from mlxd.engine.collector import Collector
 from mlxd.errors import ContextOverflow, InvalidRequest
-from mlxd.types import FinishReason, ImageInputs, PromptBoundaries, SamplingParams, Timings, Usage
+from mlxd.types import ImageInputs, PromptBoundaries, SamplingParams, Timings, Usage
 
 if TYPE_CHECKING:  # llguidance loads with the first constrained request
-    from mlxd.backend.structured.grammar import CompiledGrammar
+    from mlxd.backend.api import CompiledGrammar
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,9 +94,6 @@ class Request:
             draft_tokens=self.draft_tokens,
             accepted_draft_tokens=self.accepted_draft_tokens,
         )
-
-
-FINISH_BY_BACKEND = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH}
 
 
 def budget(

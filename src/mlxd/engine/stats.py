@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from mlxd.backend.outputs import ClusterStats, RankStatus
+from mlxd.backend.api import ClusterStats, RankStatus
 from mlxd.types import FinishReason
 
 __all__ = ["ClusterStats", "Counters", "EngineHealth", "EngineState", "EngineStats", "RankStatus"]

@@ -169,10 +169,10 @@ def serve(
     try:
         ref, name = resolve_default(model, settings.trust_remote_code)
         draft = resolve_draft(draft_model, cfg.draft_kind, settings.trust_remote_code)
-        backend = leader_backend(cfg, role) if role is not None else None
-        engine = Engine(cfg, backend)
-        if backend is not None:
-            backend.watch_ranks(lambda detail: _rank_failed(engine, detail), _rank_stall_seconds())
+        leader = leader_backend(cfg, role) if role is not None else None
+        engine = Engine(cfg, leader.backend if leader is not None else None)
+        if leader is not None:
+            leader.watch_ranks(lambda detail: _rank_failed(engine, detail), _rank_stall_seconds())
     except BaseException:
         sock.close()
         raise
@@ -197,14 +197,14 @@ def serve(
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
         banner = f"mlxd serve: {info.name} on http://{shown}:{port}/v1{_draft_note(engine, info)}"
-        if backend is not None:
-            banner += f" ({backend.group.size()} ranks, {backend.layout.value})"
+        if leader is not None:
+            banner += f" ({leader.describe()})"
         server = MlxdServer(config, app.state.mlxd.lifecycle, settings.drain_seconds, banner)
         server.run(sockets=[sock])
     finally:
         sock.close()
         engine.close()
-        if backend is not None and backend.fault is not None:
+        if leader is not None and leader.fault is not None:
             # A collective on the broken ring never returns: MLX's teardown would wait for
             # its stream thread forever, so leave without it (the launcher sees exit 1).
             sys.stderr.flush()

@@ -18,6 +18,8 @@ PROBE = """
 import json
 {pre}
 from mlxd.backend import blas
+from mlxd.backend.native import prepare_mlx
+prepare_mlx()  # what building a backend does first
 import mlx.core as mx
 a = mx.ones((256, 256))
 mx.eval(a @ a)

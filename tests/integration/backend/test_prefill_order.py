@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from mlxd.backend.api import BackendConfig, NewSequence
 from mlxd.backend.batch import BatchRunner
 from mlxd.backend.loader import load_checkpoint
 from mlxd.backend.prefix.cache import PrefixCache
@@ -20,14 +21,16 @@ def first_steps(checkpoint: Path, prompt_len: int, **cfg) -> dict[str, dict[int,
         load_checkpoint(checkpoint),
         "m",
         PrefixCache(0),
-        max_batch=4,
-        prefill_chunk=cfg.get("prefill_chunk", 512),
-        prefill_batch=4,
-        prefill_group_tokens=cfg.get("prefill_group_tokens", 256),
+        BackendConfig(
+            max_batch=4,
+            prefill_chunk=cfg.get("prefill_chunk", 512),
+            prefill_batch=4,
+            prefill_group_tokens=cfg.get("prefill_group_tokens", 256),
+        ),
     )
     params = SamplingParams(max_tokens=6, ignore_eos=True)
     uids = [
-        runner.insert(p, params, 6, f"r{i}")[0]
+        runner.insert(NewSequence(p, params, 6, f"r{i}"))[0]
         for i, p in enumerate(random_prompts(3, 400, (prompt_len, prompt_len + 1), seed=5))
     ]
     token: dict[int, int] = {}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from mlxd.backend.api import BackendConfig, NewSequence
 from mlxd.backend.batch import BatchRunner
 from mlxd.backend.loader import load_checkpoint
 from mlxd.backend.mlx_lm import compat
@@ -21,10 +22,12 @@ def make_runner(model: Path) -> BatchRunner:
         load_checkpoint(model),
         "m",
         PrefixCache(0),
-        max_batch=8,
-        prefill_chunk=512,
-        prefill_batch=8,
-        prefill_group_tokens=256,
+        BackendConfig(
+            max_batch=8,
+            prefill_chunk=512,
+            prefill_batch=8,
+            prefill_group_tokens=256,
+        ),
     )
 
 
@@ -34,11 +37,11 @@ def test_planner_measures_real_steps_and_the_runner_follows_it(tiny_chat_model: 
     assert planner is not None
     params = SamplingParams(max_tokens=40, ignore_eos=True)
     try:
-        runner.insert(random_prompts(1, 400, (64, 65), seed=1)[0], params, 40, "first")
+        runner.insert(NewSequence(random_prompts(1, 400, (64, 65), seed=1)[0], params, 40, "first"))
         for _ in range(10):  # prefill the first, then decode steps alone
             runner.step()
         for i, p in enumerate(random_prompts(6, 400, (64, 65), seed=2)):
-            runner.insert(p, params, 40, f"r{i}")
+            runner.insert(NewSequence(p, params, 40, f"r{i}"))
         groups = []
         for _ in range(60):
             waiting = runner.waiting_uids()
@@ -62,10 +65,14 @@ def test_a_prompt_takes_the_planned_steps_to_its_first_token(tiny_chat_model: Pa
     runner = make_runner(tiny_chat_model)
     params = SamplingParams(max_tokens=40, ignore_eos=True)
     try:
-        first = runner.insert(random_prompts(1, 400, (64, 65), seed=1)[0], params, 40, "a")[0]
+        first = runner.insert(
+            NewSequence(random_prompts(1, 400, (64, 65), seed=1)[0], params, 40, "a")
+        )[0]
         while not any(out.uid == first for out in runner.step().tokens):
             pass
-        uid, _ = runner.insert(random_prompts(1, 400, (64, 65), seed=2)[0], params, 40, "b")
+        uid, _ = runner.insert(
+            NewSequence(random_prompts(1, 400, (64, 65), seed=2)[0], params, 40, "b")
+        )
         steps = 0
         while True:
             result = runner.step()
@@ -90,16 +97,18 @@ def test_the_runner_times_a_group_from_its_prefill_to_its_first_tokens(
     params = SamplingParams(max_tokens=40, ignore_eos=True)
     prompts = random_prompts(5, 400, (64, 65), seed=3)
     try:
-        runner.insert(prompts[0], params, 40, "first")
+        runner.insert(NewSequence(prompts[0], params, 40, "first"))
         for _ in range(6):  # prefill the first, then decode alone: d is known
             runner.step()
         assert planner.group_s is None  # e was unknown at its first token: not timed
-        runner.insert(prompts[1], params, 40, "second")
+        runner.insert(NewSequence(prompts[1], params, 40, "second"))
         for _ in range(STEPS_TO_FIRST_TOKEN):
             runner.step()
         assert planner.measured and planner.group_s is not None and planner.group_s >= 0
         before = planner.group_s
-        uids = [runner.insert(p, params, 40, f"r{i}")[0] for i, p in enumerate(prompts[2:])]
+        uids = [
+            runner.insert(NewSequence(p, params, 40, f"r{i}"))[0] for i, p in enumerate(prompts[2:])
+        ]
         started = time.perf_counter()
         seen: set[int] = set()
         while not seen.intersection(uids):  # the first group of them has its first tokens

@@ -9,12 +9,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mlxd.backend.loader import LoadedModel
-from mlxd.backend.outputs import ClusterStats, PrefixCacheStats, StepOutput, StepResult
-from mlxd.types import PromptBoundaries, SamplingParams
+from mlxd.backend.api import (
+    ClusterStats,
+    LoadedModel,
+    NewSequence,
+    PrefixCacheStats,
+    StepOutput,
+    StepResult,
+)
+from mlxd.types import FinishReason
 
 VOCAB = 1000
-_NO_BOUNDARIES = PromptBoundaries()
 
 
 def fake_model(path: Path, context_window: int = 64) -> LoadedModel:
@@ -26,7 +31,7 @@ def fake_model(path: Path, context_window: int = 64) -> LoadedModel:
 class FakeSeq:
     uid: int
     prompt: list[int]
-    max_new: int
+    max_tokens: int
     stops: set[int]
     prefilled: int = 0
     generated: int = 0
@@ -43,21 +48,13 @@ class FakeRunner:
     inserted: list[tuple[int, int]] = field(default_factory=list)  # (prompt[0], step)
     closed: bool = False
 
-    def insert(
-        self,
-        prompt_ids: list[int],
-        params: SamplingParams,
-        max_new: int,
-        request_id: str,
-        grammar: object = None,
-        boundaries: PromptBoundaries = _NO_BOUNDARIES,
-        images: object = None,
-    ) -> tuple[int, int]:
-        if prompt_ids[0] == 666:
+    def insert(self, seq: NewSequence) -> tuple[int, int]:
+        prompt = seq.prompt_ids
+        if prompt[0] == 666:
             raise ValueError("fake insert failure")
         uid, self.next_uid = self.next_uid, self.next_uid + 1
-        self.seqs[uid] = FakeSeq(uid, list(prompt_ids), max_new, set(params.stop_token_ids))
-        self.inserted.append((prompt_ids[0], self.steps))
+        self.seqs[uid] = FakeSeq(uid, list(prompt), seq.max_tokens, set(seq.params.stop_token_ids))
+        self.inserted.append((prompt[0], self.steps))
         return uid, 0
 
     def remove(self, uids: list[int], *, keep_cache: bool = True) -> None:
@@ -87,11 +84,11 @@ class FakeRunner:
             if seq.prompt[0] == 777 and seq.generated == 3:
                 failed[seq.uid] = ValueError("fake sampler failure")
             token = (seq.prompt[-1] + seq.generated) % VOCAB
-            finish = None
+            finish: FinishReason | None = None
             if token in seq.stops:
-                finish = "stop"
-            elif seq.generated >= seq.max_new:
-                finish = "length"
+                finish = FinishReason.STOP
+            elif seq.generated >= seq.max_tokens:
+                finish = FinishReason.LENGTH
             if finish:
                 del self.seqs[seq.uid]
             tokens.append(StepOutput(seq.uid, token, finish, None))

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mlxd.backend.loader import LoadedModel
-from mlxd.backend.outputs import StepResult
+from mlxd.backend.api import LoadedModel, StepResult
 from mlxd.config import parse_duration
 from mlxd.engine import Engine, EngineConfig, EngineRequest
 from mlxd.engine.loaded_models import LoadedModels, ModelEntry

@@ -16,10 +16,18 @@ import os
 import secrets
 import sys
 import threading
-from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mlxd.backend.api import (
+    BackendConfig,
+    ClusterStats,
+    LoadedModel,
+    NewSequence,
+    RankStatus,
+    ShardMode,
+    StepResult,
+)
 from mlxd.backend.batch import BatchRunner
 from mlxd.backend.distributed.lockstep_channel import (
     Channel,
@@ -40,24 +48,15 @@ from mlxd.backend.distributed.lockstep_channel import (
     params_to_wire,
 )
 from mlxd.backend.distributed.rank_monitor import RankMonitor, leader_address, send_heartbeats
-from mlxd.backend.loader import LoadedModel, load_checkpoint
+from mlxd.backend.loader import load_checkpoint
 from mlxd.backend.mlx_backend import MlxBackend
-from mlxd.backend.outputs import ClusterStats, RankStatus, StepResult
 from mlxd.errors import InvalidRequest, MlxdError, ModelBroken, one_line
-from mlxd.types import ImageInputs, PromptBoundaries, SamplingParams
+from mlxd.types import PromptBoundaries
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     import mlx.core as mx
-
-    from mlxd.backend.structured.grammar import CompiledGrammar
-
-
-class ShardMode(StrEnum):
-    TENSOR = "tensor"  # model.shard(group): every rank holds a slice of every layer
-    PIPELINE = "pipeline"  # model.model.pipeline(group): every rank holds some layers
-    AUTO = "auto"  # tensor where the architecture implements it, else pipeline
 
 
 class DistributedUnsupported(MlxdError):
@@ -102,9 +101,6 @@ def resolve_mode(model: Any, mode: ShardMode, name: str) -> ShardMode:
     return mode
 
 
-_NO_BOUNDARIES = PromptBoundaries()
-
-
 # ---- rank 0 -----------------------------------------------------------------------------
 
 
@@ -116,29 +112,22 @@ class LockstepRunner:
         self.channel = channel
         inner.run_in_lockstep()
 
-    def insert(
-        self,
-        prompt_ids: list[int],
-        params: SamplingParams,
-        max_new: int,
-        request_id: str,
-        grammar: CompiledGrammar | None = None,
-        boundaries: PromptBoundaries = _NO_BOUNDARIES,
-        images: ImageInputs | None = None,
-    ) -> tuple[int, int]:
-        if grammar is not None or images is not None:
-            what = "structured output" if grammar is not None else "images"
+    def insert(self, seq: NewSequence) -> tuple[int, int]:
+        if seq.grammar is not None or seq.images is not None:
+            what = "structured output" if seq.grammar is not None else "images"
             raise DistributedUnsupported(f"{what} is not supported in distributed mode yet")
-        if params.seed is None:  # every rank must draw the same tokens
-            params = dataclasses.replace(params, seed=secrets.randbits(63))
-        uid, cached = self.inner.insert(prompt_ids, params, max_new, request_id, None, boundaries)
+        if seq.params.seed is None:  # every rank must draw the same tokens
+            seq = dataclasses.replace(
+                seq, params=dataclasses.replace(seq.params, seed=secrets.randbits(63))
+            )
+        uid, cached = self.inner.insert(seq)
         self.channel.send(
             InsertMsg(
-                list(prompt_ids),
-                params_to_wire(params),
-                max_new,
-                request_id,
-                list(boundaries.positions()),
+                list(seq.prompt_ids),
+                params_to_wire(seq.params),
+                seq.max_tokens,
+                seq.request_id,
+                list(seq.boundaries.positions()),
                 uid,
                 cached,
             )
@@ -170,8 +159,8 @@ class LockstepRunner:
 class DistributedBackend(MlxBackend):
     """Rank 0's backend: loads sharded and hands out LockstepRunners."""
 
-    def __init__(self, group: mx.distributed.Group, mode: ShardMode, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, group: mx.distributed.Group, mode: ShardMode, config: BackendConfig) -> None:
+        super().__init__(config)
         self.group = group
         self.mode = mode
         self.layout = mode  # the split of the last model loaded (AUTO resolved)
@@ -346,14 +335,14 @@ class Follower:
             self.channel.attach({0: link})
 
     def _insert(self, msg: InsertMsg) -> None:
-        got = self._live_runner("insert").insert(
+        seq = NewSequence(
             msg.prompt_ids,
             params_from_wire(msg.params),
-            msg.max_new,
+            msg.max_tokens,
             msg.request_id,
-            None,
-            PromptBoundaries(*msg.boundaries),
+            boundaries=PromptBoundaries(*msg.boundaries),
         )
+        got = self._live_runner("insert").insert(seq)
         if got != (msg.uid, msg.cached):
             raise LockstepDiverged(f"insert gave {got}, rank 0 {(msg.uid, msg.cached)}")
 

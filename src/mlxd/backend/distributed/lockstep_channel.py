@@ -47,7 +47,7 @@ class MakeRunnerMsg:
 class InsertMsg:
     prompt_ids: list[int]
     params: dict[str, Any]
-    max_new: int
+    max_tokens: int
     request_id: str
     boundaries: list[int]
     uid: int  # what rank 0's insert returned: every rank must agree

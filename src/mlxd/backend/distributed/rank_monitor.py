@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from mlxd.backend.outputs import RankStatus
+from mlxd.backend.api import RankStatus
 from mlxd.config import setting
 
 HEARTBEAT_SECONDS = 0.5

@@ -73,6 +73,7 @@ from mlxd.backend.sampling.logits_processing import BatchBias, process_rows
 from mlxd.backend.sampling.samplers import sample_rows
 from mlxd.backend.tokenizer import lazy_transformers
 from mlxd.backend.tokenizer.checkpoint_tokenizer import CheckpointTokenizer
+from mlxd.types import FinishReason
 
 if TYPE_CHECKING:
     from mlx.nn.layers.base import Module
@@ -280,6 +281,17 @@ def next_step(gen: BatchGen) -> tuple[list[Prefilled], list[Generated]]:
         if counters.generation_steps % 512 == 0:
             mx.clear_cache()
     return [], cast("list[Generated]", responses)
+
+
+# The one map from mlx-lm's finish strings to mlxd's reasons (BatchGenerator and our verify
+# step both report "stop" or "length").
+_FINISH = {"stop": FinishReason.STOP, "length": FinishReason.LENGTH}
+
+
+def finish_reason(token: Generated) -> FinishReason | None:
+    """Why this token ended its sequence, or None if it did not."""
+    reason = token.finish_reason
+    return None if reason is None else _FINISH[reason]
 
 
 def prefilling(gen: BatchGen) -> bool:

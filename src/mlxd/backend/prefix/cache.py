@@ -29,8 +29,8 @@ import mlx.core as mx
 from mlx.utils import tree_map
 from mlx_lm.models.cache import RotatingKVCache, can_trim_prompt_cache
 
+from mlxd.backend.api import PrefixCacheStats
 from mlxd.backend.mlx_lm.compat import PromptCache, trim_cache
-from mlxd.backend.outputs import PrefixCacheStats
 from mlxd.backend.prefix.disk_tier import DiskTier
 from mlxd.backend.prefix.prompt_trie import PromptTrie
 

@@ -23,7 +23,7 @@ from mlx_lm.sample_utils import (
     make_logits_processors,
 )
 
-from mlxd.backend.outputs import FaultHook
+from mlxd.backend.api import FaultHook
 from mlxd.backend.sampling import draws
 from mlxd.backend.sampling import speculative_sampling as rule
 from mlxd.backend.sampling.logits_processing import GuardedProcessor, LogitBias, put_rows

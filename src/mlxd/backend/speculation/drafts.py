@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from mlxd.backend.outputs import DraftCount
+from mlxd.backend.api import DraftCount
 from mlxd.backend.speculation.draft_policy import Acceptance, DraftPolicy
 from mlxd.types import DraftKind
 

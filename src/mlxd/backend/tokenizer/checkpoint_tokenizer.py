@@ -14,13 +14,15 @@ Reads JSON only at import; `tokenizers` is imported when a tokenizer loads.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     from tokenizers import AddedToken, Tokenizer
 
 __all__ = ["CheckpointTokenizer", "TokenizerLoader", "TokenizerRoute", "tokenizer_route"]
@@ -115,7 +117,9 @@ class CheckpointTokenizer:
     """tokenizer.json + tokenizer_config.json + chat templates, as transformers 5 assembles them
     for a generic fast tokenizer; the subset of its API that mlxd and mlx-lm use."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, transformers: Callable[[], ModuleType] | None = None) -> None:
+        """`transformers` imports transformers for `apply_chat_template` (the loader passes
+        lazy_transformers.real_transformers; without it the method raises)."""
         from tokenizers import Tokenizer
 
         path = Path(path)
@@ -129,6 +133,7 @@ class CheckpointTokenizer:
         self._backend.no_truncation()  # transformers' encode() turns both off per call
         self._backend.no_padding()
         self._special = _add_tokens(self._backend, path, config)
+        self._import_transformers = transformers
         self._transformers: Any = None  # transformers' tokenizer, for apply_chat_template only
         self._vocab: dict[str, int] | None = None
 
@@ -205,9 +210,9 @@ class CheckpointTokenizer:
         """transformers' own, from a transformers tokenizer loaded on first use. mlxd renders
         templates in its sandbox (mlxd.chat.template) and never calls this."""
         if self._transformers is None:
-            from mlxd.backend.tokenizer.lazy_transformers import real_transformers
-
-            auto = real_transformers().AutoTokenizer
+            if self._import_transformers is None:
+                raise NotImplementedError("this tokenizer was loaded without transformers")
+            auto = self._import_transformers().AutoTokenizer
             self._transformers = auto.from_pretrained(self.name_or_path)
         return self._transformers.apply_chat_template(*args, **kwargs)
 

@@ -83,7 +83,7 @@ class AutoTokenizer:
             if tokenizer_route(Path(path), trust_remote_code=trust).loader is (
                 TokenizerLoader.TOKENIZERS
             ):
-                return CheckpointTokenizer(Path(path))
+                return CheckpointTokenizer(Path(path), real_transformers)
         return real_transformers().AutoTokenizer.from_pretrained(path, *args, **kwargs)
 
 

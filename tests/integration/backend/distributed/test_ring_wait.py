@@ -117,7 +117,8 @@ def test_the_setting_gives_the_default(ring: Ring, monkeypatch: pytest.MonkeyPat
 
 JOB = """
 import fcntl, json, os, socket
-import mlxd.backend
+from mlxd.backend.native import prepare_mlx
+prepare_mlx()
 from mlxd.backend.distributed import launch_env
 from mlxd.backend.distributed import ring_wait
 import mlx.core as mx

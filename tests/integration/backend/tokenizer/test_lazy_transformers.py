@@ -89,7 +89,8 @@ def test_generic_tokenizer_classes_load_straight_from_tokenizer_json() -> None:
 
 FRESH_PROCESS = """
 import importlib.util, sys
-import mlxd.backend
+from mlxd.backend.native import prepare_mlx
+prepare_mlx()
 from mlxd.backend.tokenizer import lazy_transformers as lazy
 assert importlib.util.find_spec("mlx_lm") is not None  # a lookup is no import (store.health)
 assert "mlx_lm" not in sys.modules

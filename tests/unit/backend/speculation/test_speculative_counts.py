@@ -3,7 +3,7 @@ which drafts the policy lets through."""
 
 from __future__ import annotations
 
-from mlxd.backend.outputs import DraftCount
+from mlxd.backend.api import DraftCount
 from mlxd.backend.speculation.draft_policy import DraftPolicy, StepCosts
 from mlxd.backend.speculation.drafts import Drafts
 from mlxd.types import DraftKind
