@@ -5,17 +5,15 @@ for the running batch, then prefills one chunk), keeps per-sequence samplers, lo
 stop tokens and max_tokens, and frees a sequence with `remove(uids)`. This class only adapts it
 to the engine: token ids in, `StepOutput`s out, caches to and from the prefix cache.
 
-A prompt is inserted in segments that end at its snapshot points (end of the system prompt,
-start of the last message, where the next turn departs, all but the last token): a prefill
-chunk never crosses a segment end, and BatchGenerator reports each one, so the cache is copied
-there into the prefix cache (mlx-lm's server does the same for its system and user segments).
+The decisions live beside it: where each sequence's cache is copied (prefix.snapshot_plan),
+how many prompts a step starts prefilling and what steps cost (prefill_plan), who drafts
+(speculation), each row's sampler and logits processors (sampling), and every touch of
+mlx-lm's private state (mlx_lm.compat).
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
-from dataclasses import dataclass
 
 import mlx.core as mx
 from mlx_lm.generate import StopSequences
@@ -33,21 +31,13 @@ from mlxd.backend.prefix.cache import (
     Turn,
     trimmable_at,
 )
-from mlxd.backend.sampling.samplers import (
-    GREEDY,
-    Processor,
-    Sampler,
-    guard_processor,
-    guard_sampler,
-    make_processors,
-    make_sampler,
-    token_logprob,
-)
+from mlxd.backend.prefix.snapshot_plan import SnapshotPlans, plan_snapshots
+from mlxd.backend.sampling.samplers import GREEDY, Processor, Sampler, row_sampling, token_logprob
 from mlxd.backend.speculation.draft_model import DraftModel
 from mlxd.backend.speculation.draft_policy import draft_policy_every
 from mlxd.backend.speculation.drafts import Drafts
 from mlxd.backend.structured.grammar_mask import GrammarMask
-from mlxd.types import DraftKind, ImageInputs, PromptBoundaries, SamplingParams
+from mlxd.types import DraftKind, ImageInputs, SamplingParams
 
 
 class BatchRunner:
@@ -76,7 +66,7 @@ class BatchRunner:
         )
         self._top_n: dict[int, int] = {}  # uid -> top_logprobs, only for logprobs requests
         self._failed: dict[int, BaseException] = {}  # uid -> first sampler/processor error
-        self._snapshots: dict[int, _SnapshotPlan] = {}  # uid -> where its cache is copied
+        self._snapshots = SnapshotPlans()  # where each sequence's cache is copied
         # A plain attention cache can always be cut back to any prefix of what it holds: the
         # answer's snapshot serves every shorter prompt, so it needs no mid-prompt ones.
         self._always_trimmable = trimmable_at(make_prompt_cache(loaded.model), 1 << 62)
@@ -85,12 +75,6 @@ class BatchRunner:
         # lockstep, whose drafts may not follow one rank's timings).
         self._every_draft = draft_policy_every()
         self._rewindable = spec_compat.rows_rewindable(loaded.model)  # can speculate
-        self._planned: int | None = None  # plan_step's padded prefill tokens (see _plan_prefill)
-        # The group being timed from its first prefill step to its first tokens (planner's G):
-        # (perf_counter at the start of that step, its padded prompt tokens in all).
-        self._group: tuple[float, int] | None = None
-        self._group_tokens = 0  # padded tokens of the group plan_step started, 0: none
-        self._group_due = False  # the next step returns the timed group's first tokens
 
     def insert(self, seq: NewSequence) -> tuple[int, int]:
         """Queue one sequence; returns (uid, cached prompt tokens reused from the prefix cache).
@@ -106,14 +90,14 @@ class BatchRunner:
         if images is not None and vision.needs_image_prefill(prompt_ids, images, cached):
             cache = self._prefill_images(prompt_ids, images, cache, cached)
             start = len(prompt_ids) - 1
-        plan = self._plan(prompt_ids, key, seq.boundaries, reuse.turn, start)
+        plan = plan_snapshots(
+            prompt_ids, key, seq.boundaries, reuse.turn, start, self._always_trimmable
+        )
         report = _FailureReport(self._failed)
-        sampler = make_sampler(params, self.vocab_size)
-        if sampler is not GREEDY or self.fault_hook is not None:
-            sampler = guard_sampler(sampler, report, self.fault_hook, seq.request_id)
-        procs = [guard_processor(p, report) for p in make_processors(params)]
-        if seq.grammar is not None:
-            procs.append(guard_processor(GrammarMask(seq.grammar), report))
+        mask = GrammarMask(seq.grammar) if seq.grammar is not None else None
+        sampler, procs = row_sampling(
+            params, self.vocab_size, report, self.fault_hook, seq.request_id, mask
+        )
         stops = set(params.stop_token_ids)
         if not params.ignore_eos:
             stops |= self.loaded.eos_token_ids
@@ -134,34 +118,8 @@ class BatchRunner:
         if params.logprobs:
             self._top_n[uid] = params.top_logprobs
         if self.prefix_cache.enabled:
-            self._snapshots[uid] = plan
+            self._snapshots.add(uid, plan)
         return uid, cached
-
-    def _plan(
-        self,
-        prompt: list[int],
-        key: list[int],
-        boundaries: PromptBoundaries,
-        turn: Turn,
-        cached: int,
-    ) -> _SnapshotPlan:
-        """Where this prompt's cache is copied. BatchGenerator always ends a segment before
-        the last prompt token; the other ends are the chat layer's boundaries."""
-        last, system = len(prompt) - 1, boundaries.system
-        kinds: dict[int, SnapshotKind | None] = {last: None}
-        if not self._always_trimmable:
-            for point in (boundaries.history, boundaries.next_turn):
-                if abs(point - system) >= MIN_REUSE_TOKENS:  # else the system one serves
-                    kinds[min(point, last)] = SnapshotKind.HISTORY
-            kinds[last] = SnapshotKind.PROMPT
-        kinds[system] = SnapshotKind.SYSTEM
-        points = deque(
-            (at, kind)
-            for at, kind in sorted(kinds.items())
-            if cached < at <= last and (at == last or at >= MIN_REUSE_TOKENS)
-        )
-        answer = self._always_trimmable or turn.next_turn >= len(prompt)
-        return _SnapshotPlan(prompt, key, turn, points, answer)
 
     def remove(self, uids: list[int], *, keep_cache: bool = True) -> None:
         """Drop sequences in any stage; their KV so far goes to the prefix cache."""
@@ -175,12 +133,10 @@ class BatchRunner:
             self._failed.pop(uid, None)
             if self._drafts is not None:
                 self._drafts.discard(uid)
-            plan = self._snapshots.pop(uid, None)
+            plan = self._snapshots.pop(uid)
             if plan is not None and uid in caches:
                 cache, tokens = caches[uid]
-                within = len(tokens) < len(plan.prompt)
-                kind = SnapshotKind.PROMPT if within else SnapshotKind.ANSWER
-                self._store(plan.keyed(tokens), cache, kind, plan.turn)
+                self._store(plan.keyed(tokens), cache, plan.kind_at_end(tokens), plan.turn)
 
     def awaits_snapshot(self, prompt_ids: list[int]) -> bool:
         """A sequence of this batch is about to store a snapshot holding more of this prompt
@@ -188,11 +144,7 @@ class BatchRunner:
         tokens twice (requests sharing a system prompt that arrive together)."""
         if not self._snapshots:
             return False
-        coming = 0
-        for plan in self._snapshots.values():
-            for at, kind in plan.points:
-                if kind is not None and at > coming and prompt_ids[:at] == plan.key[:at]:
-                    coming = at
+        coming = self._snapshots.coming(prompt_ids)
         if coming < MIN_REUSE_TOKENS:
             return False
         return coming - self.prefix_cache.reusable(self.model_key, prompt_ids) >= MIN_REUSE_TOKENS
@@ -217,7 +169,7 @@ class BatchRunner:
         choice, when it is on) and return that limit: `follow_plan` applies it to another
         rank's runner, which then steps exactly as this one."""
         if self._planner is not None:
-            self._planned = self._plan_prefill(self._planner)
+            self._plan_prefill(self._planner)
         return compat.prefill_limit(self._gen)
 
     def follow_plan(self, limit: int) -> None:
@@ -232,7 +184,7 @@ class BatchRunner:
         started = time.perf_counter()
         prompt_resps, gen_resps = compat.next_step(self._gen)
         if self._planner is not None:
-            self._observe(self._planner, started, time.perf_counter())
+            self._planner.step_done(started, time.perf_counter(), compat.prefilling(self._gen))
         if prompt_resps and self._drafts is not None:
             self._drafts.policy.costs.spoil()  # this step's time went to a prefill too
         if self._snapshots:
@@ -264,7 +216,7 @@ class BatchRunner:
         self._top_n.pop(r.uid, None)
         if self._drafts is not None:
             self._drafts.discard(r.uid)
-        plan = self._snapshots.pop(r.uid, None)
+        plan = self._snapshots.pop(r.uid)
         if plan is not None and plan.answer:
             tokens = plan.keyed(r.all_tokens)
             self._store(tokens, r.prompt_cache, SnapshotKind.ANSWER, plan.turn)
@@ -294,13 +246,7 @@ class BatchRunner:
 
     def _segments_done(self, uids: list[int]) -> None:
         """These sequences' caches now end at their next snapshot point: copy the ones kept."""
-        keep = []
-        for uid in uids:
-            plan = self._snapshots.get(uid)
-            if plan is not None and plan.points:
-                _, kind = plan.points.popleft()
-                if kind is not None:
-                    keep.append((uid, kind, plan))
+        keep = self._snapshots.segments_done(uids)
         if not keep:
             return
         caches = self._gen.extract_cache([uid for uid, _, _ in keep])
@@ -311,27 +257,24 @@ class BatchRunner:
     def close(self) -> None:
         self._gen.close()
 
-    def _plan_prefill(self, planner: PrefillPlanner) -> int | None:
+    def _plan_prefill(self, planner: PrefillPlanner) -> None:
         """Pick how many waiting prompts the next prefill step takes, first come first served
         (see prefill_plan: the larger of the head rule's group and the tail rule's: one at a
-        time when compute-bound, else the least mean plus longest wait of the queue).
-        Returns the padded prompt tokens the step will prefill (0: it only decodes), or None
-        when its cost says nothing clean (a group mid-prefill, or one longer than a chunk).
-        mlx-lm has no public way to size the next group: see mlx_lm_compat."""
+        time when compute-bound, else the least mean plus longest wait of the queue), and
+        tell the planner what the step will cost. mlx-lm has no public way to size the next
+        group: see mlx_lm.compat."""
         gen = self._gen
-        self._group_tokens = 0
         due = compat.first_token_due(gen)
-        self._group_due = due and self._group is not None
         if compat.prefilling(gen):
-            return None  # a group being prefilled keeps its members
+            return planner.expect(None, first_tokens=due)  # the group keeps its members
         if not compat.prompts_waiting(gen):
-            return 0
+            return planner.expect(0, first_tokens=due)
         if due:
             # A sequence just finished its prefill and its first token is computed in this
             # step: emit it before the next prompt's prefill chunk, else that token would
             # wait for the whole chunk (one decode step of delay for the next prompt instead).
             compat.limit_next_prefill(gen, 0)
-            return 0
+            return planner.expect(0, first_tokens=due)
         lengths = [length for _, length in compat.waiting_prompts(gen)]
         count = planner.plan(lengths)
         compat.limit_next_prefill(gen, count)
@@ -339,23 +282,8 @@ class BatchRunner:
         # what this step runs.
         longest = max(first for _, first in compat.first_segments(gen, count))
         if longest > planner.chunk:
-            return None
-        self._group_tokens = count * max(lengths[:count])
-        return count * longest
-
-    def _observe(self, planner: PrefillPlanner, started: float, ended: float) -> None:
-        """Feed the planner this step's cost (see _plan_prefill) and time the groups: from
-        the step that starts one to the step that returns its first tokens."""
-        prefilled = self._planned
-        if prefilled == 0:
-            planner.observe_decode(ended - started)
-        elif prefilled is not None:
-            planner.observe_prefill(ended - started, prefilled)
-        if self._group_due and self._group is not None:
-            planner.observe_group(ended - self._group[0], self._group[1])
-            self._group = None
-        if self._group_tokens and compat.prefilling(self._gen):  # the planned group started
-            self._group = (started, self._group_tokens)
+            return planner.expect(None)
+        return planner.expect(count * longest, count * max(lengths[:count]))
 
     def _store(
         self,
@@ -380,31 +308,6 @@ class BatchRunner:
         return vision.prefill_images(
             parts, model, prompt_ids, images, cache, cached, self.prefill_chunk
         )
-
-
-@dataclass(slots=True)
-class _SnapshotPlan:
-    """One sequence's snapshot points still ahead (prompt position, kind; None: a segment end
-    that is not kept), and whether its final cache (prompt + answer) is kept. `key` is the
-    prompt as the prefix cache sees it (an image prompt's runs carry the image digests)."""
-
-    prompt: list[int]
-    key: list[int]
-    turn: Turn
-    points: deque[tuple[int, SnapshotKind | None]]
-    answer: bool
-
-    def keyed(self, tokens: list[int] | None) -> list[int] | None:
-        """`tokens` (the prompt, then generated ones) as the prefix cache keys them."""
-        if tokens is None or self.key is self.prompt:
-            return tokens
-        return self.key[: len(tokens)] + tokens[len(self.key) :]
-
-    def segments(self, cached: int) -> list[list[int]]:
-        """The prompt after the cached tokens, cut at each point."""
-        ends = [at for at, _ in self.points] + [len(self.prompt)]
-        starts = [cached, *ends[:-1]]
-        return [self.prompt[a:b] for a, b in zip(starts, ends, strict=True)]
 
 
 class _FailureReport:

@@ -75,6 +75,14 @@ class PrefillPlanner:
         self._extra_s = 0.0
         self._tokens = 0.0
         self._seen_tokens = 0
+        # The next step, as `expect` announced it: its padded prefill tokens (0: it only
+        # decodes; None: its cost says nothing clean), the group it starts (padded tokens in
+        # all), and whether it returns the first tokens of the group being timed. That group:
+        # (perf_counter at the start of its first prefill step, its padded tokens in all).
+        self._planned: int | None = None
+        self._starts = 0
+        self._due = False
+        self._timed: tuple[float, int] | None = None
 
     @property
     def measured(self) -> bool:
@@ -119,6 +127,28 @@ class PrefillPlanner:
         # reached 0 (noise, or e overestimated for a while) must be able to grow again.
         floor = STEPS_TO_FIRST_TOKEN * (self.decode_s or 0.0)
         self.group_s = _ewma(self.group_s, new, floor)
+
+    def expect(self, prefilled: int | None, starts: int = 0, first_tokens: bool = False) -> None:
+        """What the next step runs: `prefilled` padded prompt tokens (0: it only decodes,
+        None: a group mid-prefill or longer than a chunk), a new group of `starts` padded
+        tokens in all, and whether it computes a just-prefilled sequence's first token."""
+        self._planned = prefilled
+        self._starts = starts
+        self._due = first_tokens and self._timed is not None
+
+    def step_done(self, started: float, ended: float, prefilling: bool) -> None:
+        """Learn from the step `expect` announced (its perf_counter span) and time the groups,
+        from the step that starts one to the step that returns its first tokens
+        (`prefilling`: a group is being prefilled after the step)."""
+        if self._planned == 0:
+            self.observe_decode(ended - started)
+        elif self._planned is not None:
+            self.observe_prefill(ended - started, self._planned)
+        if self._due and self._timed is not None:
+            self.observe_group(ended - self._timed[0], self._timed[1])
+            self._timed = None
+        if self._starts and prefilling:  # the planned group started
+            self._timed = (started, self._starts)
 
     def plan(self, waiting: Iterable[int]) -> int:
         """How many of the waiting prompts (their lengths, in arrival order) to prefill now:

@@ -197,3 +197,15 @@ def test_the_measured_regimes_are_told_apart() -> None:
     # burst, once a few, one at a time).
     tiny = planner_with(decode_s=0.0015, token_s=0.000025, group_s=0.007)
     assert [tiny.plan([260] * k) for k in (2, 4, 8, 16)] == [2, 4, 5, 9]
+
+
+def test_the_planner_times_a_group_from_its_first_step_to_its_first_tokens() -> None:
+    planner = PrefillPlanner(8, 256, 512)
+    planner.expect(0)
+    planner.step_done(0.0, 0.01, prefilling=False)  # a decode step: d
+    planner.expect(100, starts=100)
+    planner.step_done(1.0, 1.11, prefilling=True)  # starts the group: e from its extra cost
+    assert planner.decode_s == 0.01 and planner.token_s is not None
+    planner.expect(None, first_tokens=True)
+    planner.step_done(1.11, 1.5, prefilling=False)  # its first tokens: G beyond e * P
+    assert planner.group_s is not None and planner.group_s > 0

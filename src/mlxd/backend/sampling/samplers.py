@@ -216,6 +216,26 @@ class _GuardedSampler:
         return self._sampler
 
 
+def row_sampling(
+    params: SamplingParams,
+    vocab_size: int,
+    on_error: OnError,
+    hook: FaultHook | None,
+    request_id: str,
+    mask: Processor | None = None,
+) -> tuple[Sampler, list[Processor]]:
+    """One row's sampler and logits processors (`mask`, e.g. a grammar's, last), each
+    guarded so that an exception fails only this request (a plain greedy row is not wrapped:
+    nothing in it can raise)."""
+    sampler = make_sampler(params, vocab_size)
+    if sampler is not GREEDY or hook is not None:
+        sampler = guard_sampler(sampler, on_error, hook, request_id)
+    procs = [guard_processor(p, on_error) for p in make_processors(params)]
+    if mask is not None:
+        procs.append(guard_processor(mask, on_error))
+    return sampler, procs
+
+
 def guard_processor(proc: Processor, on_error: OnError) -> Processor:
     """Wrap so an exception fails only this request; the logits pass through unchanged."""
     return GuardedProcessor(proc, on_error)
