@@ -3,7 +3,7 @@
 uvicorn times out only idle keep-alive connections (after a response); a connection that never
 finishes (or never starts) its headers stays open forever, and `limit_concurrency` answers
 503 only once a request arrives. This h11 protocol subclass (the one place that touches
-uvicorn's protocol internals; tests/unit/server/test_server_connections.py fails if an
+uvicorn's protocol internals; tests/unit/server/guard/test_connections.py fails if an
 upgrade changes them) adds:
 
 - a header timeout: from the connection's start, or the end of its previous response, until

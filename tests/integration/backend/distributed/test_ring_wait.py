@@ -150,7 +150,7 @@ print(json.dumps({"rank": rank, "blocking": links, "sums": sums}))
 def test_a_ring_job_sums_right_with_one_end_of_each_link_blocking(
     tmp_path: Path, wait_ms: str, ranks: int
 ) -> None:
-    from tests.e2e.server.test_server_distributed import _ring
+    from tests.e2e.server.test_distributed import _ring
 
     script = tmp_path / "job.py"
     script.write_text(JOB)

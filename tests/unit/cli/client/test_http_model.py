@@ -1,6 +1,6 @@
 """HttpModel's reading of servers that are not mlxd, on a small stdlib HTTP server shaped
 like vllm-mlx (no GET /v1/models/NAME route: FastAPI's {"detail": ...} 404s), and one that
-lists nothing. tests/e2e/cli/test_cli_other_server.py drives a real mlx_lm.server."""
+lists nothing. tests/e2e/cli/test_other_server.py drives a real mlx_lm.server."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import pytest
 from mlxd import config
 from mlxd.errors import ModelNotFound
 from mlxd.store.default_model import default_model, find_demo_gguf
-from tests.integration.importer.gguf_builder import GgufFactory
+from tests.integration.store.gguf.gguf_builder import GgufFactory
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.importer.gguf_builder import build_gguf
+from tests.integration.store.gguf.gguf_builder import build_gguf
 
 
 @pytest.fixture(scope="session")

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from tests.e2e.server.serverproc import ServerProcess, launch, metric, server_env, wait_for
-from tests.e2e.server.test_server_distributed import _ring
+from tests.e2e.server.test_distributed import _ring
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from mlxd.errors import MlxdError
 from mlxd.store.gguf.importer import import_gguf
-from tests.integration.importer.gguf_builder import GgufFactory
+from tests.integration.store.gguf.gguf_builder import GgufFactory
 
 
 @pytest.fixture(scope="module")

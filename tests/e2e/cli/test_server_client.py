@@ -14,8 +14,8 @@ import pytest
 from tests.e2e.cli.cli_helpers import one_json_line, run_mlxd
 from tests.e2e.cli.remote import KEY, WEATHER_TOOL
 from tests.e2e.cli.serve_helper import free_port
-from tests.e2e.cli.test_cli_parity import REQUESTS, cli_args, messages
-from tests.e2e.cli.test_cli_startup import RECORD_IMPORTS
+from tests.e2e.cli.test_parity import REQUESTS, cli_args, messages
+from tests.e2e.cli.test_startup import RECORD_IMPORTS
 from tests.e2e.server.serverproc import ServerProcess
 
 

@@ -15,7 +15,7 @@ from mlx_lm.tokenizer_utils import load as load_tokenizer
 
 from mlxd.store.gguf.importer import import_gguf
 from tests.checkpoints import _CORPUS
-from tests.integration.importer.gguf_builder import build_gguf
+from tests.integration.store.gguf.gguf_builder import build_gguf
 
 TEXTS = [
     "The capital of France is Paris.",

@@ -14,7 +14,7 @@ from tokenizers import Tokenizer, pre_tokenizers
 
 from mlxd.store.gguf.importer import import_gguf
 from tests.checkpoints import CHATML_TEMPLATE, SPECIAL_TOKENS
-from tests.integration.importer.gguf_builder import GgufFactory
+from tests.integration.store.gguf.gguf_builder import GgufFactory
 
 TEXTS = [
     "The capital of France is Paris.",

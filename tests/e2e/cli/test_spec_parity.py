@@ -18,7 +18,7 @@ import pytest
 from tests.checkpoints import make_checkpoint
 from tests.e2e.cli.cli_helpers import one_json_line, run_mlxd
 from tests.e2e.cli.serve_helper import mlxd_server
-from tests.e2e.cli.test_cli_parity import offline_env
+from tests.e2e.cli.test_parity import offline_env
 from tests.integration.chat.scripted import EOS, make_scripted_checkpoint
 
 PROMPT = "Hello, how are you today?"

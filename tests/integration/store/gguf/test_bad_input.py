@@ -10,7 +10,7 @@ import pytest
 from mlxd.errors import InvalidRequest, MlxdError, ModelBroken, ModelNotFound
 from mlxd.store.gguf.importer import import_gguf
 from tests.hostile import gguf_lying_array, gguf_lying_counts, gguf_nested_arrays
-from tests.integration.importer.gguf_builder import GgufFactory
+from tests.integration.store.gguf.gguf_builder import GgufFactory
 
 
 def store_entries(store: Path) -> list[str]:

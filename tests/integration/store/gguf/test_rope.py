@@ -12,7 +12,7 @@ import pytest
 from mlx_lm.utils import load_model
 
 from mlxd.store.gguf.importer import import_gguf
-from tests.integration.importer.gguf_builder import GgufFactory, write_reference
+from tests.integration.store.gguf.gguf_builder import GgufFactory, write_reference
 
 TOKENS = [(i * 37 + 11) % 400 for i in range(96)]  # < vocab; long enough to rotate far
 

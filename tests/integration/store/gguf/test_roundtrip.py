@@ -16,7 +16,7 @@ import pytest
 from mlx_lm.utils import load_model
 
 from mlxd.store.gguf.importer import import_gguf
-from tests.integration.importer.gguf_builder import GgufFactory, write_reference
+from tests.integration.store.gguf.gguf_builder import GgufFactory, write_reference
 
 TOKENS = [1, 17, 42, 300, 5, 99, 250, 7, 64, 128, 3, 200]
 

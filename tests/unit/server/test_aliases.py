@@ -1,5 +1,5 @@
 """`mlxd serve --alias NAME=MODEL`: parsed at start (a bad one is refused with the flag
-named), matched in order with globs (tests/e2e/server/test_server_anthropic.py serves them)."""
+named), matched in order with globs (tests/e2e/server/test_anthropic.py serves them)."""
 
 from __future__ import annotations
 
