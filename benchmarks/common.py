@@ -9,13 +9,16 @@ and `tests` import as packages: checkpoints are built by tests/checkpoints.py's
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
@@ -61,6 +64,14 @@ def fast_blas() -> str:
 
     info = prepare_mlx()
     return f"{info.name}: {info.detail}"
+
+
+def scratch(prefix: str) -> Path:
+    """A new temporary directory, removed when the process exits (checkpoints of a run can
+    weigh gigabytes)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 def param_count(model_dir: Path) -> int:

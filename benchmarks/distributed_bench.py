@@ -44,7 +44,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -61,6 +60,7 @@ from benchmarks.common import (
     param_count,
     progress,
     running,
+    scratch,
     token_count,
 )
 from benchmarks.server_bench import prompt_text, run_level
@@ -272,7 +272,7 @@ def main() -> None:
     fast_blas()  # MKL before mlx, as the servers load it
     from tests.checkpoints import make_checkpoint
 
-    work = Path(tempfile.mkdtemp(prefix="mlxd-dist-bench-"))
+    work = scratch("mlxd-dist-bench-")
     model_dir = make_checkpoint(work / f"bench-{args.size}", "chat", size=args.size)
     config = json.loads((model_dir / "config.json").read_text())
     eos = eos_id(model_dir)

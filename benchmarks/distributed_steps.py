@@ -27,11 +27,10 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import ROOT, emit, fast_blas, free_port, progress
+from benchmarks.common import ROOT, emit, fast_blas, free_port, progress, scratch
 
 # 2ranks_spin: MLXD_RING_WAIT_MS=0, MLX's ring threads spinning while they wait (before/after).
 JOBS = ("1proc_1t", "1proc_2t", "2ranks", "2ranks_spin")
@@ -184,7 +183,7 @@ def main() -> None:
         return
     from tests.checkpoints import make_checkpoint
 
-    work = Path(tempfile.mkdtemp(prefix="mlxd-dist-steps-"))
+    work = scratch("mlxd-dist-steps-")
     model = make_checkpoint(work / f"steps-{args.size}", "chat", size=args.size)
     results: dict[str, dict[str, list[dict[str, float]]]] = {}
     jobs = args.jobs.split(",")

@@ -24,11 +24,10 @@ import asyncio
 import json
 import random
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import emit, fast_blas
+from benchmarks.common import emit, fast_blas, scratch
 
 # Before any mlx import, for the engine and raw mlx-lm alike (loaded after mlx, the whole run
 # was on the reference BLAS). MLXD_BLAS=reference: off.
@@ -321,7 +320,7 @@ def main() -> None:
     models = set(args.models.split(",")) | ({"demo"} if args.demo else set())
     sections = set(args.sections.split(","))
     sizes = [int(s) for s in args.sizes.split(",")]
-    tmp = Path(tempfile.mkdtemp(prefix="mlxd-bench-"))
+    tmp = scratch("mlxd-bench-")
     needs_big = "big" in models or sections & {"ttft", "turn"}
     big = make_checkpoint(tmp / "big", "big", dtype=args.dtype) if needs_big else tmp / "big"
     small = make_checkpoint(tmp / "small", "small")

@@ -25,7 +25,6 @@ import asyncio
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -44,6 +43,7 @@ from benchmarks.common import (
     pct,
     progress,
     running,
+    scratch,
     stream_chat,
     token_count,
 )
@@ -195,7 +195,7 @@ def main() -> None:
 
     from tests.checkpoints import make_checkpoint
 
-    work = Path(tempfile.mkdtemp(prefix="mlxd-bench-"))
+    work = scratch("mlxd-bench-")
     model_dir = make_checkpoint(work / f"bench-{args.kind}", "chat", size=args.kind)
     eos = eos_id(model_dir)
     env = isolated_env(work)

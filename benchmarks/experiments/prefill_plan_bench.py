@@ -20,12 +20,10 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-from benchmarks.common import emit, fast_blas, pct, progress
+from benchmarks.common import emit, fast_blas, pct, progress, scratch
 
 fast_blas()  # before mlx is imported
 
@@ -170,7 +168,7 @@ def main() -> None:
     args = parser.parse_args()
     from tests.checkpoints import make_checkpoint
 
-    work = Path(tempfile.mkdtemp(prefix="mlxd-plan-bench-"))
+    work = scratch("mlxd-plan-bench-")
     loaded = load_checkpoint(make_checkpoint(work / f"bench-{args.kind}", "chat", size=args.kind))
     policies = args.policies.split(",")
     levels = [int(c) for c in args.concurrency.split(",")]

@@ -20,10 +20,8 @@ import random
 import re
 import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
-from benchmarks.common import ROOT, emit, fast_blas
+from benchmarks.common import ROOT, emit, fast_blas, scratch
 
 
 def _ctl(*args: str) -> None:
@@ -46,7 +44,7 @@ def child(variant: str, kind: str, steps: int) -> None:
     fast_blas()  # first, as the engine has it
     from tests.checkpoints import make_checkpoint
 
-    ckpt = make_checkpoint(Path(tempfile.mkdtemp()) / kind, kind)
+    ckpt = make_checkpoint(scratch("mlxd-cg-model-") / kind, kind)
     prompt = [random.Random(0).randrange(10, 400) for _ in range(16)]
     if variant == "raw":
         import mlx.core as mx
@@ -86,7 +84,7 @@ def child(variant: str, kind: str, steps: int) -> None:
 
 
 def measure(variant: str, kind: str, steps: int) -> dict[str, int]:
-    out = Path(tempfile.mkdtemp(prefix="mlxd-cg-"))
+    out = scratch("mlxd-cg-")
     cmd = [
         "valgrind",
         "--tool=callgrind",
