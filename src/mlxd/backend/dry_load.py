@@ -19,6 +19,9 @@ _MAX_CHARS = 300
 def weight_mismatch(path: Path) -> str | None:
     """Why mlx-lm would refuse these weights for this architecture, in one line; None if it
     would not."""
+    from mlxd.backend.native import prepare_mlx
+
+    prepare_mlx()  # the fast BLAS before mlx, and mlx_lm without transformers
     from mlx_lm.utils import load_model
 
     try:

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 
 class RowDrafter(Protocol):
-    """What the verifying step asks of backend.speculative.Drafts."""
+    """What the verifying step asks of speculation.drafts.Drafts."""
 
     def propose(
         self, uids: list[int], contexts: list[list[int]], last: list[int], room: list[int]
@@ -111,7 +111,7 @@ class SpeculativeGenerationBatch(BatchedGenerationBatch):
     [next token, drafts..., padding], then per row the accepted drafts are emitted after
     the next token, the target's token after them becomes the row's next token, and the
     rejected positions leave its cache. A step where no row drafts is a plain batched one
-    (mlx_lm_compat.BatchedGenerationBatch)."""
+    (mlx_lm.compat.BatchedGenerationBatch)."""
 
     _mlxd_drafter: RowDrafter
 

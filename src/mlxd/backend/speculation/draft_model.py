@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 
 class DraftModel:
-    """Greedy proposals of one draft model for many rows (backend.speculative.Drafts calls)."""
+    """Greedy proposals of one draft model for many rows (speculation.drafts.Drafts calls)."""
 
     def __init__(self, model: Module, vocab_size: int, prefill_chunk: int) -> None:
         self.model = model

@@ -4,9 +4,9 @@ Each decode step a speculating row proposes up to K draft tokens; the target mod
 every row of the batch in one forward pass over [last token, drafts..., padding] (a row
 without a draft verifies its one token); each row keeps the drafts its own sampler agrees
 with plus the target's token after them, and its KV cache is rewound by what it rejected
-(mlx_lm_speculation.rewind_rows). The step itself is mlx_lm_speculation.SpeculativeGenerationBatch:
+(mlx_lm.verify_step.rewind_rows). The step itself is verify_step.SpeculativeGenerationBatch:
 this module holds the decisions, that one the mlx-lm state. Rows of kind `model` get their
-drafts from backend.draft_model (one draft model per batch, a draft cache per row).
+drafts from speculation.draft_model (one draft model per batch, a draft cache per row).
 """
 
 from __future__ import annotations
