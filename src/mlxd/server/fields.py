@@ -7,15 +7,43 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 
 from mlxd.config import LIMITS, SAMPLING_BOUNDS
 
 # Every API's wire shapes: unknown fields ignored (as OpenAI and Anthropic do), no NaN/inf.
 WIRE_CONFIG = ConfigDict(extra="ignore", allow_inf_nan=False)
+
+
+class WireModel(BaseModel):
+    """A wire shape of any API: unknown fields ignored, no NaN/inf (WIRE_CONFIG)."""
+
+    model_config = WIRE_CONFIG
+
+
+class RefusedKind(WireModel):
+    """A kind of content mlxd cannot take: refused with a 400 naming it, never dropped."""
+
+    refusal: ClassVar[str] = "'{type}' content is not supported"
+    type: str
+
+    @model_validator(mode="after")
+    def _refuse(self) -> Self:
+        raise ValueError(self.refusal.format(type=self.type))
+
+
 MAX_MESSAGES = 10_000  # messages in one request
 MAX_TOOLS = 512  # tools in one request
 

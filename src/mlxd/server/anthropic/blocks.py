@@ -3,53 +3,49 @@ and the messages that hold them; strict like every wire schema (mlxd.server.fiel
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field, StrictBool, StrictStr, model_validator
+from pydantic import Field, StrictBool, StrictStr
 
 from mlxd.chat.messages import join_text
-from mlxd.server.fields import WIRE_CONFIG as _CFG
 from mlxd.server.fields import (
     CallId,
+    RefusedKind,
+    WireModel,
 )
 
 ToolName = Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_\-]{1,128}$")]  # Anthropic's rule
 MAX_BLOCKS = 10_000  # content blocks in one message
 
 
-class TextBlock(BaseModel):
-    model_config = _CFG
+class TextBlock(WireModel):
     type: Literal["text"]
     text: StrictStr
 
 
-class ToolUseBlock(BaseModel):
+class ToolUseBlock(WireModel):
     """A call the model made (assistant turns)."""
 
-    model_config = _CFG
     type: Literal["tool_use"]
     id: CallId
     name: ToolName
     input: dict[StrictStr, Any]
 
 
-class Base64Source(BaseModel):
-    model_config = _CFG
+class Base64Source(WireModel):
     type: Literal["base64"]
     media_type: Annotated[StrictStr, Field(pattern=r"^image/[A-Za-z0-9.+\-]{1,64}$")]
     data: StrictStr
 
 
-class UrlSource(BaseModel):
-    model_config = _CFG
+class UrlSource(WireModel):
     type: Literal["url"]
     url: Annotated[StrictStr, Field(min_length=1)]
 
 
-class ImageBlock(BaseModel):
+class ImageBlock(WireModel):
     """An image in a user turn (a vision model's; the chat layer reads and checks it)."""
 
-    model_config = _CFG
     type: Literal["image"]
     source: Annotated[Base64Source | UrlSource, Field(discriminator="type")]
 
@@ -63,10 +59,9 @@ class ImageBlock(BaseModel):
 ResultPart = Annotated[TextBlock | ImageBlock, Field(discriminator="type")]
 
 
-class ToolResultBlock(BaseModel):
+class ToolResultBlock(WireModel):
     """The client's answer to a tool_use of the previous assistant turn (user turns)."""
 
-    model_config = _CFG
     type: Literal["tool_result"]
     tool_use_id: CallId
     content: StrictStr | Annotated[list[ResultPart], Field(max_length=MAX_BLOCKS)] = ""
@@ -89,30 +84,24 @@ class ToolResultBlock(BaseModel):
         return f"Error: {text}" if self.is_error else text
 
 
-class ThinkingBlock(BaseModel):
+class ThinkingBlock(WireModel):
     """Earlier reasoning sent back (assistant turns); the signature is not checked."""
 
-    model_config = _CFG
     type: Literal["thinking"]
     thinking: StrictStr
     signature: StrictStr | None = None
 
 
-class RedactedThinkingBlock(BaseModel):
-    model_config = _CFG
+class RedactedThinkingBlock(WireModel):
     type: Literal["redacted_thinking"]
     data: StrictStr
 
 
-class UnsupportedBlock(BaseModel):
+class UnsupportedBlock(RefusedKind):
     """Block kinds mlxd cannot take: refused, never dropped."""
 
-    model_config = _CFG
+    refusal: ClassVar[str] = "'{type}' content blocks are not supported"
     type: Literal["document", "search_result", "container_upload"]
-
-    @model_validator(mode="after")
-    def _refuse(self) -> UnsupportedBlock:
-        raise ValueError(f"'{self.type}' content blocks are not supported")
 
 
 ContentBlock = Annotated[
@@ -127,8 +116,7 @@ ContentBlock = Annotated[
 ]
 
 
-class MessageParam(BaseModel):
-    model_config = _CFG
+class MessageParam(WireModel):
     role: Literal["user", "assistant"]
     content: StrictStr | Annotated[list[ContentBlock], Field(max_length=MAX_BLOCKS)]
 

@@ -10,7 +10,6 @@ prompt, options table, stream filter, budgets and prefix cache. Errors have Anth
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
@@ -21,30 +20,26 @@ from mlxd.server.anthropic.wire import AnthropicWire
 from mlxd.server.generation import chat_endpoint
 from mlxd.server.request_inputs import chat_inputs, parse
 from mlxd.server.settings import ServerSettings
-from mlxd.server.state import ServerState, server_state
-
-if TYPE_CHECKING:
-    from mlxd.chat.session import ChatStream
-    from mlxd.engine import ModelInfo
+from mlxd.server.state import server_state
 
 router = APIRouter()
 
 
 @router.post("/v1/messages")
 async def create_message(request: Request) -> Response:
-    return await chat_endpoint(request, _read, _wire)
+    return await chat_endpoint(
+        request,
+        _read,
+        lambda req, info, stream, st: AnthropicWire(
+            model=info.name, prompt_tokens=stream.prompt.prompt_tokens
+        ),
+    )
 
 
 def _read(body: bytes, settings: ServerSettings) -> MessagesRequest:
     req = parse(MessagesRequest, body, settings)
     check_stop_count(len(req.stop_sequences or []), param="stop_sequences")
     return req
-
-
-def _wire(
-    req: MessagesRequest, info: ModelInfo, stream: ChatStream, st: ServerState
-) -> AnthropicWire:
-    return AnthropicWire(model=info.name, prompt_tokens=stream.prompt.prompt_tokens)
 
 
 @router.post("/v1/messages/count_tokens")

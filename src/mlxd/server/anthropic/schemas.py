@@ -30,14 +30,13 @@ from mlxd.server.fields import (
     ToolChoiceSpec,
     TopK,
     TopP,
+    WireModel,
 )
-from mlxd.server.fields import WIRE_CONFIG as _CFG
 
 
-class ToolParam(BaseModel):
+class ToolParam(WireModel):
     """A client tool (`type` absent or "custom"); Anthropic's server tools are refused."""
 
-    model_config = _CFG
     type: StrictStr | None = None  # first, so a server tool's error names its type
     name: ToolName
     description: StrictStr | None = None
@@ -59,27 +58,23 @@ class ToolParam(BaseModel):
         return {"type": "function", "function": fn}
 
 
-class ToolChoiceAuto(BaseModel):
-    model_config = _CFG
+class ToolChoiceAuto(WireModel):
     type: Literal["auto"]
     disable_parallel_tool_use: StrictBool = False
 
 
-class ToolChoiceAny(BaseModel):
-    model_config = _CFG
+class ToolChoiceAny(WireModel):
     type: Literal["any"]
     disable_parallel_tool_use: StrictBool = False
 
 
-class ToolChoiceTool(BaseModel):
-    model_config = _CFG
+class ToolChoiceTool(WireModel):
     type: Literal["tool"]
     name: ToolName
     disable_parallel_tool_use: StrictBool = False
 
 
-class ToolChoiceNone(BaseModel):
-    model_config = _CFG
+class ToolChoiceNone(WireModel):
     type: Literal["none"]
 
 
@@ -89,24 +84,21 @@ ToolChoiceParam = Annotated[
 ]
 
 
-class ThinkingEnabled(BaseModel):
+class ThinkingEnabled(WireModel):
     """Turns a reasoning model's thinking on (the `enable_thinking` template switch). The
     budget is not enforced apart from max_tokens, which bounds thinking and answer alike."""
 
-    model_config = _CFG
     type: Literal["enabled"]
     budget_tokens: MaxTokens
 
 
-class ThinkingDisabled(BaseModel):
-    model_config = _CFG
+class ThinkingDisabled(WireModel):
     type: Literal["disabled"]
 
 
-class ThinkingAdaptive(BaseModel):
+class ThinkingAdaptive(WireModel):
     """The model decides (its template's default)."""
 
-    model_config = _CFG
     type: Literal["adaptive"]
 
 
@@ -123,15 +115,13 @@ class JsonOutputFormat(BaseModel):
     schema_: dict[StrictStr, Any] = Field(alias="schema")
 
 
-class OutputConfig(BaseModel):
-    model_config = _CFG
+class OutputConfig(WireModel):
     format: JsonOutputFormat | None = None
 
 
-class CountTokensRequest(BaseModel):
+class CountTokensRequest(WireModel):
     """The conversation part of a request: what /v1/messages/count_tokens counts."""
 
-    model_config = _CFG
     model: ModelName | None = None  # omitted or "default": the server's model
     messages: Annotated[list[MessageParam], Field(min_length=1, max_length=MAX_MESSAGES)]
     system: StrictStr | Annotated[list[TextBlock], Field(max_length=MAX_BLOCKS)] | None = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from functools import partial
 from typing import TYPE_CHECKING
 
 from fastapi import APIRouter, Request
@@ -29,11 +30,8 @@ router = APIRouter()
 
 @router.post("/v1/chat/completions")
 async def chat_completions(request: Request) -> Response:
-    return await chat_endpoint(request, _read, _wire, request_template)
-
-
-def _read(body: bytes, settings: ServerSettings) -> ChatCompletionRequest:
-    return parse(ChatCompletionRequest, body, settings)
+    read = partial(parse, ChatCompletionRequest)
+    return await chat_endpoint(request, read, _wire, request_template)
 
 
 def _wire(

@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
     Field,
     StrictBool,
     StrictFloat,
@@ -37,9 +36,9 @@ from mlxd.server.fields import (
     ToolChoice,
     ToolChoiceSpec,
     TopLogprobs,
+    WireModel,
     within,
 )
-from mlxd.server.fields import WIRE_CONFIG as _CFG
 
 # HTTP field -> chat-layer option name; the names are the same by design (OPTIONS table).
 SAMPLING_FIELDS = (
@@ -58,10 +57,8 @@ SAMPLING_FIELDS = (
 )
 
 
-class SamplingFields(BaseModel):
+class SamplingFields(WireModel):
     """Options shared by /v1/chat/completions and /v1/completions."""
-
-    model_config = _CFG
 
     model: ModelName | None = None
     stream: StrictBool = False
@@ -132,27 +129,23 @@ class SamplingFields(BaseModel):
         return bool(self.stream_options and self.stream_options.include_usage)
 
 
-class StreamOptions(BaseModel):
-    model_config = _CFG
+class StreamOptions(WireModel):
     include_usage: StrictBool = False
 
 
-class TextPart(BaseModel):
-    model_config = _CFG
+class TextPart(WireModel):
     type: Literal["text"]
     text: StrictStr
 
 
-class ImageURL(BaseModel):
-    model_config = _CFG
+class ImageURL(WireModel):
     url: Annotated[StrictStr, Field(min_length=1)]
     detail: Literal["auto", "low", "high"] | None = None  # accepted; the processor decides
 
 
-class ImagePart(BaseModel):
+class ImagePart(WireModel):
     """OpenAI's image content part: a data: URL (http(s) only if the server allows)."""
 
-    model_config = _CFG
     type: Literal["image_url"]
     image_url: ImageURL
 
@@ -160,24 +153,21 @@ class ImagePart(BaseModel):
 ContentPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
 
 
-class FunctionCall(BaseModel):
-    model_config = _CFG
+class FunctionCall(WireModel):
     name: FunctionName
     arguments: StrictStr | dict[str, Any] = "{}"
 
 
-class MessageToolCall(BaseModel):
-    model_config = _CFG
+class MessageToolCall(WireModel):
     id: StrictStr | None = None
     type: Literal["function"] = "function"
     function: FunctionCall
 
 
-class Message(BaseModel):
+class Message(WireModel):
     """One chat message; roles and content shapes OpenAI defines: text, and images in user
     messages (read by the chat layer, chat.images)."""
 
-    model_config = _CFG
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: StrictStr | list[ContentPart] | None = None
     name: StrictStr | None = None
@@ -214,33 +204,28 @@ class Message(BaseModel):
         return msg
 
 
-class FunctionDef(BaseModel):
-    model_config = _CFG
+class FunctionDef(WireModel):
     name: FunctionName
     description: StrictStr | None = None
     parameters: dict[str, Any] | None = None
     strict: StrictBool | None = None
 
 
-class Tool(BaseModel):
-    model_config = _CFG
+class Tool(WireModel):
     type: Literal["function"]
     function: FunctionDef
 
 
-class NamedFunction(BaseModel):
-    model_config = _CFG
+class NamedFunction(WireModel):
     name: FunctionName
 
 
-class NamedToolChoice(BaseModel):
-    model_config = _CFG
+class NamedToolChoice(WireModel):
     type: Literal["function"]
     function: NamedFunction
 
 
-class ResponseFormat(BaseModel):
-    model_config = _CFG
+class ResponseFormat(WireModel):
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JsonSchemaFormat | None = None
 

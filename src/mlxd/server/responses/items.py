@@ -7,7 +7,6 @@ import json
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
     Discriminator,
     Field,
     StrictStr,
@@ -17,10 +16,11 @@ from pydantic import (
 )
 
 from mlxd.chat.messages import join_text
-from mlxd.server.fields import WIRE_CONFIG as _CFG
 from mlxd.server.fields import (
     CallId,
     FunctionName,
+    RefusedKind,
+    WireModel,
 )
 
 MAX_ITEMS = 10_000
@@ -28,25 +28,22 @@ MAX_PARTS = 10_000
 NO_STATE = "mlxd keeps no response state; send the whole conversation in 'input'"
 
 
-class InputText(BaseModel):
-    model_config = _CFG
+class InputText(WireModel):
     type: Literal["input_text"]
     text: StrictStr
 
 
-class OutputText(BaseModel):
+class OutputText(WireModel):
     """An earlier answer sent back (annotations and logprobs are ignored)."""
 
-    model_config = _CFG
     type: Literal["output_text"]
     text: StrictStr
 
 
-class InputImage(BaseModel):
+class InputImage(WireModel):
     """An image by URL (a data: URL, or http(s) if the operator allows); the chat layer reads
     and checks it (a vision model's). Uploaded files (`file_id`) are refused: no file store."""
 
-    model_config = _CFG
     type: Literal["input_image"]
     image_url: Annotated[StrictStr, Field(min_length=1)] | None = None
     file_id: StrictStr | None = None
@@ -59,13 +56,8 @@ class InputImage(BaseModel):
         return self
 
 
-class UnsupportedPart(BaseModel):
-    model_config = _CFG
+class UnsupportedPart(RefusedKind):
     type: Literal["input_file", "input_audio", "refusal"]
-
-    @model_validator(mode="after")
-    def _refuse(self) -> UnsupportedPart:
-        raise ValueError(f"'{self.type}' content is not supported")
 
 
 ContentPart = Annotated[
@@ -73,10 +65,9 @@ ContentPart = Annotated[
 ]
 
 
-class MessageItem(BaseModel):
+class MessageItem(WireModel):
     """A message; `type` may be left out (the SDK's EasyInputMessage)."""
 
-    model_config = _CFG
     type: Literal["message"] = "message"
     role: Literal["user", "assistant", "system", "developer"]
     content: StrictStr | Annotated[list[ContentPart], Field(max_length=MAX_PARTS)]
@@ -94,10 +85,9 @@ class MessageItem(BaseModel):
         return out
 
 
-class FunctionCallItem(BaseModel):
+class FunctionCallItem(WireModel):
     """A call the model made earlier; `arguments` is a JSON object as a string."""
 
-    model_config = _CFG
     type: Literal["function_call"]
     call_id: CallId
     name: FunctionName
@@ -115,8 +105,7 @@ class FunctionCallItem(BaseModel):
         return v
 
 
-class FunctionCallOutputItem(BaseModel):
-    model_config = _CFG
+class FunctionCallOutputItem(WireModel):
     type: Literal["function_call_output"]
     call_id: CallId
     output: StrictStr | Annotated[list[InputText], Field(max_length=MAX_PARTS)]
@@ -126,17 +115,15 @@ class FunctionCallOutputItem(BaseModel):
         return out if isinstance(out, str) else join_text(p.text for p in out)
 
 
-class ReasoningPart(BaseModel):
-    model_config = _CFG
+class ReasoningPart(WireModel):
     type: Literal["reasoning_text", "summary_text"]
     text: StrictStr
 
 
-class ReasoningItem(BaseModel):
+class ReasoningItem(WireModel):
     """Earlier reasoning sent back: its text goes to the next assistant turn
     (`encrypted_content` is ignored)."""
 
-    model_config = _CFG
     type: Literal["reasoning"]
     summary: Annotated[list[ReasoningPart], Field(max_length=MAX_PARTS)] = []
     content: Annotated[list[ReasoningPart], Field(max_length=MAX_PARTS)] | None = None

@@ -9,7 +9,7 @@ Stateless: every request carries the whole conversation (responses.schemas).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from functools import partial
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
@@ -18,26 +18,14 @@ from mlxd.server.generation import chat_endpoint
 from mlxd.server.request_inputs import parse
 from mlxd.server.responses.schemas import ResponsesRequest
 from mlxd.server.responses.wire import ResponsesWire
-from mlxd.server.settings import ServerSettings
-from mlxd.server.state import ServerState
-
-if TYPE_CHECKING:
-    from mlxd.chat.session import ChatStream
-    from mlxd.engine import ModelInfo
 
 router = APIRouter()
 
 
 @router.post("/v1/responses")
 async def create_response(request: Request) -> Response:
-    return await chat_endpoint(request, _read, _wire)
-
-
-def _read(body: bytes, settings: ServerSettings) -> ResponsesRequest:
-    return parse(ResponsesRequest, body, settings)
-
-
-def _wire(
-    req: ResponsesRequest, info: ModelInfo, stream: ChatStream, st: ServerState
-) -> ResponsesWire:
-    return ResponsesWire(model=info.name, request=req)
+    return await chat_endpoint(
+        request,
+        partial(parse, ResponsesRequest),
+        lambda req, info, stream, st: ResponsesWire(model=info.name, request=req),
+    )

@@ -35,14 +35,13 @@ from mlxd.server.fields import (
     ToolChoiceSpec,
     TopLogprobs,
     TopP,
+    WireModel,
 )
-from mlxd.server.fields import WIRE_CONFIG as _CFG
 from mlxd.server.responses import inputs
 from mlxd.server.responses.items import MAX_ITEMS, NO_STATE, InputItem
 
 
-class FunctionTool(BaseModel):
-    model_config = _CFG
+class FunctionTool(WireModel):
     type: Literal["function"]
     name: FunctionName
     description: StrictStr | None = None
@@ -56,14 +55,12 @@ class FunctionTool(BaseModel):
         return {"type": "function", "function": fn}
 
 
-class ToolChoiceFunction(BaseModel):
-    model_config = _CFG
+class ToolChoiceFunction(WireModel):
     type: Literal["function"]
     name: FunctionName
 
 
-class ReasoningParam(BaseModel):
-    model_config = _CFG
+class ReasoningParam(WireModel):
     effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
     summary: StrictStr | None = None  # summaries are not made; the reasoning text is returned
 
@@ -96,13 +93,11 @@ class TextFormat(BaseModel):
         }
 
 
-class TextParam(BaseModel):
-    model_config = _CFG
+class TextParam(WireModel):
     format: TextFormat | None = None
 
 
-class ResponsesRequest(BaseModel):
-    model_config = _CFG
+class ResponsesRequest(WireModel):
     model: ModelName | None = None
     input: StrictStr | Annotated[list[InputItem], Field(min_length=1, max_length=MAX_ITEMS)]
     instructions: StrictStr | None = None
