@@ -7,12 +7,16 @@ hostile_copy(src, dst, how) copies a tiny checkpoint and makes it hostile:
                   so it is consistent with its size and takes no disk space
 gguf_lying_array / gguf_nested_arrays / gguf_lying_counts write GGUF files whose metadata lies
 (an array longer than the file, arrays nested `depth` deep, entry counts no file could hold).
+forge_snapshot rewrites a prefix-cache disk tier file as an attacker who can write its folder
+would: a KV array reshaped to the same byte count, the metadata kept, the file renamed to its
+new digest (and the tier's manifest pointed at it).
 A regression that loads one of these must not take the machine down: children run under
 `memory_capped` (RLIMIT_AS), so they fail instead of growing until the kernel kills something.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import resource
 import shutil
@@ -73,6 +77,30 @@ def gguf_lying_counts(path: Path, tensors: int, entries: int, pad: int = 1 << 20
     """A header claiming `tensors` tensors and `entries` metadata entries, then zeros."""
     path.write_bytes(_gguf_head(tensors, entries) + b"\0" * pad)
     return path
+
+
+def forge_snapshot(path: Path) -> Path:
+    """Reshape the first 4-D array of the snapshot file at `path` (1, H, T, D) -> (1, 2H, T,
+    D/2), keep its metadata, and rename it to its new digest; returns the new path."""
+    import mlx.core as mx
+
+    arrays, meta = mx.load(str(path), return_metadata=True)
+    assert isinstance(arrays, dict) and isinstance(meta, dict)
+    key = next(k for k, a in sorted(arrays.items()) if a.ndim == 4)
+    b, h, t, d = arrays[key].shape
+    arrays[key] = arrays[key].reshape(b, 2 * h, t, d // 2)
+    temp = path.with_name("forged.safetensors")
+    mx.save_safetensors(str(temp), arrays, meta)
+    forged = path.with_name(hashlib.sha256(temp.read_bytes()).hexdigest() + ".safetensors")
+    temp.rename(forged)
+    path.unlink()
+    marker = path.parent.parent / "mlxd-prefix-cache.json"
+    if marker.exists():  # a tier that keeps a manifest: list the forged file instead
+        old, new = f"{path.parent.name}/{path.name}", f"{path.parent.name}/{forged.name}"
+        manifest = json.loads(marker.read_text())
+        manifest["files"] = [[new if n == old else n, s] for n, s in manifest["files"]]
+        marker.write_text(json.dumps(manifest))
+    return forged
 
 
 def memory_capped(limit: int = CHILD_MEMORY_CAP) -> Callable[[], None]:

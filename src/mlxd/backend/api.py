@@ -139,6 +139,7 @@ class PrefixCacheStats:
     stored: int = 0  # snapshots stored
     evictions: int = 0  # entries dropped to stay within the byte budget
     pruned: int = 0  # entries made redundant by a newer one (same conversation, or trimmable)
+    files_rejected: int = 0  # disk tier files deleted because they did not check
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,7 @@ class MlxBackend:
         return load_checkpoint(path, trust_remote_code=self.trust_remote_code)
 
     def make_runner(self, name: str, model: LoadedModel) -> BatchRunner:
-        self.prefix_cache.register(name, model.path)
+        self.prefix_cache.register(name, model.path, model.model)
         return BatchRunner(model, name, self.prefix_cache, self.config)
 
     def unload(self, name: str) -> None:
@@ -44,7 +44,7 @@ class MlxBackend:
 
     def shutdown(self) -> None:
         """Last call: drop cached KV and this thread's MLX streams."""
-        self.prefix_cache.clear()
+        self.prefix_cache.close()
         release_thread_streams()
 
     def cache_stats(self) -> PrefixCacheStats:

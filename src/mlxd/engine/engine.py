@@ -250,6 +250,7 @@ class Engine:
             prefix_cache_evictions=cache.evictions,
             prefix_cache_pruned=cache.pruned,
             prefix_cache_stored=cache.stored,
+            prefix_cache_files_rejected=cache.files_rejected,
             kv_tokens_in_use=core.scheduler.kv_in_use,
             model=core.model,
             models_loaded=tuple(self._models.names()),

@@ -53,6 +53,7 @@ class EngineStats:
     prefix_cache_evictions: int = 0  # entries dropped to stay within prefix_cache_bytes
     prefix_cache_pruned: int = 0  # entries a newer one made redundant (same conversation)
     prefix_cache_stored: int = 0  # snapshots stored
+    prefix_cache_files_rejected: int = 0  # disk tier files deleted because they did not check
     kv_tokens_in_use: int = 0
     model: str | None = None
     models_loaded: tuple[str, ...] = ()

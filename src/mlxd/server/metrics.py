@@ -29,6 +29,9 @@ ENGINE_GAUGES = (
      "prefix cache snapshots dropped to stay within its byte budget"),
     ("prefix_cache_pruned", "mlxd_prefix_cache_pruned_total", "counter",
      "prefix cache snapshots a newer one made redundant (same conversation)"),
+    ("prefix_cache_files_rejected", "mlxd_prefix_cache_files_rejected_total", "counter",
+     "prefix cache disk files deleted because they did not check (corrupt, foreign, "
+     "or not a cache of their model)"),
     ("prefix_cache_bytes", "mlxd_prefix_cache_bytes", "gauge", "bytes the prefix cache holds"),
     ("prefix_cache_entries", "mlxd_prefix_cache_entries", "gauge", "prefix cache snapshots"),
     ("draft_tokens_total", "mlxd_draft_tokens_total", "counter",

@@ -1,6 +1,7 @@
 """The prefix cache's disk tier: snapshots written as files survive an engine restart; a
-corrupt, foreign or unknown file is never loaded (and is removed); the directory stays within
-its byte budget. Real forward passes on the hybrid (recurrent) checkpoint."""
+corrupt, foreign or unknown file is never loaded (a corrupt one it wrote is removed, one it did
+not write is left alone); the directory stays within its byte budget. Real forward passes on
+the hybrid (recurrent) checkpoint."""
 
 from __future__ import annotations
 
@@ -86,14 +87,14 @@ def test_a_corrupt_or_foreign_file_is_never_loaded(
     shutil.copy(written[0], foreign_dir / written[0].name)  # a file of another model
     (root / fingerprint(tiny_hybrid_model) / ("0" * 64 + ".safetensors")).write_bytes(b"junk")
 
-    loads: list[str] = []
-    parse = prefix_disk.load_prompt_cache
+    loads: list[bytes] = []
+    parse = prefix_disk.read_snapshot
 
-    def watch(path: str, *args: Any, **kwargs: Any) -> Any:
-        loads.append(path)
-        return parse(path, *args, **kwargs)
+    def watch(data: bytes, *args: Any, **kwargs: Any) -> Any:
+        loads.append(data)
+        return parse(data, *args, **kwargs)
 
-    monkeypatch.setattr(prefix_disk, "load_prompt_cache", watch)
+    monkeypatch.setattr(prefix_disk, "read_snapshot", watch)
     engine = make_engine(prefix_cache_dir=str(root))
     info = engine.load_model(tiny_hybrid_model)
     content, usage = ask(engine, info, [*history, {"role": "user", "content": USERS[2]}])
@@ -103,7 +104,8 @@ def test_a_corrupt_or_foreign_file_is_never_loaded(
     # The corrupt files this prompt could use were checked and deleted (an answer the next
     # prompt does not repeat is never a candidate: it stays until the budget removes it).
     assert sum(path.exists() for path in written) < len(written)
-    assert not (foreign_dir / written[0].name).exists()  # so is the foreign one
+    # The tier did not write the foreign one: it is neither loaded nor deleted.
+    assert (foreign_dir / written[0].name).exists()
     cold = make_engine(prefix_cache_bytes=0)
     expected = ask(cold, cold.load_model(tiny_hybrid_model), [*history,
                    {"role": "user", "content": USERS[2]}])[0]  # fmt: skip

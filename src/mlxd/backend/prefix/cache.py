@@ -33,6 +33,7 @@ from mlxd.backend.api import PrefixCacheStats
 from mlxd.backend.mlx_lm.compat import PromptCache, trim_cache
 from mlxd.backend.prefix.disk_tier import DiskTier
 from mlxd.backend.prefix.prompt_trie import PromptTrie
+from mlxd.backend.prefix.snapshot_file import CacheShape
 
 # A reuse shorter than this is not worth a cache copy (chat prompts of unrelated conversations
 # share a handful of template tokens); it is neither used nor counted as a hit.
@@ -106,14 +107,16 @@ class PrefixCache:
         return len(self._lru)
 
     def stats(self) -> PrefixCacheStats:
+        rejected = self.disk.rejected if self.disk is not None else 0
         return PrefixCacheStats(
-            self._bytes, len(self._lru), self._stored, self._evictions, self._pruned
+            self._bytes, len(self._lru), self._stored, self._evictions, self._pruned, rejected
         )
 
-    def register(self, model: str, checkpoint: Path) -> None:
-        """`model` is the checkpoint at `checkpoint` (its disk tier files, if any)."""
+    def register(self, model: str, checkpoint: Path, net: object) -> None:
+        """`model` is the checkpoint at `checkpoint`, `net` its loaded model (what its disk tier
+        files, if any, must hold: one token runs through it to see)."""
         if self.disk is not None:
-            self.disk.register(model, checkpoint)
+            self.disk.register(model, checkpoint, CacheShape.probe(net))
 
     # ---- look-up --------------------------------------------------------------------
 
@@ -260,6 +263,12 @@ class PrefixCache:
     def clear(self) -> None:
         for snap in list(self._lru.values()):
             self._remove(snap)
+
+    def close(self) -> None:
+        """Last call: forget every entry and let go of the disk tier's directory."""
+        self.clear()
+        if self.disk is not None:
+            self.disk.close()
 
 
 def _continues(prompt: list[int], earlier: Turn) -> bool:
