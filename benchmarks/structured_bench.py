@@ -42,6 +42,8 @@ from tests.checkpoints import make_checkpoint  # noqa: E402
 
 from mlxd.backend import batch  # noqa: E402
 from mlxd.backend.structured import grammar_mask  # noqa: E402
+from mlxd.chat.chat_request import ChatRequest  # noqa: E402
+from mlxd.chat.options import ChatOptions  # noqa: E402
 from mlxd.chat.session import start_chat  # noqa: E402
 from mlxd.engine import Engine, EngineConfig, ModelInfo  # noqa: E402
 from mlxd.types import FinishEvent, FinishReason  # noqa: E402
@@ -65,7 +67,8 @@ def ask(engine: Engine, info: ModelInfo, i: int, opts: dict[str, Any]) -> tuple[
     """One request to the end: (completion tokens, seconds)."""
     t0 = time.perf_counter()
     messages = [{"role": "user", "content": f"Request {i}: list some digits."}]
-    events = list(start_chat(engine, info, messages, options=opts, template_kwargs=NO_THINK))
+    request = ChatRequest(messages, ChatOptions.parse(opts), template_kwargs=NO_THINK)
+    events = list(start_chat(engine, info, request))
     finish = events[-1]
     assert isinstance(finish, FinishEvent) and finish.reason is not FinishReason.ERROR, finish
     return finish.usage.completion_tokens, time.perf_counter() - t0

@@ -11,7 +11,7 @@ import pytest
 
 from mlxd.backend import loader
 from mlxd.backend.mlx_lm import compat as mlx_lm_compat
-from mlxd.chat.options import sampling_params
+from mlxd.chat.options import ChatOptions, sampling_params
 from mlxd.checkpoint import GENERATION_KEYS, context_window, sampling_defaults
 from mlxd.config import SAMPLING_DEFAULTS
 from mlxd.store.catalog import entry
@@ -59,7 +59,7 @@ def test_generation_defaults_rule() -> None:
 def test_loader_and_options_apply_the_same_defaults(tmp_path: Path) -> None:
     gen = {"temperature": 0.7, "top_p": 0.8, "do_sample": False, "repetition_penalty": 1.2}
     (tmp_path / "generation_config.json").write_text(json.dumps(gen))
-    from_loader = sampling_params({}, loader.generation_defaults(tmp_path))
-    assert from_loader == sampling_params({}, gen)  # the raw file reads the same
+    from_loader = sampling_params(ChatOptions(), loader.generation_defaults(tmp_path))
+    assert from_loader == sampling_params(ChatOptions(), gen)  # the raw file reads the same
     assert (from_loader.temperature, from_loader.top_p) == (0.0, 1.0)
     assert from_loader.repetition_penalty == 1.2

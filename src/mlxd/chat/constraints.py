@@ -30,7 +30,6 @@ __all__ = [
     "JSON_OBJECT",
     "ToolCallShape",
     "chat_constraint",
-    "forced_tool",
     "response_schema",
     "tool_call_shape",
 ]
@@ -65,31 +64,6 @@ def response_schema(raw: object) -> dict[str, Any] | None:
     if not isinstance(schema, Mapping):
         raise _bad("json_schema.schema must be a JSON schema object")
     return dict(schema)
-
-
-def forced_tool(choice: object, tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    """The tools one of which must be called under `choice` ([] when nothing is forced).
-    Raises InvalidRequest(param="tool_choice") for a choice the tools cannot satisfy."""
-    if choice is None or choice in ("none", "auto"):
-        return []
-    if choice == "required":
-        if not tools:
-            raise InvalidRequest("tool_choice 'required' needs tools", param="tool_choice")
-        return list(tools)
-    fn = choice.get("function") if isinstance(choice, Mapping) else None
-    name = fn.get("name") if isinstance(fn, Mapping) else None
-    if not isinstance(name, str):
-        raise InvalidRequest(
-            "tool_choice must be 'none', 'auto', 'required' or "
-            "{'type': 'function', 'function': {'name': ...}}",
-            param="tool_choice",
-        )
-    named = [t for t in tools or [] if t["function"]["name"] == name]
-    if not named:
-        raise InvalidRequest(
-            f"tool_choice names '{name}', which is not in tools", param="tool_choice"
-        )
-    return named
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,16 +3,17 @@
 `OPTIONS` lists every decoding option once: its HTTP field name, CLI flag, type, help and
 target `SamplingParams` field; its bounds are `mlxd.config.SAMPLING_BOUNDS` (the engine checks
 the same ones). The CLI generates its flags from it; the server validates its
-fields against it; `sampling_params` resolves request options, then the model's
+fields against it. `ChatOptions.parse` validates a request's options (by Option name) into
+the typed value the chat layer takes; `sampling_params` resolves them, then the model's
 generation_config.json defaults, then `mlxd.config.SAMPLING_DEFAULTS`. `stop` and
-`response_format` are not SamplingParams: `stop_strings` and `response_schema` return them.
+`response_format` are not SamplingParams: the chat layer applies them.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import Enum
 from typing import Any
 
@@ -24,12 +25,12 @@ from mlxd.types import DraftKind, SamplingParams
 
 __all__ = [
     "OPTIONS",
+    "ChatOptions",
     "Option",
     "OptionKind",
     "check_stop_count",
     "response_schema",
     "sampling_params",
-    "stop_strings",
     "validate_option",
 ]
 
@@ -116,50 +117,94 @@ _OPTION_LIST = [
 OPTIONS: dict[str, Option] = {o.name: o for o in _OPTION_LIST}
 
 
+@dataclass(frozen=True, slots=True)
+class ChatOptions:
+    """A request's decoding options, validated against OPTIONS (field names are Option names;
+    None: not set, so the model's default or mlxd's applies)."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    repetition_context_size: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    seed: int | None = None
+    max_tokens: int | None = None
+    logit_bias: tuple[tuple[int, float], ...] | None = None  # (token id, bias), sorted
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    ignore_eos: bool | None = None
+    stop: tuple[str, ...] = ()
+    draft_kind: DraftKind | None = None
+    num_draft_tokens: int | None = None
+    response_format: Mapping[str, Any] | None = None  # OpenAI's response_format object
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, object]) -> ChatOptions:
+        """Validate raw options (keys are Option names; None means unset). Raises
+        InvalidRequest(param=name) on unknown names, wrong types (bools are not numbers),
+        NaN/inf, or out-of-bounds values."""
+        unknown = [k for k in raw if k not in OPTIONS]
+        if unknown:
+            raise InvalidRequest(f"unknown option {unknown[0]!r}", param=unknown[0])
+        values: dict[str, Any] = {}
+        for name, value in raw.items():
+            if value is not None:
+                values[name] = validate_option(OPTIONS[name], value)
+        if "stop" in values:
+            values["stop"] = tuple(values["stop"])
+        return cls(**values)
+
+    def wire(self) -> dict[str, object]:
+        """The options set, by Option name, as JSON values: what an HTTP request sends."""
+        out: dict[str, object] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None or value == ():
+                continue
+            if f.name == "logit_bias":
+                value = {str(token): bias for token, bias in value}
+            elif f.name == "stop":
+                value = list(value)
+            elif isinstance(value, DraftKind):
+                value = value.value
+            out[f.name] = value
+        return out
+
+
 def sampling_params(
-    options: Mapping[str, object],
+    options: ChatOptions,
     model_defaults: Mapping[str, object] | None = None,
     *,
     vocab_size: int | None = None,
 ) -> SamplingParams:
-    """Validate `options` (keys are Option names; None means unset) into SamplingParams.
-
-    Missing options fall back to `model_defaults` (a generation_config.json, read by
-    mlxd.checkpoint.sampling_defaults), then SAMPLING_DEFAULTS. Raises InvalidRequest(param=
-    name) on unknown names, wrong types (bools are not numbers), NaN/inf, or out-of-bounds
-    values. `stop` is validated here but returned by `stop_strings`, not in SamplingParams.
-    """
-    unknown = [k for k in options if k not in OPTIONS]
-    if unknown:
-        raise InvalidRequest(f"unknown option {unknown[0]!r}", param=unknown[0])
+    """`options` resolved into SamplingParams: options not set fall back to `model_defaults`
+    (a generation_config.json, read by mlxd.checkpoint.sampling_defaults), then
+    SAMPLING_DEFAULTS. Raises InvalidRequest(param="logit_bias") on a token id outside
+    `vocab_size`."""
     values: dict[str, object] = {}
     for name, raw in _defaults(model_defaults).items():
         values[name] = validate_option(OPTIONS[name], raw)
-    for name, raw in options.items():
-        if raw is None:
-            continue
-        opt = OPTIONS[name]
-        value = validate_option(opt, raw, vocab_size=vocab_size)
-        if opt.target is not None:
+    for opt in OPTIONS.values():
+        value = getattr(options, opt.name)
+        if opt.target is not None and value is not None:
             values[opt.target] = value
+    if options.logit_bias and vocab_size is not None:
+        for token, _ in options.logit_bias:
+            if token >= vocab_size:
+                raise InvalidRequest(
+                    f"logit_bias key {token!r} is not a token id", param="logit_bias"
+                )
     if values.get("top_logprobs") and not values.get("logprobs"):
         values["logprobs"] = True  # asking for alternatives implies asking for logprobs
     return SamplingParams(**values)  # type: ignore[arg-type]
 
 
-def stop_strings(options: Mapping[str, object]) -> list[str]:
-    """The validated stop strings of `options` (a string or a list of strings), maybe empty."""
-    raw = options.get("stop")
-    if raw is None:
-        return []
-    value = validate_option(OPTIONS["stop"], raw)
-    assert isinstance(value, list)
-    return value
-
-
-def response_schema(options: Mapping[str, object]) -> dict[str, Any] | None:
+def response_schema(options: ChatOptions) -> dict[str, Any] | None:
     """The JSON schema `options` ask the answer to follow (None: free text)."""
-    return _response_schema(options.get("response_format"))
+    return _response_schema(options.response_format)
 
 
 def validate_option(opt: Option, raw: object, *, vocab_size: int | None = None) -> object:

@@ -1,6 +1,6 @@
 """The one driver the server and the CLI share: build, submit, filter, cancel.
 
-start_chat / start_completion build the prompt, map options through OPTIONS to
+start_chat (a ChatRequest) / start_completion build the prompt, resolve options into
 SamplingParams, compile the output constraint a response_format or a forced tool_choice asks
 for (here, on the caller's thread, before anything is queued), submit one EngineRequest and
 return a ChatStream that pipes engine events through a StreamFilter. A stop-string match
@@ -10,7 +10,8 @@ carrying the engine's usage.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from mlxd.chat.builder import (
@@ -19,19 +20,20 @@ from mlxd.chat.builder import (
     build_text_prompt,
     ends_in_reasoning,
 )
-from mlxd.chat.constraints import chat_constraint, forced_tool
+from mlxd.chat.chat_request import ChatRequest, MaxTokensPolicy
+from mlxd.chat.constraints import chat_constraint
 from mlxd.chat.filter import StreamFilter
 from mlxd.chat.formats import Formats, detect_formats, explicit_markers
 from mlxd.chat.images import load_images
 from mlxd.chat.messages import image_refs, normalize_tools
-from mlxd.chat.options import response_schema, sampling_params, stop_strings
-from mlxd.config import SERVER_DEFAULT_MAX_TOKENS_FRACTION
+from mlxd.chat.options import ChatOptions, response_schema, sampling_params
 from mlxd.types import (
     ChatEvent,
     EngineEvent,
     FinishEvent,
     FinishReason,
     OutputConstraint,
+    SamplingParams,
     TokenEvent,
     Usage,
     Warning,
@@ -136,72 +138,73 @@ class ChatStream:
         return events
 
 
-def start_chat(
-    engine: Engine,
-    info: ModelInfo,
-    messages: list[dict[str, Any]],
-    *,
-    options: Mapping[str, object],
-    tools: list[dict[str, Any]] | None = None,
-    tool_choice: object = None,
-    template_kwargs: dict[str, Any] | None = None,
-    server_defaults: bool = False,
-    reasoning: object = "auto",
-    template: str | None = None,
-    allow_image_urls: bool = False,
-) -> ChatStream:
+def start_chat(engine: Engine, info: ModelInfo, request: ChatRequest) -> ChatStream:
     """Build the chat prompt and start generating; raises InvalidRequest/TemplateError early.
 
-    tool_choice: None, "none", "auto", "required" or {"type": "function", "function": {"name":
-    ...}}; the last two force a call, enforced by a grammar where the model's tool format
-    allows. reasoning: "auto" (markers detected from the tokenizer), None (no reasoning split)
-    or a custom (start, end) marker pair. template: a chat template instead of the model's.
-    Images (image_url content parts) are read, checked and preprocessed here (chat.images);
-    allow_image_urls lets them be http(s) URLs the server fetches.
+    A forced tool choice (required, or a named tool) is asked for in the prompt and enforced
+    by a grammar where the model's tool format allows. Images (image_url content parts) are
+    read, checked and preprocessed here (chat.images).
     """
-    tool_list = normalize_tools(tools)
-    prompt = chat_prompt(info, messages, tool_list, template_kwargs, template, allow_image_urls)
+    messages, tools, forced = _inputs(request)
+    prompt = _prompt(info, request, messages, tools)
+    reasoning = request.reasoning
     reasoning_open = prompt.reasoning_open
     if isinstance(reasoning, tuple | list):  # custom markers: is the prompt inside them?
         reasoning_open = ends_in_reasoning(prompt.text, explicit_markers(reasoning))
     elif reasoning is None:
         reasoning_open = False
+    options = request.options
     stream_filter = StreamFilter(
         info.tokenizer,
-        stop=stop_strings(options),
+        stop=options.stop,
         reasoning_open=reasoning_open,
-        tools=tool_list or False,
+        tools=tools or False,
         reasoning=reasoning,
     )
-    formats = detect_formats(info.tokenizer, reasoning=reasoning, tools=tool_list)
+    formats = detect_formats(info.tokenizer, reasoning=reasoning, tools=tools)
     end = formats.reasoning[1] if formats.reasoning else None
     constraint, warning = chat_constraint(
         formats,
         schema=response_schema(options),
-        forced=forced_tool(tool_choice, tool_list),
+        forced=forced,
         reasoning_open=reasoning_open,
         reasoning_closed=end is not None and prompt.text.rstrip().endswith(end),
     )
     warnings = (warning,) if warning else ()
-    return _submit(
-        engine, info, prompt, options, stream_filter, server_defaults, constraint, warnings
-    )
+    params = _params(info, options, request.max_tokens_policy)
+    return _submit(engine, info, prompt, params, stream_filter, constraint, warnings)
 
 
-def chat_prompt(
-    info: ModelInfo,
-    messages: list[dict[str, Any]],
-    tools: list[dict[str, Any]] | None = None,
-    template_kwargs: dict[str, Any] | None = None,
-    template: str | None = None,
-    allow_image_urls: bool = False,
-) -> BuiltPrompt:
-    """The prompt start_chat prefills for these inputs (images read and expanded), without
+def chat_prompt(info: ModelInfo, request: ChatRequest) -> BuiltPrompt:
+    """The prompt start_chat prefills for `request` (images read and expanded), without
     submitting it: what a token count counts."""
+    messages, tools, _ = _inputs(request)
+    return _prompt(info, request, messages, tools)
+
+
+def _inputs(
+    request: ChatRequest,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, list[dict[str, Any]]]:
+    """(messages, the tools the template sees, the tools one of which must be called) under
+    the request's tool choice."""
+    tools = normalize_tools(request.tools)
+    forced = request.tool_choice.forced(tools)
+    messages, visible = request.tool_choice.apply(request.messages, tools)
+    return messages, visible, forced
+
+
+def _prompt(
+    info: ModelInfo,
+    request: ChatRequest,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+) -> BuiltPrompt:
     refs = image_refs(messages)
-    images = load_images(refs, info.image_processor, allow_urls=allow_image_urls) if refs else None
+    images = None
+    if refs:
+        images = load_images(refs, info.image_processor, allow_urls=request.allow_image_urls)
     return build_chat_prompt(
-        info.tokenizer, messages, tools, template_kwargs, template, images=images
+        info.tokenizer, messages, tools, request.template_kwargs, request.template, images=images
     )
 
 
@@ -209,42 +212,43 @@ def start_completion(
     engine: Engine,
     info: ModelInfo,
     prompt: str,
-    *,
-    options: Mapping[str, object],
-    server_defaults: bool = False,
+    options: ChatOptions,
+    max_tokens_policy: MaxTokensPolicy = MaxTokensPolicy.WINDOW,
 ) -> ChatStream:
     """Raw text completion: no template, no reasoning split, no tool parsing (stops apply)."""
     built = build_text_prompt(info.tokenizer, prompt)
-    stream_filter = StreamFilter(info.tokenizer, stop=stop_strings(options), reasoning=None)
+    stream_filter = StreamFilter(info.tokenizer, stop=options.stop, reasoning=None)
     plain = Formats(reasoning=None, harmony=False, tool=None)
     constraint, _ = chat_constraint(
         plain, schema=response_schema(options), forced=[], reasoning_open=False
     )
-    return _submit(engine, info, built, options, stream_filter, server_defaults, constraint)
+    params = _params(info, options, max_tokens_policy)
+    return _submit(engine, info, built, params, stream_filter, constraint)
+
+
+def _params(info: ModelInfo, options: ChatOptions, policy: MaxTokensPolicy) -> SamplingParams:
+    """The request's options over the model's defaults, max_tokens set by `policy` if unset."""
+    params = sampling_params(options, info.generation_defaults, vocab_size=info.vocab_size or None)
+    if params.max_tokens is None:
+        params = replace(params, max_tokens=policy.max_tokens(info.context_window))
+    return params
 
 
 def _submit(
     engine: Engine,
     info: ModelInfo,
     prompt: BuiltPrompt,
-    options: Mapping[str, object],
+    params: SamplingParams,
     stream_filter: StreamFilter,
-    server_defaults: bool,
     constraint: OutputConstraint | None = None,
     warnings: tuple[str, ...] = (),
 ) -> ChatStream:
     from mlxd.engine.request import EngineRequest  # the engine package is heavy: import on use
 
-    vocab = info.vocab_size or None
-    params = sampling_params(options, info.generation_defaults, vocab_size=vocab)
-    cap = None
-    if server_defaults and params.max_tokens is None:
-        cap = max(1, int(info.context_window * SERVER_DEFAULT_MAX_TOKENS_FRACTION))
     request = EngineRequest(
         model=info.name,
         prompt_ids=prompt.token_ids,
         params=params,
-        max_tokens_cap=cap,
         grammar=_compile(constraint, info) if constraint is not None else None,
         boundaries=prompt.boundaries,
         images=prompt.images,

@@ -14,11 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from mlxd.chat.chat_request import ChatRequest
 from mlxd.chat.images import file_part, image_bytes, read_image
+from mlxd.chat.options import ChatOptions
 from mlxd.cli.client.model_client import AnswerStream, ModelClient, drain, open_client
 from mlxd.cli.render import print_error
 from mlxd.cli.repl_input import MessageReader, PipeReader, TerminalReader
-from mlxd.cli.repl_options import checked_options_from_args
+from mlxd.cli.repl_options import chat_options_from_args
 from mlxd.cli.stream_render import Answer, Renderer, decode_tps, error_from_finish
 from mlxd.config import mlxd_home
 from mlxd.errors import InvalidRequest, MlxdError
@@ -91,7 +93,7 @@ def run_repl(args: argparse.Namespace, model: ModelRef | str | None) -> int:
     """Open the model named by `model` (a ModelRef, a reference string or None) and chat."""
     if getattr(args, "json", False):
         raise InvalidRequest("--json needs a prompt (an argument or piped stdin)", param="prompt")
-    options = checked_options_from_args(args)
+    options = chat_options_from_args(args)
     conv = Conversation(system=args.system, show_reasoning=not args.hide_reasoning)
     if args.no_think:
         conv.think = False
@@ -113,7 +115,7 @@ def run_repl(args: argparse.Namespace, model: ModelRef | str | None) -> int:
 class Repl:
     loaded: ModelClient
     conv: Conversation
-    options: dict[str, object]
+    options: ChatOptions
     interactive: bool
 
     def loop(self, reader: MessageReader) -> None:
@@ -137,9 +139,10 @@ class Repl:
         answer = Answer(model=self.loaded.name, remote=self.loaded.server_url is not None)
         renderer = Renderer(answer, show_reasoning=self.conv.show_reasoning)
         try:
-            stream = self.loaded.ask(
-                self.conv.messages(text), self.options, self.conv.template_kwargs()
+            request = ChatRequest(
+                self.conv.messages(text), self.options, template_kwargs=self.conv.template_kwargs()
             )
+            stream = self.loaded.ask(request)
         except KeyboardInterrupt:  # over HTTP the request itself can wait (a model loading)
             _cancelled()
             return

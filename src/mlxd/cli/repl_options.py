@@ -13,7 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mlxd.chat.options import OPTIONS, Option, OptionKind
+from mlxd.chat.options import OPTIONS, ChatOptions, Option, OptionKind
+from mlxd.chat.tool_choice import ToolChoice
 from mlxd.types import DraftKind
 
 # Flags this module defines itself; an OPTIONS entry with the same flag is skipped.
@@ -66,25 +67,18 @@ def add_generation_flags(parser: argparse.ArgumentParser) -> None:
             )
 
 
-def options_from_args(args: argparse.Namespace) -> dict[str, object]:
-    """The request options the user set, keyed by server field name (unset ones are absent)."""
-    options: dict[str, object] = {}
-    for option in OPTIONS.values():
-        value = getattr(args, _dest(option), None)
-        if value is not None:
-            options[option.name] = value
-    return options
+def chat_options_from_args(args: argparse.Namespace) -> ChatOptions:
+    """The options the user set (unset flags are None), validated against the table now, so
+    a bad value fails in milliseconds instead of after loading the model."""
+    raw = {option.name: getattr(args, _dest(option), None) for option in OPTIONS.values()}
+    return ChatOptions.parse(raw)
 
 
-def checked_options_from_args(args: argparse.Namespace) -> dict[str, object]:
-    """options_from_args, validated against the table now, so a bad value fails in
-    milliseconds instead of after loading the model (the chat layer checks again)."""
-    from mlxd.chat.options import sampling_params, stop_strings
-
-    options = options_from_args(args)
-    sampling_params(options)
-    stop_strings(options)
-    return options
+def tool_choice_from(value: str | None) -> ToolChoice:
+    """--tool-choice: none, auto, required, or the name of one of the --tools."""
+    if value is None or value in ("none", "auto", "required"):
+        return ToolChoice.parse(value)
+    return ToolChoice.named(value)
 
 
 def template_kwargs_from(no_think: bool) -> dict[str, object] | None:
@@ -100,7 +94,7 @@ def _dest(option: Option) -> str:
 
 def _flag_kwargs(option: Option) -> dict[str, Any]:
     """argparse settings for one option; values are checked against the table's bounds
-    later, by sampling_params, exactly as the server checks its fields."""
+    later, by ChatOptions.parse, exactly as the server checks its fields."""
     help_text = f"{option.help} [request field: {option.name}]"
     match option.kind:
         case OptionKind.BOOL:

@@ -24,11 +24,13 @@ import sys
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
+from mlxd.chat.chat_request import ChatRequest
 from mlxd.cli.client.model_client import add_client_flags, drain, open_client, resolver
 from mlxd.cli.repl_options import (
     add_generation_flags,
-    checked_options_from_args,
+    chat_options_from_args,
     template_kwargs_from,
+    tool_choice_from,
 )
 from mlxd.cli.utf8 import check_utf8
 from mlxd.errors import AmbiguousModel, InvalidRequest, ModelNotFound
@@ -67,6 +69,13 @@ def add_parser(subparsers: Subparsers) -> None:
         "--tools",
         metavar="JSON|FILE",
         help="OpenAI tool definitions (a JSON list, inline or in a file) [request field: tools]",
+    )
+    parser.add_argument(
+        "--tool-choice",
+        metavar="none|auto|required|NAME",
+        help="what the model may do with --tools: none, auto (the default: call one or "
+        "answer), required (call one), or the name of the one to call [request field: "
+        "tool_choice]",
     )
     parser.add_argument(
         "--image",
@@ -172,29 +181,31 @@ def user_content(text: str, images: list[str] | None) -> str | list[dict[str, An
 
 
 def run(args: argparse.Namespace) -> int:
-    options = checked_options_from_args(args)
+    options = chat_options_from_args(args)
     tools = load_tools(args.tools)
+    tool_choice = tool_choice_from(args.tool_choice)
+    tool_choice.forced(tools)  # a choice the tools cannot meet fails now, before loading
     inv = parse_positionals(list(args.words), args.model, resolver(args))
     prompt = read_prompt(inv, sys.stdin)
     if prompt is None:
         from mlxd.cli.repl import run_repl
 
         return run_repl(args, inv.model_ref or inv.model)
-    messages = messages_for(prompt, args.system, args.image)  # image files: read before loading
+    request = ChatRequest(
+        messages_for(prompt, args.system, args.image),  # image files: read before loading
+        options,
+        tools=tools,
+        tool_choice=tool_choice,
+        template_kwargs=template_kwargs_from(args.no_think),
+    )
     with open_client(args, inv.model_ref or inv.model, quiet=args.json) as client:
-        answer = ask_once(client, messages, options, args, tools)
+        answer = ask_once(client, request, args)
     if args.json:
         _print_json_line(answer.to_json())
     return 0
 
 
-def ask_once(
-    client: ModelClient,
-    messages: list[dict[str, Any]],
-    options: dict[str, object],
-    args: argparse.Namespace,
-    tools: list[dict[str, Any]] | None = None,
-) -> Answer:
+def ask_once(client: ModelClient, request: ChatRequest, args: argparse.Namespace) -> Answer:
     """Stream one answer to the terminal (or collect it for --json); raise its error if any."""
     from mlxd.cli.stream_render import Answer, Renderer, check_finish
 
@@ -204,7 +215,7 @@ def ask_once(
         quiet=args.json,
         show_reasoning=not args.hide_reasoning,
     )
-    stream = client.ask(messages, options, template_kwargs_from(args.no_think), tools)
+    stream = client.ask(request)
     try:
         renderer.consume(stream)
     except BaseException:

@@ -5,8 +5,6 @@ The bounds are config.SAMPLING_BOUNDS and config.LIMITS, as in mlxd.chat.options
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Self
 
 from pydantic import (
@@ -77,26 +75,3 @@ class JsonSchemaFormat(BaseModel):
     description: StrictStr | None = None
     schema_: dict[str, Any] | StrictBool = Field(alias="schema")
     strict: StrictBool | None = None
-
-
-class ToolChoice(StrEnum):
-    """What a request lets the model do with its tools (each API spells it its own way)."""
-
-    AUTO = "auto"  # call a tool or answer
-    NONE = "none"  # the template never sees the tools, so the model cannot call them
-    REQUIRED = "required"  # call one of the tools (stated in the prompt)
-    NAMED = "named"  # call this one tool (stated in the prompt; the template sees only it)
-
-
-@dataclass(frozen=True)
-class ToolChoiceSpec:
-    """A request's tool_choice in one shape, whichever API spelled it."""
-
-    kind: ToolChoice
-    name: str | None = None  # the tool, when kind is NAMED
-
-    def forced(self) -> str | dict[str, Any] | None:
-        """The choice as the chat layer takes it when it forces a call (else None)."""
-        if self.kind is ToolChoice.NAMED:
-            return {"type": "function", "function": {"name": self.name}}
-        return "required" if self.kind is ToolChoice.REQUIRED else None

@@ -23,13 +23,14 @@ from starlette.types import Receive
 from mlxd.errors import EngineUnavailable, MlxdError, from_code
 from mlxd.server.lifecycle import Generation, Lifecycle
 from mlxd.server.metrics import Metrics
-from mlxd.server.request_inputs import ApiChatRequest, ChatInputs, chat_inputs
+from mlxd.server.request_inputs import ApiChatRequest, chat_request
 from mlxd.server.settings import ServerSettings
 from mlxd.server.sse import SSE_HEADERS
 from mlxd.server.state import ServerState, server_state
 from mlxd.types import ChatEvent, FinishEvent, FinishReason, Usage, Warning
 
 if TYPE_CHECKING:
+    from mlxd.chat.chat_request import ChatRequest
     from mlxd.chat.session import ChatStream
     from mlxd.engine import ModelInfo
 
@@ -104,36 +105,12 @@ def failure(finish: FinishEvent, gen: Generation) -> MlxdError | None:
     return None
 
 
-async def start_chat_stream(
-    st: ServerState,
-    info: ModelInfo,
-    req: ApiChatRequest,
-    inputs: ChatInputs,
-    template: str | None = None,
-) -> ChatStream:
-    """chat.session.start_chat for a parsed request of any API, off the event loop (it
-    renders and tokenizes the prompt)."""
+async def start_chat_stream(st: ServerState, info: ModelInfo, request: ChatRequest) -> ChatStream:
+    """chat.session.start_chat for a request of any API, off the event loop (it renders and
+    tokenizes the prompt)."""
     from mlxd.chat.session import start_chat
 
-    return await asyncio.to_thread(
-        lambda: start_chat(
-            st.engine,
-            info,
-            inputs.messages,
-            options=req.options(),
-            tools=inputs.tools,
-            tool_choice=forced_tool_choice(req),
-            template_kwargs=inputs.template_kwargs,
-            server_defaults=True,
-            template=template,
-            allow_image_urls=st.settings.allow_image_urls,
-        )
-    )
-
-
-def forced_tool_choice(req: ApiChatRequest) -> str | dict[str, Any] | None:
-    spec = req.tool_choice_spec()
-    return spec.forced() if spec is not None else None
+    return await asyncio.to_thread(start_chat, st.engine, info, request)
 
 
 async def chat_endpoint(
@@ -149,7 +126,8 @@ async def chat_endpoint(
     req = read(await request.body(), st.settings)
     chat_template = template(req, st.settings) if template is not None else None
     info = await st.models.get(req.model)
-    stream = await start_chat_stream(st, info, req, chat_inputs(req), chat_template)
+    chat = chat_request(req, st.settings, req.options(), chat_template)
+    stream = await start_chat_stream(st, info, chat)
     return await respond(request, st, stream, wire(req, info, stream, st), req.stream, start)
 
 

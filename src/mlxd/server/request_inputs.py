@@ -1,4 +1,5 @@
-"""Validated wire requests -> chat-layer inputs (messages, tools, template kwargs).
+"""Validated wire requests of any API -> the chat layer's ChatRequest, under the server's
+policy.
 
 Parsing is pydantic's own JSON parser (strict, no NaN); the checks here are the ones
 that depend on operator settings or on several fields at once.
@@ -6,29 +7,20 @@ that depend on operator settings or on several fields at once.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Protocol, TypeVar
+from collections.abc import Mapping
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from mlxd.chat.options import check_stop_count
+from mlxd.chat.chat_request import ChatRequest, MaxTokensPolicy
+from mlxd.chat.options import ChatOptions, check_stop_count
+from mlxd.chat.tool_choice import ToolChoice
 from mlxd.errors import InvalidRequest
 from mlxd.server.error_responses import validation_error
-from mlxd.server.fields import ToolChoice, ToolChoiceSpec
 from mlxd.server.openai.schemas import SamplingFields
 from mlxd.server.settings import ServerSettings
 
 M = TypeVar("M", bound=BaseModel)
-
-REQUIRED_HINT = "You must answer by calling one of the provided tools."
-NAMED_HINT = "You must answer by calling the tool `{name}`."
-
-
-class ChatInputs(NamedTuple):
-    """What start_chat takes from a request beyond its options, whichever API it came in."""
-
-    messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]] | None
-    template_kwargs: dict[str, Any] | None
 
 
 class ApiConversation(Protocol):
@@ -38,7 +30,7 @@ class ApiConversation(Protocol):
 
     def chat_tools(self) -> list[dict[str, Any]] | None: ...
 
-    def tool_choice_spec(self) -> ToolChoiceSpec | None: ...
+    def chat_tool_choice(self) -> ToolChoice: ...
 
     def template_kwargs(self) -> dict[str, Any] | None: ...
 
@@ -68,38 +60,22 @@ def parse(model: type[M], body: bytes, settings: ServerSettings) -> M:
     return req
 
 
-def chat_inputs(req: ApiConversation) -> ChatInputs:
-    """(messages, tools, template_kwargs) for start_chat from any API's request, honouring
-    tool_choice: the prompt says what it asks for; start_chat enforces a forced call with a
-    grammar."""
-    messages = req.chat_messages()
-    tools = req.chat_tools()
-    spec = req.tool_choice_spec()
-    if spec is not None:
-        tools = apply_tool_choice(messages, tools, spec.kind, spec.name)
-    return ChatInputs(messages, tools, req.template_kwargs())
-
-
-def apply_tool_choice(
-    messages: list[dict[str, Any]],
-    tools: list[dict[str, Any]] | None,
-    choice: ToolChoice,
-    name: str | None = None,
-) -> list[dict[str, Any]] | None:
-    """The tools the template gets under `choice`; a forced choice adds its hint to messages."""
-    if choice is ToolChoice.NONE:
-        return None
-    if choice is ToolChoice.REQUIRED:
-        _add_system_hint(messages, REQUIRED_HINT)
-    elif choice is ToolChoice.NAMED and tools:
-        tools = [t for t in tools if t["function"]["name"] == name]
-        _add_system_hint(messages, NAMED_HINT.format(name=name))
-    return tools
-
-
-def _add_system_hint(messages: list[dict[str, Any]], hint: str) -> None:
-    """Reflect a forced tool choice in the prompt: the first system message, or a new one."""
-    if messages and messages[0]["role"] in ("system", "developer"):
-        messages[0]["content"] = f"{messages[0].get('content', '')}\n\n{hint}".strip()
-    else:
-        messages.insert(0, {"role": "system", "content": hint})
+def chat_request(
+    req: ApiConversation,
+    settings: ServerSettings,
+    options: Mapping[str, object] | None = None,
+    template: str | None = None,
+) -> ChatRequest:
+    """The chat layer's request for any API's conversation, under the server's policy: a
+    request without max_tokens generates at most half the context window, and image URLs
+    are fetched only when the operator allows it. Raises InvalidRequest on a bad option."""
+    return ChatRequest(
+        req.chat_messages(),
+        ChatOptions.parse(options or {}),
+        tools=req.chat_tools(),
+        tool_choice=req.chat_tool_choice(),
+        template_kwargs=req.template_kwargs(),
+        max_tokens_policy=MaxTokensPolicy.HALF_WINDOW,
+        template=template,
+        allow_image_urls=settings.allow_image_urls,
+    )

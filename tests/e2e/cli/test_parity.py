@@ -132,3 +132,40 @@ def test_run_json_equals_server_with_a_stop_string(
     assert body["content"] == reply.choices[0].message.content == text[: text.index(stop)]
     assert body["finish_reason"] == reply.choices[0].finish_reason == "stop"
     assert body["usage"]["completion_tokens"] == reply.usage.completion_tokens < 24
+
+
+@pytest.mark.parametrize("choice", ["required", "clock"])
+def test_run_tool_choice_equals_server_forced_call(
+    server: tuple[openai.OpenAI, dict[str, str]], tiny_chat_model: Path, choice: str
+) -> None:
+    """--tool-choice maps onto the server's tool_choice: the same forced call, the same prompt
+    (the chat layer adds the same hint for both)."""
+    client, env = server
+    tools = [
+        {"type": "function", "function": {"name": "weather", "parameters": {
+            "type": "object", "properties": {"city": {"type": "string", "maxLength": 8}},
+            "required": ["city"], "additionalProperties": False}}},
+        {"type": "function", "function": {"name": "clock"}},
+    ]  # fmt: skip
+    wire = choice if choice == "required" else {"type": "function", "function": {"name": choice}}
+    reply = client.chat.completions.create(  # type: ignore[call-overload]
+        model="default",
+        messages=[{"role": "user", "content": "Now what?"}],
+        max_tokens=60,
+        tools=tools,
+        tool_choice=wire,
+        extra_body={"chat_template_kwargs": {"enable_thinking": False}},
+    )
+    proc = run_mlxd(
+        "run", str(tiny_chat_model), "Now what?", "--max-tokens", "60", "--no-think",
+        "--tools", json.dumps(tools), "--tool-choice", choice, "--json", env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    body = one_json_line(proc.stdout)
+    message = reply.choices[0].message
+    assert body["finish_reason"] == reply.choices[0].finish_reason == "tool_calls"
+    served = [(c.function.name, c.function.arguments) for c in message.tool_calls or []]
+    ran = [(c["function"]["name"], c["function"]["arguments"]) for c in body["tool_calls"]]
+    assert ran == served and len(ran) == 1
+    assert choice == "required" or ran[0][0] == choice
+    assert body["usage"]["prompt_tokens"] == reply.usage.prompt_tokens

@@ -1,5 +1,6 @@
-"""`mlxd run --json-schema FILE|JSON` and `--json-mode` through the real entry point on the
-tiny random checkpoint: the answer is JSON valid against the schema, whatever the weights."""
+"""`mlxd run --json-schema FILE|JSON`, `--json-mode` and `--tool-choice` through the real
+entry point on the tiny random checkpoint: the answer is JSON valid against the schema (a
+forced call's arguments against its tool's), whatever the weights."""
 
 from __future__ import annotations
 
@@ -66,3 +67,30 @@ def test_flag_errors_fail_before_loading(tiny_chat_model: Path, cli_env: dict[st
     assert missing.returncode == 2 and "cannot read /no/such.json" in missing.stderr
     listed = run_mlxd("run", str(tiny_chat_model), "Hi.", "--json-schema", "[1]", env=cli_env)
     assert listed.returncode == 2 and "JSON object" in listed.stderr
+
+
+TOOLS = [
+    {"type": "function", "function": {"name": "film", "parameters": SCHEMA}},
+    {"type": "function", "function": {"name": "clock"}},
+]
+
+
+def test_tool_choice_forces_a_valid_call(tiny_chat_model: Path, cli_env: dict[str, str]) -> None:
+    proc = run_mlxd("run", str(tiny_chat_model), *ASK, "--tools", json.dumps(TOOLS),
+                    "--tool-choice", "film", "--json", env=cli_env)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    body = one_json_line(proc.stdout)
+    assert body["finish_reason"] == "tool_calls" and body["content"] == ""
+    (call,) = body["tool_calls"]
+    assert call["function"]["name"] == "film"
+    check(json.loads(call["function"]["arguments"]), SCHEMA)
+
+
+def test_a_tool_choice_the_tools_cannot_meet_fails_before_generating(
+    tiny_chat_model: Path, cli_env: dict[str, str]
+) -> None:
+    for extra in (["--tool-choice", "required"], ["--tools", json.dumps(TOOLS), "--tool-choice",
+                                                  "nosuch"]):  # fmt: skip
+        proc = run_mlxd("run", str(tiny_chat_model), "Hi.", *extra, "--json", env=cli_env)
+        assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+        assert one_json_line(proc.stderr)["error"]["param"] == "tool_choice"

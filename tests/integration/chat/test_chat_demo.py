@@ -6,6 +6,7 @@ import pytest
 
 from mlxd.chat.session import start_chat
 from mlxd.types import FinishEvent, FinishReason, TextDelta
+from tests.chat_requests import chat_request
 
 pytestmark = pytest.mark.demo
 
@@ -22,7 +23,7 @@ def _text(events) -> str:
 
 
 def test_chat_demo_prompt_matches_transformers_and_answers_paris(engine, demo):
-    stream = start_chat(engine, demo, QUESTION, options={"max_tokens": 24})
+    stream = start_chat(engine, demo, chat_request(QUESTION, {"max_tokens": 24}))
     expected = demo.tokenizer._tokenizer.apply_chat_template(
         QUESTION, add_generation_prompt=True, tokenize=False
     )
@@ -34,6 +35,8 @@ def test_chat_demo_prompt_matches_transformers_and_answers_paris(engine, demo):
 
 
 def test_chat_demo_stop_string_is_never_emitted(engine, demo):
-    events = list(start_chat(engine, demo, QUESTION, options={"max_tokens": 24, "stop": "Paris"}))
+    events = list(
+        start_chat(engine, demo, chat_request(QUESTION, {"max_tokens": 24, "stop": "Paris"}))
+    )
     assert "Paris" not in _text(events)
     assert events[-1].reason == FinishReason.STOP

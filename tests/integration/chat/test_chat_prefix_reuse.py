@@ -20,6 +20,7 @@ from mlxd.chat.filter import StreamFilter
 from mlxd.chat.session import start_chat
 from mlxd.engine import Engine, EngineConfig, ModelInfo
 from mlxd.types import FinishEvent, FinishReason, ReasoningDelta, TextDelta, Usage
+from tests.chat_requests import chat_request
 
 KINDS = ["chat", "thinking", "sliding", "hybrid", "gated"]
 NOT_TRIMMABLE = ["sliding", "hybrid", "gated"]
@@ -66,7 +67,7 @@ def engines() -> Any:
 
 def ask(engine: Engine, info: ModelInfo, messages: list[dict[str, Any]]) -> Turn:
     stream = start_chat(
-        engine, info, messages, options={"max_tokens": MAX_TOKENS, "temperature": 0.0}
+        engine, info, chat_request(messages, {"max_tokens": MAX_TOKENS, "temperature": 0.0})
     )
     return collect(stream)
 
@@ -205,7 +206,7 @@ def test_eight_concurrent_requests_share_one_system_prompt(
     questions = [[{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"{i} {u}"}]
                  for i, u in enumerate(USERS * 3)][:8]  # fmt: skip
     options = {"max_tokens": MAX_TOKENS, "temperature": 0.0}
-    streams = [start_chat(engine, info, m, options=options) for m in questions]
+    streams = [start_chat(engine, info, chat_request(m, options)) for m in questions]
     turns: list[Turn | None] = [None] * 8
 
     def consume(i: int) -> None:
@@ -268,9 +269,9 @@ def test_an_answer_sent_back_exactly_is_reused_with_its_leading_space(
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": USERS[0]},
     ]
-    first = collect(start_chat(engine, info, messages, options=options))
+    first = collect(start_chat(engine, info, chat_request(messages, options)))
     assert first.content == " the" * 6
     messages += [{"role": "assistant", "content": first.content}, {"role": "user", "content": "?"}]
-    second = collect(start_chat(engine, info, messages, options=options))
+    second = collect(start_chat(engine, info, chat_request(messages, options)))
     # The first prompt and the answer (all but its last token, which never ran).
     assert second.usage.cached_tokens >= first.prompt.prompt_tokens + 6 - 1

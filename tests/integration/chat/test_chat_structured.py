@@ -10,6 +10,7 @@ import pytest
 from mlxd.chat.session import start_chat
 from mlxd.errors import InvalidRequest
 from mlxd.types import FinishEvent, FinishReason, ReasoningDelta, TextDelta, ToolCall, Warning
+from tests.chat_requests import chat_request
 from tests.integration.chat.conftest import TOOLS
 from tests.json_schemas import check
 
@@ -34,7 +35,7 @@ def test_reasoning_the_prompt_opened_is_free_then_the_answer_is_constrained(
     engine, scripted_open_model
 ):
     info = engine.load_model(scripted_open_model)  # the prompt ends in "<think>"
-    events = list(start_chat(engine, info, USER, options={"response_format": FORMAT}))
+    events = list(start_chat(engine, info, chat_request(USER, {"response_format": FORMAT})))
     reasoning, text, _, finish = split(events)
     assert reasoning == "Plan."  # as scripted: the reasoning is not constrained
     assert text != "Done." and finish.reason == FinishReason.STOP
@@ -43,7 +44,7 @@ def test_reasoning_the_prompt_opened_is_free_then_the_answer_is_constrained(
 
 def test_reasoning_the_model_opens_is_free_then_the_answer_is_constrained(engine, scripted_model):
     info = engine.load_model(scripted_model)  # its script starts with "<think>"
-    events = list(start_chat(engine, info, USER, options={"response_format": FORMAT}))
+    events = list(start_chat(engine, info, chat_request(USER, {"response_format": FORMAT})))
     reasoning, text, _, finish = split(events)
     assert reasoning == "Let me see." and finish.reason == FinishReason.STOP
     check(json.loads(text), SCHEMA)
@@ -52,9 +53,10 @@ def test_reasoning_the_model_opens_is_free_then_the_answer_is_constrained(engine
 def test_a_prompt_that_closed_reasoning_is_constrained_from_the_first_token(engine, scripted_model):
     info = engine.load_model(scripted_model)
     stream = start_chat(
-        engine, info, USER, options={"response_format": FORMAT},
-        template_kwargs={"enable_thinking": False},
-    )  # fmt: skip
+        engine,
+        info,
+        chat_request(USER, {"response_format": FORMAT}, template_kwargs={"enable_thinking": False}),
+    )
     reasoning, text, _, finish = split(list(stream))
     assert reasoning == "" and finish.reason == FinishReason.STOP
     check(json.loads(text), SCHEMA)
@@ -64,7 +66,7 @@ def test_forced_call_after_reasoning_in_the_hermes_format(engine, scripted_model
     info = engine.load_model(scripted_model)
     tools = [{**TOOLS[0], "function": {**TOOLS[0]["function"], "parameters": SCHEMA}}]
     choice = {"type": "function", "function": {"name": "get_weather"}}
-    stream = start_chat(engine, info, USER, options={}, tools=tools, tool_choice=choice)
+    stream = start_chat(engine, info, chat_request(USER, tools=tools, tool_choice=choice))
     reasoning, text, calls, finish = split(list(stream))
     assert reasoning == "Let me see." and text == ""
     assert [c.name for c in calls] == ["get_weather"]
@@ -76,7 +78,7 @@ def test_forced_call_in_a_format_without_a_grammar_is_asked_for_with_a_warning(
     engine, scripted_harmony_model
 ):
     info = engine.load_model(scripted_harmony_model)
-    stream = start_chat(engine, info, USER, options={}, tools=TOOLS, tool_choice="required")
+    stream = start_chat(engine, info, chat_request(USER, tools=TOOLS, tool_choice="required"))
     events = list(stream)
     warnings = [e.message for e in events if isinstance(e, Warning)]
     assert any("not enforced" in w and "harmony" in w for w in warnings)
@@ -86,5 +88,5 @@ def test_forced_call_in_a_format_without_a_grammar_is_asked_for_with_a_warning(
 def test_response_format_on_a_harmony_model_is_refused(engine, scripted_harmony_model):
     info = engine.load_model(scripted_harmony_model)
     with pytest.raises(InvalidRequest) as err:
-        start_chat(engine, info, USER, options={"response_format": FORMAT})
+        start_chat(engine, info, chat_request(USER, {"response_format": FORMAT}))
     assert err.value.param == "response_format" and "harmony" in err.value.message

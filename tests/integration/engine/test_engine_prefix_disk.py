@@ -16,6 +16,7 @@ from mlxd.backend.prefix.disk_tier import fingerprint
 from mlxd.chat.session import start_chat
 from mlxd.engine import Engine, ModelInfo
 from mlxd.types import FinishEvent, TextDelta, Usage
+from tests.chat_requests import chat_request
 from tests.checkpoints import make_checkpoint
 from tests.integration.engine.conftest import EngineFactory
 
@@ -25,7 +26,7 @@ USERS = ["Hello, how are you today?", "What is the weather like in Paris?", "Num
 
 def ask(engine: Engine, info: ModelInfo, messages: list[dict[str, Any]]) -> tuple[str, Usage]:
     content, usage = "", Usage()
-    stream = start_chat(engine, info, messages, options={"max_tokens": 8, "temperature": 0.0})
+    stream = start_chat(engine, info, chat_request(messages, {"max_tokens": 8, "temperature": 0.0}))
     for event in stream:
         if isinstance(event, TextDelta):
             content += event.text

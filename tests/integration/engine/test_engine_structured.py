@@ -13,10 +13,12 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from mlxd.chat.options import ChatOptions
 from mlxd.chat.session import ChatStream, start_chat, start_completion
 from mlxd.engine import Engine, EngineConfig, ModelInfo
 from mlxd.errors import InvalidRequest
 from mlxd.types import FinishEvent, FinishReason, TextDelta, ToolCall
+from tests.chat_requests import chat_request
 from tests.json_schemas import OBJECT_SCHEMAS, SCHEMAS, check
 
 USER = [{"role": "user", "content": "Describe a person as JSON."}]
@@ -37,7 +39,7 @@ def fmt(schema: dict[str, Any]) -> dict[str, Any]:
 
 def ask(engine: Engine, info: ModelInfo, options: dict[str, Any], **kwargs: Any) -> ChatStream:
     kwargs.setdefault("template_kwargs", NO_THINK)
-    return start_chat(engine, info, USER, options=options, **kwargs)
+    return start_chat(engine, info, chat_request(USER, options, **kwargs))
 
 
 def answer(stream: ChatStream) -> tuple[str, FinishEvent, list[ToolCall]]:
@@ -97,7 +99,10 @@ def test_completion_endpoint_takes_a_response_format_too(tiny):
     schema = {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 9},
               "minItems": 2, "maxItems": 4}  # fmt: skip
     stream = start_completion(
-        engine, info, "Numbers:", options={"response_format": fmt(schema), "max_tokens": 60}
+        engine,
+        info,
+        "Numbers:",
+        ChatOptions.parse({"response_format": fmt(schema), "max_tokens": 60}),
     )
     text, finish, _ = answer(stream)
     assert finish.reason == FinishReason.STOP
@@ -139,7 +144,7 @@ def test_constrained_and_free_requests_share_a_batch_of_8(tiny):
         requests.append(([{"role": "user", "content": text}], options))
 
     def run(messages: list[dict[str, Any]], options: dict[str, Any]) -> ChatStream:
-        return start_chat(engine, info, messages, options=options, template_kwargs=NO_THINK)
+        return start_chat(engine, info, chat_request(messages, options, template_kwargs=NO_THINK))
 
     alone = [answer(run(*r))[:2] for r in requests]
     streams = [run(*r) for r in requests]  # all submitted before any is read: one batch
@@ -198,9 +203,16 @@ def test_forced_tool_call_is_always_a_valid_call(tiny, choice, names, turn):
     engine, info = tiny
     messages = [{"role": "user", "content": f"Question {turn}: what now?" * (turn + 1)}]
     stream = start_chat(
-        engine, info, messages, options={"max_tokens": BUDGET}, tools=[WEATHER, CLOCK],
-        tool_choice=choice, template_kwargs=NO_THINK,
-    )  # fmt: skip
+        engine,
+        info,
+        chat_request(
+            messages,
+            {"max_tokens": BUDGET},
+            tools=[WEATHER, CLOCK],
+            tool_choice=choice,
+            template_kwargs=NO_THINK,
+        ),
+    )
     text, finish, calls = answer(stream)
     assert finish.reason == FinishReason.TOOL_CALLS and text == ""
     assert len(calls) == 1 and calls[0].name in names
@@ -211,9 +223,12 @@ def test_forced_tool_call_is_always_a_valid_call(tiny, choice, names, turn):
 def test_auto_tool_choice_is_not_forced(tiny):
     engine, info = tiny
     stream = start_chat(
-        engine, info, USER, options={"max_tokens": 20}, tools=[WEATHER], tool_choice="auto",
-        template_kwargs=NO_THINK,
-    )  # fmt: skip
+        engine,
+        info,
+        chat_request(
+            USER, {"max_tokens": 20}, tools=[WEATHER], tool_choice="auto", template_kwargs=NO_THINK
+        ),
+    )
     text, finish, calls = answer(stream)
     assert calls == [] and finish.reason == FinishReason.LENGTH and text
 

@@ -13,6 +13,7 @@ from mlxd.chat.session import ChatStream, start_chat
 from mlxd.engine import Engine, ModelInfo
 from mlxd.errors import InvalidRequest
 from mlxd.types import FinishEvent, FinishReason, TextDelta
+from tests.chat_requests import chat_request
 from tests.integration.engine.conftest import EngineFactory
 from tests.vision_checkpoints import IMAGE_POSITIONS, png_bytes
 
@@ -41,7 +42,7 @@ def answer(stream: ChatStream) -> tuple[str, FinishEvent]:
 
 
 def ask(engine: Engine, info: ModelInfo, messages: list[dict[str, Any]]) -> tuple[str, FinishEvent]:
-    return answer(start_chat(engine, info, messages, options=GREEDY))
+    return answer(start_chat(engine, info, chat_request(messages, GREEDY)))
 
 
 @pytest.fixture
@@ -60,9 +61,9 @@ def test_image_turn_alone_equals_inside_a_batch_of_text_requests(
     engine = make_engine(max_batch=8, prefix_cache_bytes=0)
     info = engine.load_model(tiny_vision_model)
     texts = ["Hello, how are you today?", "The capital of France is", "Numbers: 0 1 2 3", "Hi"]
-    streams = [start_chat(engine, info, text_turn(t), options=GREEDY) for t in texts[:2]]
-    image_streams = [start_chat(engine, info, image_turn(s), options=GREEDY) for s in (0, 1)]
-    streams += [start_chat(engine, info, text_turn(t), options=GREEDY) for t in texts[2:]]
+    streams = [start_chat(engine, info, chat_request(text_turn(t), GREEDY)) for t in texts[:2]]
+    image_streams = [start_chat(engine, info, chat_request(image_turn(s), GREEDY)) for s in (0, 1)]
+    streams += [start_chat(engine, info, chat_request(text_turn(t), GREEDY)) for t in texts[2:]]
     batched = [answer(s)[0] for s in image_streams]
     text_answers = [answer(s) for s in streams]
 
@@ -94,7 +95,7 @@ def test_prefix_cache_hits_the_same_image_and_misses_another(
     system = {"role": "system", "content": "You describe pictures. " * 6}
     cold, first = ask(engine, info, [system, *image_turn(0)])
     warm, again = ask(engine, info, [system, *image_turn(0)])
-    stream = start_chat(engine, info, [system, *image_turn(1)], options=GREEDY)
+    stream = start_chat(engine, info, chat_request([system, *image_turn(1)], GREEDY))
     image_start = stream.prompt.token_ids.index(info.image_processor.image_token_id)
     other, miss = answer(stream)
 
@@ -131,6 +132,6 @@ def test_images_to_a_text_model_are_refused_before_queueing(
     engine = make_engine()
     info = engine.load_model(tiny_chat_model)
     with pytest.raises(InvalidRequest, match="text only") as refused:
-        start_chat(engine, info, image_turn(0), options=GREEDY)
+        start_chat(engine, info, chat_request(image_turn(0), GREEDY))
     assert refused.value.param == "messages[0].content[0].image_url"
     assert ask(engine, info, text_turn("Hi"))[1].reason is FinishReason.LENGTH

@@ -9,11 +9,11 @@ import pytest
 
 from mlxd.chat.constraints import (
     chat_constraint,
-    forced_tool,
     response_schema,
     tool_call_shape,
 )
 from mlxd.chat.formats import HERMES, LLAMA3, MISTRAL, THINK, Formats, ToolFormat
+from mlxd.chat.tool_choice import NAMED_HINT, REQUIRED_HINT, ToolChoice
 from mlxd.errors import InvalidRequest
 
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}}
@@ -52,12 +52,14 @@ def test_malformed_response_formats_are_refused(value):
 
 
 def test_forced_tool_choices():
-    assert (
-        forced_tool(None, TOOLS) == forced_tool("auto", TOOLS) == forced_tool("none", TOOLS) == []
-    )
-    assert forced_tool("required", TOOLS) == TOOLS
+    auto, none = ToolChoice.parse(None), ToolChoice.parse("none")
+    assert auto == ToolChoice.parse("auto") == ToolChoice()
+    assert auto.forced(TOOLS) == none.forced(TOOLS) == []
+    assert ToolChoice.parse("required").forced(TOOLS) == TOOLS
     named = {"type": "function", "function": {"name": "g"}}
-    assert forced_tool(named, TOOLS) == [TOOLS[1]]
+    assert ToolChoice.parse(named) == ToolChoice.named("g")
+    assert ToolChoice.named("g").forced(TOOLS) == [TOOLS[1]]
+    assert ToolChoice.parse(ToolChoice.named("g").wire()) == ToolChoice.named("g")
     for bad, tools in [
         ("required", None),
         ({"type": "function", "function": {"name": "h"}}, TOOLS),
@@ -65,8 +67,21 @@ def test_forced_tool_choices():
         ("always", TOOLS),
     ]:
         with pytest.raises(InvalidRequest) as err:
-            forced_tool(bad, tools)
+            ToolChoice.parse(bad).forced(tools)
         assert err.value.param == "tool_choice"
+
+
+def test_a_tool_choice_shapes_the_prompt_without_touching_the_callers_messages():
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]
+    shown, tools = ToolChoice.named("g").apply(messages, TOOLS)
+    assert (
+        tools == [TOOLS[1]] and shown[0]["content"] == f"Be brief.\n\n{NAMED_HINT.format(name='g')}"
+    )
+    assert messages[0]["content"] == "Be brief."
+    shown, tools = ToolChoice.parse("required").apply(messages[1:], TOOLS)
+    assert tools == TOOLS and shown[0] == {"role": "system", "content": REQUIRED_HINT}
+    assert ToolChoice.parse("none").apply(messages, TOOLS) == (messages, None)
+    assert ToolChoice().apply(messages, TOOLS) == (messages, TOOLS)
 
 
 @pytest.mark.parametrize("fmt", [HERMES, MISTRAL, LLAMA3])

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import math
+from dataclasses import fields
+from typing import Any
 
 import pytest
 
-from mlxd.chat.options import OPTIONS, sampling_params, stop_strings
+from mlxd.chat.options import OPTIONS, ChatOptions, sampling_params
 from mlxd.config import SAMPLING_DEFAULTS
 from mlxd.errors import InvalidRequest
 from mlxd.types import SamplingParams
+
+
+def resolve(
+    raw: dict[Any, Any], model_defaults: dict[str, object] | None = None, **kw: Any
+) -> SamplingParams:
+    """Raw options (as a front door gets them) through ChatOptions into SamplingParams."""
+    return sampling_params(ChatOptions.parse(raw), model_defaults, **kw)
 
 
 def test_chat_options_table_covers_every_sampling_field():
@@ -28,7 +37,7 @@ def test_chat_options_table_covers_every_sampling_field():
 
 
 def test_chat_options_defaults_come_from_config():
-    params = sampling_params({})
+    params = resolve({})
     for name, value in SAMPLING_DEFAULTS.items():
         assert getattr(params, name) == value
     assert params.max_tokens is None and params.seed is None
@@ -36,22 +45,22 @@ def test_chat_options_defaults_come_from_config():
 
 def test_chat_options_model_defaults_then_request_override():
     model = {"temperature": 0.6, "top_p": 0.95, "top_k": 20, "do_sample": True, "junk": 1}
-    params = sampling_params({}, model)
+    params = resolve({}, model)
     assert (params.temperature, params.top_p, params.top_k) == (0.6, 0.95, 20)
-    params = sampling_params({"temperature": 0.1, "top_k": None}, model)
+    params = resolve({"temperature": 0.1, "top_k": None}, model)
     assert (params.temperature, params.top_k) == (0.1, 20)  # None means "not given"
 
 
 def test_chat_options_do_sample_false_means_greedy():
-    assert sampling_params({}, {"temperature": 0.7, "do_sample": False}).temperature == 0.0
+    assert resolve({}, {"temperature": 0.7, "do_sample": False}).temperature == 0.0
 
 
 def test_chat_options_out_of_range_model_default_is_ignored():
-    assert sampling_params({}, {"temperature": 9.0}).temperature == SAMPLING_DEFAULTS["temperature"]
+    assert resolve({}, {"temperature": 9.0}).temperature == SAMPLING_DEFAULTS["temperature"]
 
 
 def test_chat_options_full_request():
-    params = sampling_params(
+    params = resolve(
         {
             "temperature": 1,
             "top_p": 0.5,
@@ -125,18 +134,32 @@ BAD = [
 )
 def test_chat_options_reject_bad_values_naming_the_field(name, value, why):
     with pytest.raises(InvalidRequest) as info:
-        sampling_params({name: value}, vocab_size=50)
+        resolve({name: value}, vocab_size=50)
     assert info.value.param == name
     assert why in info.value.message
 
 
 def test_chat_options_stop_strings():
-    assert stop_strings({}) == []
-    assert stop_strings({"stop": None}) == []
-    assert stop_strings({"stop": "END"}) == ["END"]
-    assert stop_strings({"stop": ["a", "b", "a"]}) == ["a", "b"]
+    assert ChatOptions.parse({}).stop == ()
+    assert ChatOptions.parse({"stop": None}).stop == ()
+    assert ChatOptions.parse({"stop": "END"}).stop == ("END",)
+    assert ChatOptions.parse({"stop": ["a", "b", "a"]}).stop == ("a", "b")
     assert "stop" not in SamplingParams.__slots__
 
 
+def test_chat_options_are_typed_and_go_back_on_the_wire_as_they_came():
+    raw = {"temperature": 1, "logit_bias": {"5": -100}, "stop": "x", "draft_kind": "ngram"}
+    options = ChatOptions.parse(raw)
+    assert options.temperature == 1.0 and options.logit_bias == ((5, -100.0),)
+    assert options.wire() == {
+        "temperature": 1.0,
+        "logit_bias": {"5": -100.0},
+        "stop": ["x"],
+        "draft_kind": "ngram",
+    }
+    assert ChatOptions.parse(options.wire()) == options
+    assert {f.name for f in fields(ChatOptions)} == set(OPTIONS)
+
+
 def test_chat_options_top_logprobs_implies_logprobs():
-    assert sampling_params({"top_logprobs": 2}).logprobs is True
+    assert resolve({"top_logprobs": 2}).logprobs is True

@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 import pytest
 
-from mlxd.chat.options import sampling_params
-from mlxd.cli.repl_options import add_generation_flags, checked_options_from_args
+from mlxd.chat.options import ChatOptions, sampling_params
+from mlxd.cli.repl_options import add_generation_flags, chat_options_from_args
 from mlxd.errors import InvalidRequest
-from mlxd.types import DraftKind
+from mlxd.types import DraftKind, SamplingParams
+
+
+def resolve(
+    raw: dict[Any, Any], model_defaults: dict[str, object] | None = None, **kw: Any
+) -> SamplingParams:
+    """Raw options (as a front door gets them) through ChatOptions into SamplingParams."""
+    return sampling_params(ChatOptions.parse(raw), model_defaults, **kw)
 
 
 def test_draft_options_resolve_into_sampling_params() -> None:
-    p = sampling_params({"draft_kind": "ngram", "num_draft_tokens": 3})
+    p = resolve({"draft_kind": "ngram", "num_draft_tokens": 3})
     assert p.draft_kind is DraftKind.NGRAM and p.num_draft_tokens == 3
-    unset = sampling_params({})
+    unset = resolve({})
     assert unset.draft_kind is None and unset.num_draft_tokens is None
 
 
@@ -31,7 +39,7 @@ def test_draft_options_resolve_into_sampling_params() -> None:
 )
 def test_bad_draft_options_name_their_field(options: dict[str, object], param: str) -> None:
     with pytest.raises(InvalidRequest) as exc:
-        sampling_params(options)
+        resolve(options)
     assert exc.value.param == param
 
 
@@ -39,6 +47,7 @@ def test_cli_flags_map_onto_the_same_fields() -> None:
     parser = argparse.ArgumentParser()
     add_generation_flags(parser)
     args = parser.parse_args(["--draft-kind", "ngram", "--num-draft-tokens", "5"])
-    assert checked_options_from_args(args) == {"draft_kind": "ngram", "num_draft_tokens": 5}
+    expected = ChatOptions(draft_kind=DraftKind.NGRAM, num_draft_tokens=5)
+    assert chat_options_from_args(args) == expected
     with pytest.raises(InvalidRequest, match="num_draft_tokens"):
-        checked_options_from_args(parser.parse_args(["--num-draft-tokens", "99"]))
+        chat_options_from_args(parser.parse_args(["--num-draft-tokens", "99"]))

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
-from mlxd.chat.options import OPTIONS, Option, OptionKind, sampling_params
+from mlxd.chat.options import OPTIONS, ChatOptions, Option, OptionKind, sampling_params
 from mlxd.engine.request import EngineRequest, validate
 from mlxd.errors import InvalidRequest
 from mlxd.types import SamplingParams
+
+
+def resolve(
+    raw: dict[Any, Any], model_defaults: dict[str, object] | None = None, **kw: Any
+) -> SamplingParams:
+    """Raw options (as a front door gets them) through ChatOptions into SamplingParams."""
+    return sampling_params(ChatOptions.parse(raw), model_defaults, **kw)
+
 
 BOUNDED = [o for o in OPTIONS.values() if o.bounds is not None]
 
@@ -31,7 +40,7 @@ def edges(opt: Option) -> tuple[list[float], list[float]]:
 def option_accepts(opt: Option, value: float) -> bool:
     raw: object = {7: value} if opt.name == "logit_bias" else value
     try:
-        sampling_params({opt.name: raw})
+        resolve({opt.name: raw})
     except InvalidRequest as e:
         assert e.param == opt.name
         return False
@@ -69,4 +78,4 @@ def test_option_table_and_engine_agree_at_every_edge(opt: Option) -> None:
 
 def test_top_p_zero_is_refused_by_the_table_not_only_by_the_engine() -> None:
     with pytest.raises(InvalidRequest, match="top_p must be > 0"):
-        sampling_params({"top_p": 0.0})
+        resolve({"top_p": 0.0})

@@ -6,8 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from mlxd.chat.chat_request import MaxTokensPolicy
+from mlxd.chat.options import ChatOptions
 from mlxd.chat.session import start_chat, start_completion
 from mlxd.types import FinishEvent, FinishReason, TextDelta, TokenEvent, Usage
+from tests.chat_requests import chat_request
 
 
 class FakeTokenizer:
@@ -94,21 +97,22 @@ DONE = FinishEvent(FinishReason.STOP, Usage(5, 3))
 USER = [{"role": "user", "content": "hi"}]
 
 
-def test_chat_session_server_defaults_cap_max_tokens_at_half_the_window():
+def test_chat_session_server_policy_caps_max_tokens_at_half_the_window():
     engine = FakeEngine([_tokens("ok"), DONE])
-    list(start_chat(engine, FakeInfo(), USER, options={}, server_defaults=True))
-    list(start_chat(engine, FakeInfo(), USER, options={}, server_defaults=False))
-    list(start_chat(engine, FakeInfo(), USER, options={"max_tokens": 7}, server_defaults=True))
-    caps = [(r.max_tokens_cap, r.params.max_tokens) for r in engine.requests]
-    assert caps == [(500, None), (None, None), (None, 7)]
-    assert engine.requests[0].model == "fake"
-    assert engine.requests[0].prompt_ids == [ord(c) for c in "user: hi\nA:"]
-    assert engine.requests[0].params.temperature == 0.5  # the model's default
+    half = MaxTokensPolicy.HALF_WINDOW
+    for request in [
+        chat_request(USER, max_tokens_policy=half),
+        chat_request(USER),
+        chat_request(USER, {"max_tokens": 7}, max_tokens_policy=half),
+    ]:
+        list(start_chat(engine, FakeInfo(), request))
+    assert [r.params.max_tokens for r in engine.requests] == [500, None, 7]
+    assert half.max_tokens(1 << 30) == 1 << 20  # within the bound a client may ask for
 
 
 def test_chat_session_stop_cancels_the_engine_and_drains_to_finish():
     engine = FakeEngine([_tokens("abc"), _tokens("dXY"), _tokens("more"), DONE])
-    stream = start_completion(engine, FakeInfo(), "p", options={"stop": ["XY"]})
+    stream = start_completion(engine, FakeInfo(), "p", ChatOptions.parse({"stop": ["XY"]}))
     events = list(stream)
     finish = FinishEvent(FinishReason.STOP, Usage(5, 3), stop_string="XY")
     assert events == [TextDelta("abc"), TextDelta("d"), finish]
@@ -117,14 +121,14 @@ def test_chat_session_stop_cancels_the_engine_and_drains_to_finish():
 
 def test_chat_session_missing_finish_is_an_error_finish():
     engine = FakeEngine([_tokens("abc")])
-    events = list(start_completion(engine, FakeInfo(), "p", options={}))
+    events = list(start_completion(engine, FakeInfo(), "p", ChatOptions.parse({})))
     assert events[0] == TextDelta("abc")
     assert isinstance(events[-1], FinishEvent) and events[-1].reason == FinishReason.ERROR
 
 
 def test_chat_session_breaking_out_cancels():
     engine = FakeEngine([_tokens("abc"), _tokens("def"), DONE])
-    stream = start_completion(engine, FakeInfo(), "p", options={})
+    stream = start_completion(engine, FakeInfo(), "p", ChatOptions.parse({}))
     for _ in stream:
         break
     assert engine.handles[0].cancels == 1
@@ -132,7 +136,7 @@ def test_chat_session_breaking_out_cancels():
 
 def test_chat_session_second_iteration_yields_nothing():
     engine = FakeEngine([_tokens("abc"), DONE])
-    stream = start_completion(engine, FakeInfo(), "p", options={})
+    stream = start_completion(engine, FakeInfo(), "p", ChatOptions.parse({}))
     assert len(list(stream)) == 2
     assert list(stream) == []
 
@@ -141,7 +145,7 @@ def test_chat_session_settles_the_handle_once_output_shows():
     # "X" may start the stop string "XY": held back, nothing shown, the engine must keep
     # delivering every token at once; "Xb" shows, and from then on wake-ups may be batched.
     engine = FakeEngine([_tokens("X"), _tokens("b"), _tokens("c"), DONE])
-    events = list(start_completion(engine, FakeInfo(), "p", options={"stop": ["XY"]}))
+    events = list(start_completion(engine, FakeInfo(), "p", ChatOptions.parse({"stop": ["XY"]})))
     assert events[0] == TextDelta("Xb")
     assert engine.requests[0].until_shown
     assert engine.handles[0].settled_after == 2

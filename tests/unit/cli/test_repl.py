@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from mlxd.chat.chat_request import ChatRequest
+from mlxd.chat.options import ChatOptions
 from mlxd.cli.repl import Conversation, Repl, stats_text
 from mlxd.cli.repl_input import PipeReader
 from mlxd.errors import ContextOverflow
@@ -47,8 +49,8 @@ class FakeModel:
     takes_images: bool | None = None
     server_url: str | None = None
 
-    def ask(self, messages, options, template_kwargs=None, tools=None):  # noqa: ANN001
-        self.asked.append((messages, template_kwargs))
+    def ask(self, request: ChatRequest) -> Any:
+        self.asked.append((request.messages, request.template_kwargs))
         stream = self.streams.pop(0)
         if isinstance(stream, Exception):
             raise stream
@@ -57,7 +59,7 @@ class FakeModel:
 
 def make_repl(*streams: Any, system: str | None = None) -> tuple[Repl, FakeModel]:
     model = FakeModel(list(streams))
-    return Repl(model, Conversation(system=system), {}, interactive=False), model  # type: ignore[arg-type]
+    return Repl(model, Conversation(system=system), ChatOptions(), interactive=False), model  # type: ignore[arg-type]
 
 
 def test_turns_accumulate_with_system_prompt(capsys: pytest.CaptureFixture[str]) -> None:

@@ -16,13 +16,14 @@ import http.client
 import json
 import socket
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import quote, urlsplit
 
 from mlxd import __version__
-from mlxd.chat.options import OPTIONS
+from mlxd.chat.chat_request import ChatRequest
+from mlxd.chat.tool_choice import ToolChoice
 from mlxd.cli.client.chat_chunks import ChunkDecoder
 from mlxd.config import default
 from mlxd.errors import EngineFault, EngineUnavailable, InvalidRequest, MlxdError, ModelNotFound
@@ -75,24 +76,17 @@ def server_address(url: str) -> ServerAddress:
     return ServerAddress(parts.scheme, parts.hostname, port, path)
 
 
-def request_body(
-    model: str,
-    messages: list[dict[str, Any]],
-    options: Mapping[str, object],
-    template_kwargs: dict[str, object] | None = None,
-    tools: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
+def request_body(model: str, request: ChatRequest) -> dict[str, Any]:
     """The /v1/chat/completions body: each option under its OPTIONS name, which is the
     server's field name; streamed, with usage at the end."""
-    body: dict[str, Any] = {"model": model, "messages": messages}
-    for name, value in options.items():
-        if name not in OPTIONS:  # checked_options_from_args only gives table names
-            raise InvalidRequest(f"unknown option {name!r}", param=name)
-        body[name] = value
-    if tools:
-        body["tools"] = tools
-    if template_kwargs:
-        body["chat_template_kwargs"] = template_kwargs
+    body: dict[str, Any] = {"model": model, "messages": request.messages}
+    body.update(request.options.wire())
+    if request.tools:
+        body["tools"] = request.tools
+    if request.tool_choice != ToolChoice():
+        body["tool_choice"] = request.tool_choice.wire()
+    if request.template_kwargs:
+        body["chat_template_kwargs"] = request.template_kwargs
     return body | {"stream": True, "stream_options": {"include_usage": True}}
 
 
@@ -173,17 +167,11 @@ class HttpModel:
         finally:
             conn.close()
 
-    def ask(
-        self,
-        messages: list[dict[str, Any]],
-        options: dict[str, object],
-        template_kwargs: dict[str, object] | None = None,
-        tools: list[dict[str, Any]] | None = None,
-    ) -> HttpStream:
+    def ask(self, request: ChatRequest) -> HttpStream:
         """POST one streamed chat request; raises the server's refusal (bad request, unknown
         model, auth) here, as start_chat raises in-process."""
         started = time.perf_counter()
-        body = request_body(self.model, messages, options, template_kwargs, tools)
+        body = request_body(self.model, request)
         conn, resp = self._send("POST", "/v1/chat/completions", body)
         if "text/event-stream" not in (resp.getheader("content-type") or ""):
             conn.close()

@@ -10,11 +10,12 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from mlxd.errors import MlxdError
 
 if TYPE_CHECKING:
+    from mlxd.chat.chat_request import ChatRequest
     from mlxd.chat.session import ChatStream
     from mlxd.engine import Engine, ModelInfo
     from mlxd.store.model_ref import ModelRef
@@ -40,25 +41,12 @@ class InProcessModel:
     def server_url(self) -> None:
         return None
 
-    def ask(
-        self,
-        messages: list[dict[str, Any]],
-        options: dict[str, object],
-        template_kwargs: dict[str, object] | None = None,
-        tools: list[dict[str, Any]] | None = None,
-    ) -> ChatStream:
-        """Submit one chat request; returns the chat layer's ChatStream (iterable, cancel())."""
+    def ask(self, request: ChatRequest) -> ChatStream:
+        """Submit one chat request; returns the chat layer's ChatStream (iterable, cancel()).
+        The request's max_tokens policy is its own: the CLI's is the whole remaining window."""
         from mlxd.chat.session import start_chat
 
-        return start_chat(
-            self.engine,
-            self.info,
-            messages,
-            options=options,
-            tools=tools,
-            template_kwargs=template_kwargs,
-            server_defaults=False,  # the CLI's budget is the whole remaining window
-        )
+        return start_chat(self.engine, self.info, request)
 
     def close(self) -> None:
         self.engine.close()

@@ -1,11 +1,11 @@
 """What answers `mlxd run` and `mlxd chat`: the seam between them and a model.
 
 `ModelClient` is one Protocol with two implementations: the in-process engine
-(repl_engine.InProcessModel, the default) and a running `mlxd serve` over HTTP
-(http_model.HttpModel, with `--server URL` or MLXD_SERVER). Both take the same request
-(messages, the option table's options, template kwargs, tools) and stream the same chat
-events ending in one FinishEvent, so rendering, `--json` and the REPL are one code path.
-This module imports neither: each is imported when chosen.
+(in_process.InProcessModel, the default) and a running `mlxd serve` over HTTP
+(http_model.HttpModel, with `--server URL` or MLXD_SERVER). Both take the same ChatRequest
+(the chat layer's: messages, typed options, tools and tool choice, template kwargs) and
+stream the same chat events ending in one FinishEvent, so rendering, `--json` and the REPL
+are one code path. This module imports neither: each is imported when chosen.
 """
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from mlxd.config import SETTINGS, setting
 from mlxd.errors import InvalidRequest, MlxdError
 from mlxd.types import ChatEvent
 
 if TYPE_CHECKING:
+    from mlxd.chat.chat_request import ChatRequest
     from mlxd.cli.client.http_model import ServerAddress
     from mlxd.store.model_ref import ModelRef
 
@@ -50,13 +51,7 @@ class ModelClient(Protocol):
         in-process engine (timings measured by the engine)."""
         ...
 
-    def ask(
-        self,
-        messages: list[dict[str, Any]],
-        options: dict[str, object],
-        template_kwargs: dict[str, object] | None = None,
-        tools: list[dict[str, Any]] | None = None,
-    ) -> AnswerStream:
+    def ask(self, request: ChatRequest) -> AnswerStream:
         """Start one answer; a request refused before generation raises its MlxdError."""
         ...
 

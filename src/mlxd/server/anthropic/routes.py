@@ -18,7 +18,7 @@ from mlxd.chat.options import check_stop_count
 from mlxd.server.anthropic.schemas import CountTokensRequest, MessagesRequest
 from mlxd.server.anthropic.wire import AnthropicWire
 from mlxd.server.generation import chat_endpoint
-from mlxd.server.request_inputs import chat_inputs, parse
+from mlxd.server.request_inputs import chat_request, parse
 from mlxd.server.settings import ServerSettings
 from mlxd.server.state import server_state
 
@@ -50,11 +50,5 @@ async def count_tokens(request: Request) -> Response:
     st = server_state(request)
     req = parse(CountTokensRequest, await request.body(), st.settings)
     info = await st.models.get(req.model)
-    inputs = chat_inputs(req)
-    allow_urls = st.settings.allow_image_urls
-    prompt = await asyncio.to_thread(
-        lambda: chat_prompt(
-            info, inputs.messages, inputs.tools, inputs.template_kwargs, None, allow_urls
-        )
-    )
+    prompt = await asyncio.to_thread(chat_prompt, info, chat_request(req, st.settings))
     return JSONResponse({"input_tokens": prompt.prompt_tokens})

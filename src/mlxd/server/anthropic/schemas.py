@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, model_validator
 
 from mlxd.chat.messages import join_text
+from mlxd.chat.tool_choice import ToolChoice, ToolChoiceMode
 from mlxd.server.anthropic import inputs
 from mlxd.server.anthropic.blocks import MAX_BLOCKS, MessageParam, TextBlock, ToolName
 from mlxd.server.fields import (
@@ -26,8 +27,6 @@ from mlxd.server.fields import (
     ModelName,
     StopList,
     Temperature,
-    ToolChoice,
-    ToolChoiceSpec,
     TopK,
     TopP,
     WireModel,
@@ -158,15 +157,15 @@ class CountTokensRequest(WireModel):
     def chat_tools(self) -> list[dict[str, Any]] | None:
         return [t.to_chat() for t in self.tools] if self.tools else None
 
-    def tool_choice_spec(self) -> ToolChoiceSpec | None:
+    def chat_tool_choice(self) -> ToolChoice:
         choice = self.tool_choice
         if isinstance(choice, ToolChoiceTool):
-            return ToolChoiceSpec(ToolChoice.NAMED, choice.name)
+            return ToolChoice.named(choice.name)
         if isinstance(choice, ToolChoiceAny):
-            return ToolChoiceSpec(ToolChoice.REQUIRED)
+            return ToolChoice(ToolChoiceMode.REQUIRED)
         if isinstance(choice, ToolChoiceNone):
-            return ToolChoiceSpec(ToolChoice.NONE)
-        return None
+            return ToolChoice(ToolChoiceMode.NONE)
+        return ToolChoice()
 
 
 class MessagesRequest(CountTokensRequest):

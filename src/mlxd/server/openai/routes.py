@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, Response
 
+from mlxd.chat.chat_request import MaxTokensPolicy
+from mlxd.chat.options import ChatOptions
 from mlxd.errors import InvalidRequest, ModelNotFound
 from mlxd.server.generation import chat_endpoint, respond
 from mlxd.server.openai.schemas import ChatCompletionRequest, CompletionRequest
@@ -62,10 +64,9 @@ async def completions(request: Request) -> Response:
     start = time.perf_counter()
     req = parse(CompletionRequest, await request.body(), st.settings)
     info = await st.models.get(req.model)
+    options = ChatOptions.parse(req.options())
     stream = await asyncio.to_thread(
-        lambda: start_completion(
-            st.engine, info, req.prompt_text(), options=req.options(), server_defaults=True
-        )
+        start_completion, st.engine, info, req.prompt_text(), options, MaxTokensPolicy.HALF_WINDOW
     )
     texts = st.texts(info) if req.logprobs is not None else None
     wire = CompletionWire(model=info.name, texts=texts, include_usage=req.include_usage)

@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from mlxd.chat.messages import check_template_kwargs, join_text
+from mlxd.chat.tool_choice import ToolChoice
 from mlxd.config import LIMITS
 from mlxd.server.fields import (
     MAX_MESSAGES,
@@ -33,8 +34,6 @@ from mlxd.server.fields import (
     Seed,
     StopList,
     StopText,
-    ToolChoice,
-    ToolChoiceSpec,
     TopLogprobs,
     WireModel,
     within,
@@ -278,11 +277,11 @@ class ChatCompletionRequest(SamplingFields):
     def chat_tools(self) -> list[dict[str, Any]] | None:
         return [t.model_dump(exclude_none=True) for t in self.tools] if self.tools else None
 
-    def tool_choice_spec(self) -> ToolChoiceSpec | None:
+    def chat_tool_choice(self) -> ToolChoice:
         choice = self.tool_choice
         if isinstance(choice, NamedToolChoice):
-            return ToolChoiceSpec(ToolChoice.NAMED, choice.function.name)
-        return None if choice is None else ToolChoiceSpec(ToolChoice(choice))
+            return ToolChoice.named(choice.function.name)
+        return ToolChoice.parse(choice)
 
     def template_kwargs(self) -> dict[str, Any] | None:
         """chat_template_kwargs, checked against the chat layer's allow-list."""

@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from mlxd.chat.tool_choice import ToolChoice
 from mlxd.server.fields import (
     MAX_TOOLS,
     FunctionName,
@@ -31,8 +32,6 @@ from mlxd.server.fields import (
     MaxTokens,
     ModelName,
     Temperature,
-    ToolChoice,
-    ToolChoiceSpec,
     TopLogprobs,
     TopP,
     WireModel,
@@ -170,11 +169,11 @@ class ResponsesRequest(WireModel):
     def chat_tools(self) -> list[dict[str, Any]] | None:
         return [t.to_chat() for t in self.tools] if self.tools else None
 
-    def tool_choice_spec(self) -> ToolChoiceSpec | None:
+    def chat_tool_choice(self) -> ToolChoice:
         choice = self.tool_choice
         if isinstance(choice, ToolChoiceFunction):
-            return ToolChoiceSpec(ToolChoice.NAMED, choice.name)
-        return None if choice is None else ToolChoiceSpec(ToolChoice(choice))
+            return ToolChoice.named(choice.name)
+        return ToolChoice.parse(choice)
 
     def template_kwargs(self) -> dict[str, Any] | None:
         """reasoning.effort as the switches reasoning templates read ("none": thinking off)."""

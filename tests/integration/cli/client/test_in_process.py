@@ -9,11 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from mlxd.chat.options import ChatOptions
 from mlxd.chat.session import start_chat
 from mlxd.cli.client.in_process import open_model, resolve_model
 from mlxd.cli.repl import Conversation, Repl
 from mlxd.cli.repl_input import PipeReader
 from mlxd.cli.run import ask_once, messages_for
+from tests.chat_requests import chat_request
 
 
 def args(**overrides: object) -> argparse.Namespace:
@@ -32,10 +34,10 @@ def test_batch_of_one_and_same_events_as_start_chat(loaded) -> None:
     assert loaded.engine.cfg.max_batch == 1
     messages = messages_for("What is the capital of France?", "Be brief.")
     options = {"max_tokens": 16, "temperature": 0.0}
-    answer = ask_once(loaded, messages, options, args())
+    answer = ask_once(loaded, chat_request(messages, options), args())
     direct = "".join(
         getattr(e, "text", "")
-        for e in start_chat(loaded.engine, loaded.info, messages, options=options)
+        for e in start_chat(loaded.engine, loaded.info, chat_request(messages, options))
         if type(e).__name__ == "TextDelta"
     )
     assert answer.content == direct
@@ -45,7 +47,7 @@ def test_batch_of_one_and_same_events_as_start_chat(loaded) -> None:
 def test_second_turn_is_served_from_the_prefix_cache(
     loaded, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    repl = Repl(loaded, Conversation(), {"max_tokens": 4}, interactive=False)
+    repl = Repl(loaded, Conversation(), ChatOptions(max_tokens=4), interactive=False)
     repl.loop(PipeReader(io.StringIO("Hello there\nAnd then?\n")))
     capsys.readouterr()
     assert repl.conv.answers == 2 and repl.conv.last is not None

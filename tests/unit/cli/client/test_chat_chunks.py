@@ -9,7 +9,9 @@ import json
 
 import pytest
 
-from mlxd.chat.options import OPTIONS
+from mlxd.chat.chat_request import ChatRequest
+from mlxd.chat.options import OPTIONS, ChatOptions
+from mlxd.chat.tool_choice import ToolChoice
 from mlxd.cli.client.chat_chunks import ChunkDecoder
 from mlxd.cli.client.http_model import ServerAddress, request_body, server_address
 from mlxd.cli.client.model_client import server_of
@@ -139,12 +141,27 @@ def test_every_option_is_sent_as_the_server_field_of_its_name() -> None:
     }  # fmt: skip
     assert set(options) == set(OPTIONS)  # a new option must be added here, and to the wire
     messages = [{"role": "user", "content": "hi"}]
-    body = request_body("m", messages, options, {"enable_thinking": False}, None)
+    request = ChatRequest(
+        messages, ChatOptions.parse(options), template_kwargs={"enable_thinking": False}
+    )
+    body = request_body("m", request)
     req = ChatCompletionRequest.model_validate(json.loads(json.dumps(body)))
     expected = options | {"logit_bias": {17: -5.0}}
     assert req.options() == expected
     assert req.stream and req.include_usage and req.model == "m"
     assert req.chat_template_kwargs == {"enable_thinking": False}
+    assert "tool_choice" not in body  # auto, the default, is not sent
+
+
+def test_tools_and_a_tool_choice_are_sent_as_openai_spells_them() -> None:
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    for choice in ("none", "required", {"type": "function", "function": {"name": "f"}}):
+        request = ChatRequest(
+            [{"role": "user", "content": "hi"}], tools=tools, tool_choice=ToolChoice.parse(choice)
+        )
+        body = request_body("m", request)
+        assert body["tools"] == tools and body["tool_choice"] == choice
+        ChatCompletionRequest.model_validate(json.loads(json.dumps(body)))
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from mlxd.chat.chat_request import ChatRequest
 from mlxd.cli.client.http_model import HttpModel, server_address
 from mlxd.errors import EngineUnavailable, ModelNotFound
 
@@ -85,7 +86,7 @@ def test_a_chat_404_for_an_unlisted_model_says_so_in_the_servers_words(
 ) -> None:
     client = HttpModel(server_address(no_card_route), "gone")  # say, removed since connect
     with pytest.raises(ModelNotFound) as info:
-        client.ask([{"role": "user", "content": "hi"}], {})
+        client.ask(ChatRequest([{"role": "user", "content": "hi"}]))
     assert info.value.message == (
         f"the server at {no_card_route} does not serve a model named 'gone'; it lists: "
         f"{SERVED} (it answered 404: The model `gone` does not exist.)"
@@ -100,4 +101,4 @@ def test_no_model_list_either_asks_for_the_url(no_list: str) -> None:
     assert "GET /v1/models gave no model list" in message and "mlxd server" not in message
     client = HttpModel(server_address(no_list), "any")
     with pytest.raises(EngineUnavailable, match=r"chat/completions answered 404 \(The model"):
-        client.ask([{"role": "user", "content": "hi"}], {})
+        client.ask(ChatRequest([{"role": "user", "content": "hi"}]))

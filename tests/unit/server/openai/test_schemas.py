@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from pydantic import ValidationError
 
@@ -10,7 +12,7 @@ from mlxd.chat.options import OPTIONS, OptionKind
 from mlxd.config import LIMITS
 from mlxd.errors import InvalidRequest
 from mlxd.server.openai.schemas import ChatCompletionRequest, CompletionRequest
-from mlxd.server.request_inputs import chat_inputs, parse
+from mlxd.server.request_inputs import chat_request, parse
 from mlxd.server.settings import ServerSettings
 
 MSGS = [{"role": "user", "content": "hi"}]
@@ -151,6 +153,13 @@ TOOLS = [
     {"type": "function", "function": {"name": "a"}},
     {"type": "function", "function": {"name": "b"}},
 ]
+
+
+def chat_inputs(req: ChatCompletionRequest) -> tuple[Any, Any, Any]:
+    """(messages, tools, template kwargs) as the chat layer hands them to the template."""
+    request = chat_request(req, ServerSettings())
+    messages, tools = request.tool_choice.apply(request.messages, request.tools)
+    return messages, tools, request.template_kwargs
 
 
 def test_tool_choice_none_hides_tools() -> None:
