@@ -145,17 +145,6 @@ class BatchGen(Protocol):
 
     prefill_batch_size: int
 
-    def insert(
-        self,
-        prompts: list[list[int]],
-        max_tokens: list[int] | None = None,
-        caches: list[PromptCache] | None = None,
-        all_tokens: list[list[int]] | None = None,
-        samplers: list[Sampler] | None = None,
-        logits_processors: list[list[Processor]] | None = None,
-        stop_sequences: list[StopSequences] | None = None,
-    ) -> list[int]: ...
-
     def insert_segments(
         self,
         segments: list[list[list[int]]],
