@@ -17,21 +17,13 @@ import time
 
 import mlx.core as mx
 from mlx_lm.generate import StopSequences
-from mlx_lm.models.cache import make_prompt_cache
 
 from mlxd.backend import vision
 from mlxd.backend.api import BackendConfig, LoadedModel, NewSequence, StepOutput, StepResult
 from mlxd.backend.mlx_lm import compat
 from mlxd.backend.mlx_lm import verify_step as spec_compat
 from mlxd.backend.prefill_plan import PrefillPlanner
-from mlxd.backend.prefix.cache import (
-    MIN_REUSE_TOKENS,
-    PrefixCache,
-    SnapshotKind,
-    Turn,
-    trimmable_at,
-)
-from mlxd.backend.prefix.snapshot_plan import SnapshotPlans, plan_snapshots
+from mlxd.backend.prefix import PrefixCache, SnapshotKind, SnapshotPlan, SnapshotPlans
 from mlxd.backend.sampling.samplers import GREEDY, Processor, Sampler, row_sampling, token_logprob
 from mlxd.backend.speculation.draft_model import DraftModel
 from mlxd.backend.speculation.draft_policy import draft_policy_every
@@ -66,10 +58,9 @@ class BatchRunner:
         )
         self._top_n: dict[int, int] = {}  # uid -> top_logprobs, only for logprobs requests
         self._failed: dict[int, BaseException] = {}  # uid -> first sampler/processor error
-        self._snapshots = SnapshotPlans()  # where each sequence's cache is copied
-        # A plain attention cache can always be cut back to any prefix of what it holds: the
-        # answer's snapshot serves every shorter prompt, so it needs no mid-prompt ones.
-        self._always_trimmable = trimmable_at(make_prompt_cache(loaded.model), 1 << 62)
+        self._snapshots = SnapshotPlans.for_model(
+            loaded.model
+        )  # where each sequence's cache is copied
         self._drafts: Drafts | None = None  # set by the first speculating sequence
         # Every speculating row verifies its whole draft (MLXD_DRAFT_POLICY=every, or ranks in
         # lockstep, whose drafts may not follow one rank's timings).
@@ -90,9 +81,7 @@ class BatchRunner:
         if images is not None and vision.needs_image_prefill(prompt_ids, images, cached):
             cache = self._prefill_images(prompt_ids, images, cache, cached)
             start = len(prompt_ids) - 1
-        plan = plan_snapshots(
-            prompt_ids, key, seq.boundaries, reuse.turn, start, self._always_trimmable
-        )
+        plan = self._snapshots.plan(prompt_ids, key, seq.boundaries, reuse.turn, start)
         report = _FailureReport(self._failed)
         mask = GrammarMask(seq.grammar) if seq.grammar is not None else None
         sampler, procs = row_sampling(
@@ -136,7 +125,7 @@ class BatchRunner:
             plan = self._snapshots.pop(uid)
             if plan is not None and uid in caches:
                 cache, tokens = caches[uid]
-                self._store(plan.keyed(tokens), cache, plan.kind_at_end(tokens), plan.turn)
+                self._store(plan, tokens, cache, plan.kind_at_end(tokens))
 
     def awaits_snapshot(self, prompt_ids: list[int]) -> bool:
         """A sequence of this batch is about to store a snapshot holding more of this prompt
@@ -144,10 +133,8 @@ class BatchRunner:
         tokens twice (requests sharing a system prompt that arrive together)."""
         if not self._snapshots:
             return False
-        coming = self._snapshots.coming(prompt_ids)
-        if coming < MIN_REUSE_TOKENS:
-            return False
-        return coming - self.prefix_cache.reusable(self.model_key, prompt_ids) >= MIN_REUSE_TOKENS
+        reusable = self.prefix_cache.reusable(self.model_key, prompt_ids)
+        return self._snapshots.worth_waiting(prompt_ids, reusable)
 
     @property
     def prefill_pending(self) -> bool:
@@ -218,8 +205,7 @@ class BatchRunner:
             self._drafts.discard(r.uid)
         plan = self._snapshots.pop(r.uid)
         if plan is not None and plan.answer:
-            tokens = plan.keyed(r.all_tokens)
-            self._store(tokens, r.prompt_cache, SnapshotKind.ANSWER, plan.turn)
+            self._store(plan, r.all_tokens, r.prompt_cache, SnapshotKind.ANSWER)
 
     def _speculates(self, params: SamplingParams, sampler: Sampler, procs: list[Processor]) -> bool:
         """Rows without logits processors draft, greedy or sampled (a sampler that verifies:
@@ -252,7 +238,7 @@ class BatchRunner:
         caches = self._gen.extract_cache([uid for uid, _, _ in keep])
         for uid, kind, plan in keep:
             cache, tokens = caches[uid]
-            self._store(plan.keyed(list(tokens)), cache, kind, plan.turn)
+            self._store(plan, list(tokens), cache, kind)
 
     def close(self) -> None:
         self._gen.close()
@@ -287,13 +273,15 @@ class BatchRunner:
 
     def _store(
         self,
+        plan: SnapshotPlan,
         tokens: list[int] | None,
         cache: compat.PromptCache | None,
         kind: SnapshotKind,
-        turn: Turn,
     ) -> None:
-        if tokens and cache:
-            self.prefix_cache.store(self.model_key, tokens, cache, kind, turn)
+        """Copy a cache holding `tokens` (the prompt, then generated ones) as `plan` keys them."""
+        keyed = plan.keyed(tokens)
+        if keyed and cache:
+            self.prefix_cache.store(self.model_key, keyed, cache, kind, plan.turn)
 
     def _prefill_images(
         self,

@@ -9,8 +9,7 @@ from mlxd.backend.api import BackendConfig, ClusterStats, LoadedModel, PrefixCac
 from mlxd.backend.batch import BatchRunner, release_thread_streams
 from mlxd.backend.loader import load_checkpoint, load_with_draft
 from mlxd.backend.memory import free_unused
-from mlxd.backend.prefix.cache import PrefixCache
-from mlxd.backend.prefix.disk_tier import DiskTier
+from mlxd.backend.prefix import DiskTier, PrefixCache
 
 
 class MlxBackend:

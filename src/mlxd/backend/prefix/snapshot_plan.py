@@ -4,17 +4,23 @@ A prompt is inserted in segments that end at its snapshot points (end of the sys
 start of the last message, where the next turn departs, all but the last token): a prefill
 chunk never crosses a segment end and mlx-lm's BatchGenerator reports each one, so the runner
 copies the cache there (mlx-lm's server does the same for its system and user segments).
-Pure Python: the runner asks this module at insert, at each segment end, and when a sequence
-ends or is removed.
+The runner asks this module at insert, at each segment end, and when a sequence ends or is
+removed.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from mlxd.backend.prefix.cache import MIN_REUSE_TOKENS, SnapshotKind, Turn
+from mlx_lm.models.cache import make_prompt_cache
+
+from mlxd.backend.prefix.cache import MIN_REUSE_TOKENS, SnapshotKind, Turn, trimmable_at
 from mlxd.types import PromptBoundaries
+
+if TYPE_CHECKING:
+    from mlx.nn.layers.base import Module
 
 
 @dataclass(slots=True)
@@ -76,10 +82,28 @@ def plan_snapshots(
 
 
 class SnapshotPlans:
-    """The plans of one batch's sequences, by uid."""
+    """The plans of one batch's sequences, by uid. `cuts_anywhere`: the model's cache can be
+    cut back to any prefix of what it holds (plain attention), so its answer's snapshot serves
+    every shorter prompt and it needs no mid-prompt ones."""
 
-    def __init__(self) -> None:
+    def __init__(self, cuts_anywhere: bool) -> None:
         self._plans: dict[int, SnapshotPlan] = {}
+        self.cuts_anywhere = cuts_anywhere
+
+    @classmethod
+    def for_model(cls, model: Module) -> SnapshotPlans:
+        return cls(trimmable_at(make_prompt_cache(model), 1 << 62))
+
+    def plan(
+        self,
+        prompt: list[int],
+        key: list[int],
+        boundaries: PromptBoundaries,
+        turn: Turn,
+        cached: int,
+    ) -> SnapshotPlan:
+        """Where this prompt's cache will be copied (`plan_snapshots`); `add` keeps it."""
+        return plan_snapshots(prompt, key, boundaries, turn, cached, self.cuts_anywhere)
 
     def __bool__(self) -> bool:
         return bool(self._plans)
@@ -110,3 +134,9 @@ class SnapshotPlans:
                 if kind is not None and at > coming and prompt_ids[:at] == plan.key[:at]:
                     coming = at
         return coming
+
+    def worth_waiting(self, prompt_ids: list[int], reusable: int) -> bool:
+        """A snapshot still ahead will hold enough more of `prompt_ids` than the `reusable`
+        tokens the prefix cache gives now that starting it after that store saves a prefill."""
+        coming = self.coming(prompt_ids) if self._plans else 0
+        return coming >= MIN_REUSE_TOKENS and coming - reusable >= MIN_REUSE_TOKENS

@@ -38,11 +38,12 @@ def test_cached_tokens_and_short_prefixes_make_no_points() -> None:
 
 
 def test_the_batch_says_what_is_coming_and_hands_out_kept_points() -> None:
-    plans = SnapshotPlans()
-    assert not plans
-    plans.add(7, plan_snapshots(PROMPT, PROMPT, CHAT, Turn(PROMPT, 80), 0, False))
+    plans = SnapshotPlans(cuts_anywhere=False)
+    assert not plans and not plans.worth_waiting(PROMPT, 0)
+    plans.add(7, plans.plan(PROMPT, PROMPT, CHAT, Turn(PROMPT, 80), 0))
     assert plans.coming(PROMPT[:70] + [999] * 30) == 60  # shares the history point, not more
     assert plans.coming([999] * 100) == 0
+    assert plans.worth_waiting(PROMPT, 0) and not plans.worth_waiting(PROMPT, 99 - 10)
     (uid, kind, _), = plans.segments_done([7])  # fmt: skip
     assert (uid, kind) == (7, SnapshotKind.SYSTEM)
     assert plans.pop(7) is not None and plans.pop(7) is None
