@@ -12,6 +12,7 @@ would: a KV array reshaped to the same byte count, the metadata kept, the file r
 new digest (and the tier's manifest pointed at it).
 A regression that loads one of these must not take the machine down: children run under
 `memory_capped` (RLIMIT_AS), so they fail instead of growing until the kernel kills something.
+SLOW_SCHEMA is a 1.4 KB JSON schema llguidance compiles for minutes, growing ~70 MB/s.
 """
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ from pathlib import Path
 
 CHILD_MEMORY_CAP = 3 << 30  # address space of a test child (mlxd serve needs under 1 GiB)
 HUGE_BYTES = 8 << 30  # more than the cap: a load that reads it cannot fit
+# 40 patterns a string must all match: llguidance's emptiness proof of their intersection
+# takes 10,000 derivative steps of a regex that grows with each (no ParserLimits bound it).
+SLOW_SCHEMA = {
+    "type": "string",
+    "allOf": [{"pattern": f"^(a|b)*a(a|b){{{k}}}$"} for k in range(8, 48)],
+}
 
 
 def hostile_copy(src: Path, dst: Path, how: str) -> Path:

@@ -261,6 +261,20 @@ SETTINGS: dict[str, Setting[Any]] = {
         "queued; a slower one is refused (400)",
         float,
     ),
+    "grammar_workers": Setting(
+        "MLXD_GRAMMAR_WORKERS",
+        "2",
+        "most grammars compiling at once, each in a child process killed at "
+        "MLXD_GRAMMAR_SECONDS; a request that finds them all busy that long gets 429",
+        int,
+    ),
+    "grammar_memory_bytes": Setting(
+        "MLXD_GRAMMAR_MEMORY_BYTES",
+        str(1 << 30),
+        "memory one grammar compile may take (its child process's address space over its "
+        "baseline, Linux); a compile that needs more is refused (400)",
+        int,
+    ),
     "template_bytes": Setting(
         "MLXD_TEMPLATE_BYTES", str(8 << 20), "chat template render output-size budget", int
     ),

@@ -43,7 +43,13 @@ if TYPE_CHECKING:  # the engine package is heavy: imported on use
     from mlxd.backend.structured.grammar import CompiledGrammar
     from mlxd.engine import Engine, ModelInfo, RequestHandle
 
-__all__ = ["ChatStream", "chat_prompt", "start_chat", "start_completion"]
+__all__ = [
+    "ChatStream",
+    "chat_prompt",
+    "start_chat",
+    "start_completion",
+    "stop_constraint_compiles",
+]
 
 
 class ChatStream:
@@ -266,3 +272,11 @@ def _compile(constraint: OutputConstraint, info: ModelInfo) -> CompiledGrammar:
 
     vocab = info.vocab_size or len(info.tokenizer.get_vocab())
     return compile_constraint(constraint, info.tokenizer, vocab, info.eos_token_ids)
+
+
+def stop_constraint_compiles() -> None:
+    """Shutting down: end every grammar compile now (its request gets 503) and refuse new
+    ones, so a drain never waits on a compile."""
+    from mlxd.backend.structured.compile_pool import stop_shared_pool
+
+    stop_shared_pool()

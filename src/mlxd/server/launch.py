@@ -75,6 +75,9 @@ class MlxdServer(uvicorn.Server):
         self._loop.call_soon_threadsafe(self._start_drain)
 
     def _start_drain(self) -> None:
+        from mlxd.chat.session import stop_constraint_compiles
+
+        stop_constraint_compiles()  # a compile in flight would hold the exit for its budget
         task = asyncio.get_running_loop().create_task(self._drain())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

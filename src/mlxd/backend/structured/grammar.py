@@ -1,9 +1,12 @@
-"""Output constraints compiled into grammars, within a size and a time budget (llguidance).
+"""Output constraints compiled into grammars, within size, time and memory budgets (llguidance).
 
 `compile_constraint` runs on the caller's thread before a request is queued, never on the
-engine thread: an invalid, unsupported or too costly constraint raises InvalidRequest naming
-its request field, and the engine only ever sees a ready grammar. Each sequence then walks its
-own copy of the compiled matcher (backend/structured/grammar_mask.py).
+engine thread: an invalid, unsupported, impossible or too costly constraint raises
+InvalidRequest naming its request field, and the engine only ever sees a ready grammar. A new
+grammar is first validated in a child process that is killed when MLXD_GRAMMAR_SECONDS end
+(compile_pool.py: part of llguidance's JSON-schema compiler has no limit of its own), then
+compiled here; verdicts and compiled grammars are cached. Each sequence then walks its own copy
+of the compiled matcher (backend/structured/grammar_mask.py).
 
 Why llguidance rather than xgrammar (benchmarks/grammar_libs_bench.py, figures in
 benchmarks/results/grammar-libs-2026-12-01.json): on this CPU both compute a mask in tens of
@@ -11,26 +14,28 @@ microseconds on SmolLM2's 49k vocabulary (random walk median 47-53 us vs 20-49 u
 tiny 482-token vocabulary 2 us vs 1 us) and compile the schemas we tried in a few
 milliseconds, far below one decode step; but xgrammar's Linux wheel requires torch, triton and
 transformers (about a gigabyte), while llguidance is one self-contained wheel with no
-dependencies, bounds its own work (lexer fuel, Earley items, grammar size: a hostile grammar
-ends in an error state, not a stall), releases the GIL while it compiles and computes masks,
+dependencies, bounds most of its own work (lexer fuel, Earley items, grammar size: a hostile
+grammar ends in an error state, not a stall), releases the GIL while it compiles and computes masks,
 and is maintained with vLLM, SGLang and llama.cpp among its users.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import weakref
 from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import llguidance
+import numpy as np
 
-from mlxd.config import setting
-from mlxd.errors import InvalidRequest
+from mlxd.backend.structured.compile_pool import Outcome, shared_pool
+from mlxd.backend.structured.finite_schema import has_finite_instance
+from mlxd.config import setting_float, setting_int
+from mlxd.errors import EngineBusy, EngineUnavailable, InvalidRequest
 from mlxd.types import OutputConstraint, Tokenizer
 
 if TYPE_CHECKING:
@@ -46,6 +51,7 @@ JSON_LAYOUT = {"whitespace_flexible": False, "item_separator": ", ", "key_separa
 # that sequence in an error state, which fails the request, not the batch); errors stay terse.
 _LIMITS = llguidance.LLParserLimits(verbose_errors=False)
 _CACHED_GRAMMARS = 64  # compiled grammars kept per model (a client repeats its schema)
+_CACHED_VERDICTS = 1024  # validation results (digest -> error, "" when valid), every model
 _ERROR_CHARS = 300
 
 
@@ -90,7 +96,7 @@ class _ModelGrammars:
 
 _MODELS: weakref.WeakKeyDictionary[Tokenizer, _ModelGrammars] = weakref.WeakKeyDictionary()
 _MODELS_LOCK = threading.Lock()
-_EXECUTOR: ThreadPoolExecutor | None = None
+_VERDICTS: OrderedDict[bytes, str] = OrderedDict()
 
 
 def grammar_tokenizer(
@@ -139,7 +145,7 @@ def compile_constraint(
     MLXD_GRAMMAR_SECONDS. Raises InvalidRequest(param=constraint.param) naming the problem."""
     param = constraint.param
     size = len(constraint.schema.encode()) + len(constraint.prefix) + len(constraint.suffix)
-    limit = int(setting("grammar_bytes"))
+    limit = setting_int("grammar_bytes")
     if size > limit:
         raise InvalidRequest(
             f"{param}: the schema is {size} bytes, more than the {limit} allowed "
@@ -176,6 +182,8 @@ def _lark(constraint: OutputConstraint, tokenizer: llguidance.LLTokenizer) -> st
         raise InvalidRequest(
             f"{constraint.param}: the schema must be a JSON object", param=constraint.param
         )
+    if not has_finite_instance(schema):
+        raise _no_instance(constraint.param)
     schema["x-guidance"] = {**(schema.get("x-guidance") or {}), **JSON_LAYOUT}
     try:
         body = json.dumps(schema, ensure_ascii=False)
@@ -211,30 +219,68 @@ def _pieces(text: str, tokenizer: llguidance.LLTokenizer) -> list[str]:
 
 
 def _compile(grammar: str, tokenizer: llguidance.LLTokenizer, param: str) -> llguidance.LLMatcher:
-    """Build the matcher on a worker thread (llguidance releases the GIL meanwhile) and wait
-    at most MLXD_GRAMMAR_SECONDS for it; a late one is refused (and finishes unused)."""
-    budget = float(setting("grammar_seconds"))
-    future = _executor().submit(
-        llguidance.LLMatcher, tokenizer, grammar, log_level=0, limits=_LIMITS
-    )
-    try:
-        matcher = future.result(timeout=budget)
-    except FutureTimeout:
-        raise InvalidRequest(
-            f"{param}: the schema took more than {budget:g} s to compile (MLXD_GRAMMAR_SECONDS)",
-            param=param,
-        ) from None
+    """Validate the grammar where it can be stopped, then build its matcher here (the same
+    compiler work, now known to fit the budgets) and check it can start an answer."""
+    error = _validated(grammar, param)
+    if error:
+        raise InvalidRequest(f"{param}: {error}", param=param)
+    matcher = llguidance.LLMatcher(tokenizer, grammar, log_level=0, limits=_LIMITS)
     if matcher.is_error():
         raise InvalidRequest(f"{param}: {_first_line(matcher.get_error())}", param=param)
+    if not _can_start(matcher, tokenizer.vocab_size):
+        raise _no_instance(param)
     return matcher
 
 
-def _executor() -> ThreadPoolExecutor:
-    global _EXECUTOR
+def _validated(grammar: str, param: str) -> str:
+    """llguidance's error for the grammar ("" when valid), from the cache or a worker."""
+    key = hashlib.sha256(grammar.encode()).digest()
     with _MODELS_LOCK:
-        if _EXECUTOR is None:
-            _EXECUTOR = ThreadPoolExecutor(max_workers=2, thread_name_prefix="mlxd-grammar")
-        return _EXECUTOR
+        if key in _VERDICTS:
+            _VERDICTS.move_to_end(key)
+            return _VERDICTS[key]
+    budget = setting_float("grammar_seconds")
+    verdict = shared_pool().validate(grammar, budget)
+    if verdict.outcome is Outcome.TIMEOUT:
+        raise InvalidRequest(
+            f"{param}: the schema took more than {budget:g} s to compile (MLXD_GRAMMAR_SECONDS)",
+            param=param,
+        )
+    if verdict.outcome is Outcome.OUT_OF_MEMORY:
+        mb = setting_int("grammar_memory_bytes") >> 20
+        raise InvalidRequest(
+            f"{param}: the schema needs more than {mb} MB to compile (MLXD_GRAMMAR_MEMORY_BYTES)",
+            param=param,
+        )
+    if verdict.outcome is Outcome.STOPPED:
+        raise EngineUnavailable("server is shutting down; grammars no longer compile")
+    if verdict.outcome is Outcome.BUSY:
+        raise EngineBusy(
+            f"every grammar compiler stayed busy for {budget:g} s (MLXD_GRAMMAR_WORKERS); "
+            "retry later"
+        )
+    error = _first_line(verdict.message) if verdict.outcome is Outcome.INVALID else ""
+    with _MODELS_LOCK:
+        _VERDICTS[key] = error
+        while len(_VERDICTS) > _CACHED_VERDICTS:
+            _VERDICTS.popitem(last=False)
+    return error
+
+
+def _can_start(matcher: llguidance.LLMatcher, vocab_size: int) -> bool:
+    """Some token can begin the answer (a grammar with no finite sentence has none)."""
+    probe = matcher.deep_copy()
+    words = np.zeros((vocab_size + 31) // 32, dtype=np.uint32)
+    probe.unsafe_compute_mask_ptr(words.ctypes.data, words.nbytes)
+    return not probe.is_error() and bool(words.any())
+
+
+def _no_instance(param: str) -> InvalidRequest:
+    return InvalidRequest(
+        f"{param}: no finite JSON value satisfies the schema (a required property or item "
+        "refers back to itself)",
+        param=param,
+    )
 
 
 def _first_line(error: str) -> str:

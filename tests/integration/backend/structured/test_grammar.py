@@ -12,11 +12,13 @@ import mlx.core as mx
 import pytest
 
 from mlxd.backend.structured import grammar as grammar_mod
+from mlxd.backend.structured.compile_pool import shared_pool
 from mlxd.backend.structured.grammar import CompiledGrammar, compile_constraint
 from mlxd.backend.structured.grammar_mask import GrammarError, GrammarMask
 from mlxd.backend.tokenizer.checkpoint_tokenizer import CheckpointTokenizer
 from mlxd.errors import InvalidRequest
 from mlxd.types import OutputConstraint
+from tests.hostile import SLOW_SCHEMA
 
 ENUM = {"enum": ["yes", "no"]}
 
@@ -101,6 +103,44 @@ def test_a_compile_over_the_time_budget_is_refused_and_not_cached(tok, monkeypat
     assert err.value.param == "response_format" and "MLXD_GRAMMAR_SECONDS" in err.value.message
     monkeypatch.delenv("MLXD_GRAMMAR_SECONDS")
     assert compile_(tok, slow).mask_size >= len(tok)  # within the default budget it compiles
+
+
+def test_a_slow_schema_is_refused_within_its_budget_and_its_compile_is_killed(tok, monkeypatch):
+    monkeypatch.setenv("MLXD_GRAMMAR_SECONDS", "0.3")
+    with pytest.raises(InvalidRequest) as err:
+        compile_(tok, SLOW_SCHEMA)
+    assert err.value.param == "response_format" and "MLXD_GRAMMAR_SECONDS" in err.value.message
+    assert shared_pool().busy == 0  # the slow compile's worker was killed
+    assert compile_(tok, {"enum": ["after"]}).mask_size >= len(tok)
+
+
+def test_validations_are_cached_across_models(tok, monkeypatch):
+    schema = {"enum": ["cached"]}
+    compile_(tok, schema)
+    grammar_mod._MODELS[tok].compiled.clear()  # as if another model asked for it
+
+    def never(*args: object) -> None:
+        raise AssertionError("a known grammar is not validated again")
+
+    monkeypatch.setattr(shared_pool(), "validate", never)
+    assert compile_(tok, schema).mask_size >= len(tok)
+
+
+SELF = {"type": "object", "properties": {"next": {"$ref": "#"}}, "required": ["next"]}
+
+
+@pytest.mark.parametrize("schema", [{"$ref": "#"}, SELF], ids=["self", "required-self"])
+def test_a_schema_with_no_finite_instance_is_refused(tok, schema):
+    with pytest.raises(InvalidRequest) as err:
+        compile_(tok, schema, param="tool_choice")
+    assert err.value.param == "tool_choice" and "no finite JSON value" in err.value.message
+
+
+def test_a_grammar_that_cannot_start_is_refused_whatever_the_schema_check_says(tok, monkeypatch):
+    monkeypatch.setattr(grammar_mod, "has_finite_instance", lambda schema: True)
+    with pytest.raises(InvalidRequest) as err:
+        compile_(tok, {"$ref": "#"})
+    assert "no finite JSON value" in err.value.message
 
 
 # ---- the mask ---------------------------------------------------------------------------
