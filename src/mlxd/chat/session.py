@@ -125,7 +125,7 @@ class ChatStream:
         if isinstance(event, TokenEvent):
             events = self.filter.feed(event.token_ids, event.logprobs)
             if events:
-                self.handle.settle()  # output shown: the engine may batch the next wake-ups
+                self.handle.shown()  # the engine may batch the next wake-ups
             if self.filter.stopped:
                 # Tokens after the stop are ignored; the engine's FinishEvent brings usage.
                 self.handle.cancel()

@@ -29,10 +29,10 @@ class Collector:
         "_delivered",
         "_sleeping",
         "_waiters",
-        "eager",
+        "until_shown",
     )
 
-    def __init__(self, eager: bool = False) -> None:
+    def __init__(self, until_shown: bool = False) -> None:
         # `with self._lock` holds the condition's own lock; unlike `with self._cond` it does
         # not go through Condition's Python-level __enter__/__exit__ (hot path: every token).
         self._lock = threading.Lock()
@@ -44,9 +44,9 @@ class Collector:
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         # The consumer turns tokens into text that may be held back (half a UTF-8 character,
         # a possible stop string): wake it every step, not once per stream interval, until it
-        # has shown something and calls settle(); else each held token adds an interval
+        # has shown something and calls shown(); else each held token adds an interval
         # (20 ms) to its time to first output (measured: 17 -> 4 ms on the tiny model).
-        self.eager = eager
+        self.until_shown = until_shown
 
     # ---- producer side (engine thread, or any thread failing the request) ----
 
@@ -97,9 +97,9 @@ class Collector:
 
     # ---- consumer side ----
 
-    def settle(self) -> None:
+    def shown(self) -> None:
         """The consumer has shown output: from now on, wake it once per stream interval."""
-        self.eager = False
+        self.until_shown = False
 
     @property
     def finished(self) -> bool:
@@ -211,7 +211,7 @@ class StreamWaker:
 
     def step_done(self, now: float, first: list[Collector], later: list[Collector]) -> None:
         """After a step pushed tokens: `first` are woken now (a first token, or a consumer
-        still eager for its first output), `later` at the next interval."""
+        that shows nothing yet: until_shown), `later` at the next interval."""
         unwoken = self._unwoken
         for collector in later:
             unwoken[collector] = None

@@ -28,7 +28,7 @@ def _sequence(request: Request) -> NewSequence:
     return NewSequence(
         request.prompt_ids,
         request.params,
-        request.max_new,
+        request.max_tokens,
         request.request_id,
         request.grammar,
         request.boundaries,
@@ -257,7 +257,7 @@ class EngineCore:
             collector, finish = request.collector, out.finish
             if finish is None:
                 collector.put(out.token, out.logprob)
-                if request.first_token_at is not None and not collector.eager:
+                if request.first_token_at is not None and not collector.until_shown:
                     later.append(collector)
                     continue
                 first.append(collector)  # a first token, or a consumer that shows nothing yet

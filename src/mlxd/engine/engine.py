@@ -167,20 +167,16 @@ class Engine:
 
     def _make_request(self, req: EngineRequest, info: ModelInfo) -> Request:
         validate(req, info.vocab_size, takes_images=info.image_processor is not None)
-        max_new = budget(
-            len(req.prompt_ids),
-            info.context_window,
-            req.params,
-            req.max_tokens_cap,
-            self.cfg.max_tokens_ceiling,
+        max_tokens = budget(
+            len(req.prompt_ids), info.context_window, req.params, self.cfg.max_tokens_ceiling
         )
         return Request(
             request_id=f"req-{next(_ids)}",
             model=req.model,
             prompt_ids=list(req.prompt_ids),
             params=self._with_draft(req.params, info),
-            max_new=max_new,
-            collector=Collector(eager=req.until_shown),
+            max_tokens=max_tokens,
+            collector=Collector(until_shown=req.until_shown),
             grammar=req.grammar,
             boundaries=req.boundaries,
             images=req.images,

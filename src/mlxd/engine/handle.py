@@ -28,9 +28,9 @@ class RequestHandle:
         return self._request.status
 
     @property
-    def max_new_tokens(self) -> int:
+    def max_tokens(self) -> int:
         """The generation budget the engine gave this request."""
-        return self._request.max_new
+        return self._request.max_tokens
 
     def cancel(self) -> None:
         """Idempotent; the stream ends with FinishEvent(CANCELLED) unless it already ended."""
@@ -43,10 +43,10 @@ class RequestHandle:
     def finished(self) -> bool:
         return self._collector.finished
 
-    def settle(self) -> None:
+    def shown(self) -> None:
         """Say the consumer has shown output: later tokens may come once per stream interval
-        (until then every step's token is delivered at once)."""
-        self._collector.settle()
+        (until then, for an `until_shown` request, every step's token is delivered at once)."""
+        self._collector.shown()
 
     def __iter__(self) -> Iterator[EngineEvent]:
         collector = self._collector

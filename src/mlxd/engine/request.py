@@ -19,18 +19,17 @@ if TYPE_CHECKING:  # llguidance loads with the first constrained request
 
 @dataclass(frozen=True, slots=True)
 class EngineRequest:
-    """A generation request in token ids. `max_tokens_cap` is the caller's default cap
-    (the server passes half the window when the client gave no max_tokens). `grammar`, compiled
-    before submit (backend.structured.grammar), constrains the output token by token; `boundaries`
-    are where the chat layer's prompt parts end (prefix-cache snapshot points). `images`
-    (vision models) are merged into the prompt's embeddings at prefill. `until_shown`: the
-    consumer may hold tokens back as text; every token is delivered at once until it calls
-    RequestHandle.settle()."""
+    """A generation request in token ids (`budget` bounds params.max_tokens; None: the room
+    the context window leaves). `grammar`, compiled before submit
+    (backend.structured.grammar), constrains the output token by token; `boundaries` are
+    where the chat layer's prompt parts end (prefix-cache snapshot points). `images` (vision
+    models) are merged into the prompt's embeddings at prefill. `until_shown`: the consumer
+    may hold tokens back as text; every token is delivered at once until it calls
+    RequestHandle.shown()."""
 
     model: str
     prompt_ids: list[int]
     params: SamplingParams = field(default_factory=SamplingParams)
-    max_tokens_cap: int | None = None
     grammar: CompiledGrammar | None = None
     boundaries: PromptBoundaries = field(default_factory=PromptBoundaries)
     images: ImageInputs | None = None
@@ -52,7 +51,7 @@ class Request:
     model: str
     prompt_ids: list[int]
     params: SamplingParams
-    max_new: int
+    max_tokens: int  # the generation budget: what `budget` gave this request
     collector: Collector
     grammar: CompiledGrammar | None = None
     boundaries: PromptBoundaries = field(default_factory=PromptBoundaries)
@@ -74,7 +73,7 @@ class Request:
     @property
     def kv_tokens(self) -> int:
         """Most KV positions this request can hold: what admission budgets for."""
-        return self.prompt_len + self.max_new
+        return self.prompt_len + self.max_tokens
 
     @property
     def finished(self) -> bool:
@@ -100,10 +99,9 @@ def budget(
     prompt_len: int,
     context_window: int,
     params: SamplingParams,
-    cap: int | None,
     ceiling: int | None,
 ) -> int:
-    """New tokens allowed: min(max_tokens, cap, ceiling, window - prompt). Raises
+    """New tokens allowed: min(max_tokens, ceiling, window - prompt). Raises
     ContextOverflow when the prompt alone fills the window."""
     room = context_window - prompt_len
     if room <= 0:
@@ -112,7 +110,7 @@ def budget(
             f"no room to generate",
             param="messages",
         )
-    limits = [params.max_tokens, cap, ceiling, room]
+    limits = [params.max_tokens, ceiling, room]
     return int(min(math.inf if v is None else v for v in limits))
 
 
@@ -135,8 +133,6 @@ def validate(req: EngineRequest, vocab_size: int, takes_images: bool = False) ->
     for tok, bias in p.logit_bias:
         _check(0 <= tok < vocab_size, "logit_bias", f"token ids in [0, {vocab_size})")
         SAMPLING_BOUNDS["logit_bias"].check("logit_bias", bias)
-    if req.max_tokens_cap is not None:
-        _check(req.max_tokens_cap >= 1, "max_tokens_cap", ">= 1")
     in_prompt = all(0 <= at <= len(req.prompt_ids) for at in req.boundaries.positions())
     _check(in_prompt, "boundaries", "positions within the prompt")
     _check(all(0 <= t < vocab_size for t in p.stop_token_ids), "stop_token_ids", "in vocab")

@@ -16,8 +16,7 @@ def random_prompts(n: int, vocab: int, lengths: tuple[int, int], seed: int = 0) 
 
 
 def request(info: ModelInfo, prompt: list[int], **params: Any) -> EngineRequest:
-    cap = params.pop("max_tokens_cap", None)
-    return EngineRequest(info.name, prompt, SamplingParams(**params), max_tokens_cap=cap)
+    return EngineRequest(info.name, prompt, SamplingParams(**params))
 
 
 def collect_events(handle: RequestHandle) -> tuple[list[TokenEvent], FinishEvent]:

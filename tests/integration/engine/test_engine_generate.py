@@ -92,14 +92,14 @@ def test_ignore_eos_keeps_going_past_eos(chat: tuple[Engine, ModelInfo]) -> None
     assert (tokens, fin.reason) == ([eos] * 6, FinishReason.LENGTH)
 
 
-def test_budget_rule_min_of_max_tokens_cap_ceiling_window(make_engine, tiny_chat_model) -> None:
+def test_budget_rule_min_of_max_tokens_ceiling_window(make_engine, tiny_chat_model) -> None:
     engine = make_engine(max_tokens_ceiling=7)
     info = engine.load_model(tiny_chat_model)
     p = [30, 31, 32]
     cases = [
         (dict(max_tokens=5), 5),
-        (dict(max_tokens=5, max_tokens_cap=3), 3),
-        (dict(max_tokens_cap=9), 7),
+        (dict(max_tokens=3), 3),
+        (dict(max_tokens=9), 7),
         (dict(), 7),
     ]
     for params, expected in cases:
@@ -109,7 +109,7 @@ def test_budget_rule_min_of_max_tokens_cap_ceiling_window(make_engine, tiny_chat
     long_prompt = random_prompts(1, info.vocab_size, (window - 4, window - 3), seed=4)[0]
     handle = engine.submit(request(info, long_prompt, ignore_eos=True))
     tokens, fin = handle.collect()
-    assert handle.max_new_tokens == len(tokens) == 4
+    assert handle.max_tokens == len(tokens) == 4
     assert fin.usage.prompt_tokens + fin.usage.completion_tokens == window
 
 

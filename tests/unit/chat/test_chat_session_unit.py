@@ -52,15 +52,15 @@ class FakeHandle:
     events: list[Any]
     request_id: str = "req-1"
     cancels: int = 0
-    settled_after: int | None = None  # how many events had been taken when settle() came
+    shown_after: int | None = None  # how many events had been taken when shown() came
     taken: int = 0
 
     def cancel(self) -> None:
         self.cancels += 1
 
-    def settle(self) -> None:
-        if self.settled_after is None:
-            self.settled_after = self.taken
+    def shown(self) -> None:
+        if self.shown_after is None:
+            self.shown_after = self.taken
 
     def __iter__(self):
         for event in self.events:
@@ -141,11 +141,11 @@ def test_chat_session_second_iteration_yields_nothing():
     assert list(stream) == []
 
 
-def test_chat_session_settles_the_handle_once_output_shows():
+def test_chat_session_tells_the_handle_once_output_shows():
     # "X" may start the stop string "XY": held back, nothing shown, the engine must keep
     # delivering every token at once; "Xb" shows, and from then on wake-ups may be batched.
     engine = FakeEngine([_tokens("X"), _tokens("b"), _tokens("c"), DONE])
     events = list(start_completion(engine, FakeInfo(), "p", ChatOptions.parse({"stop": ["XY"]})))
     assert events[0] == TextDelta("Xb")
     assert engine.requests[0].until_shown
-    assert engine.handles[0].settled_after == 2
+    assert engine.handles[0].shown_after == 2

@@ -11,8 +11,8 @@ from mlxd.errors import ContextOverflow, InvalidRequest
 from mlxd.types import SamplingParams
 
 
-def make_request(n: int, model: str = "a", prompt: int = 10, max_new: int = 10) -> Request:
-    return Request(f"r{n}", model, [1] * prompt, SamplingParams(), max_new, Collector())
+def make_request(n: int, model: str = "a", prompt: int = 10, max_tokens: int = 10) -> Request:
+    return Request(f"r{n}", model, [1] * prompt, SamplingParams(), max_tokens, Collector())
 
 
 def test_first_come_first_served_up_to_max_batch() -> None:
@@ -65,24 +65,25 @@ def test_removing_a_waiting_request() -> None:
 
 
 @pytest.mark.parametrize(
-    ("prompt", "window", "params", "cap", "ceiling", "expected"),
+    ("prompt", "window", "params", "ceiling", "expected"),
     [
-        (10, 100, SamplingParams(), None, None, 90),
-        (10, 100, SamplingParams(max_tokens=5), None, None, 5),
-        (10, 100, SamplingParams(max_tokens=500), None, None, 90),
-        (10, 100, SamplingParams(), 45, None, 45),
-        (10, 100, SamplingParams(max_tokens=40), 45, 30, 30),
-        (99, 100, SamplingParams(), 45, 30, 1),
+        (10, 100, SamplingParams(), None, 90),
+        (10, 100, SamplingParams(max_tokens=5), None, 5),
+        (10, 100, SamplingParams(max_tokens=500), None, 90),
+        (10, 100, SamplingParams(max_tokens=45), None, 45),
+        (10, 100, SamplingParams(), 30, 30),
+        (10, 100, SamplingParams(max_tokens=40), 30, 30),
+        (99, 100, SamplingParams(max_tokens=45), 30, 1),
     ],
 )
-def test_budget_rule(prompt, window, params, cap, ceiling, expected) -> None:
-    assert budget(prompt, window, params, cap, ceiling) == expected
+def test_budget_rule(prompt, window, params, ceiling, expected) -> None:
+    assert budget(prompt, window, params, ceiling) == expected
 
 
 @pytest.mark.parametrize("prompt", [100, 101])
 def test_prompt_filling_the_window_overflows(prompt: int) -> None:
     with pytest.raises(ContextOverflow, match=f"{prompt} tokens.*window is 100"):
-        budget(prompt, 100, SamplingParams(), None, None)
+        budget(prompt, 100, SamplingParams(), None)
 
 
 def test_validate_accepts_good_and_names_bad_fields() -> None:
@@ -101,8 +102,8 @@ def test_validate_accepts_good_and_names_bad_fields() -> None:
         validate(EngineRequest("m", [1], SamplingParams(presence_penalty=3.0)), vocab_size=10)
     assert err.value.param == "presence_penalty"
     with pytest.raises(InvalidRequest) as err:
-        validate(EngineRequest("m", [1], SamplingParams(), max_tokens_cap=0), vocab_size=10)
-    assert err.value.param == "max_tokens_cap"
+        validate(EngineRequest("m", [1], SamplingParams(max_tokens=0)), vocab_size=10)
+    assert err.value.param == "max_tokens"
     with pytest.raises(InvalidRequest) as err:
         validate(EngineRequest("m", [1], SamplingParams(seed=-1)), vocab_size=10)
     assert err.value.param == "seed"

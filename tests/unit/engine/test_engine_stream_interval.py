@@ -42,9 +42,9 @@ class RecordingCore(EngineCore):
         self.handle(LoadModel("m", Path("/fake/m"), reply))
         reply.result(timeout=1)
 
-    def submit(self, prompt: list[int], max_new: int, eager: bool = False) -> Request:
-        collector = Collector(eager=eager)
-        request = Request(f"r{prompt[0]}", "m", prompt, SamplingParams(), max_new, collector)
+    def submit(self, prompt: list[int], max_tokens: int, until_shown: bool = False) -> Request:
+        collector = Collector(until_shown=until_shown)
+        request = Request(f"r{prompt[0]}", "m", prompt, SamplingParams(), max_tokens, collector)
         self.live.add(request)
         self.handle(Submit(request))
         return request
@@ -61,7 +61,7 @@ def wakes_of(core: RecordingCore, request: Request) -> int:
 
 def test_interval_zero_wakes_every_step() -> None:
     core = RecordingCore(0.0)
-    a = core.submit([10], max_new=20)
+    a = core.submit([10], max_tokens=20)
     run(core, 10)
     assert a.completion_tokens == 9  # the fake prefills one step first
     assert wakes_of(core, a) == 9
@@ -69,7 +69,7 @@ def test_interval_zero_wakes_every_step() -> None:
 
 def test_long_interval_wakes_for_the_first_token_only_and_loses_nothing() -> None:
     core = RecordingCore(1.0)
-    a = core.submit([10], max_new=20)
+    a = core.submit([10], max_tokens=20)
     run(core, 10)
     assert a.completion_tokens == 9
     assert wakes_of(core, a) == 1  # the first token; the next 8 wait for the interval
@@ -80,23 +80,23 @@ def test_long_interval_wakes_for_the_first_token_only_and_loses_nothing() -> Non
     assert isinstance(events[-1], FinishEvent)
 
 
-def test_an_eager_consumer_is_woken_every_step_until_it_settles() -> None:
+def test_an_until_shown_consumer_is_woken_every_step_until_it_has_shown_output() -> None:
     core = RecordingCore(1.0)
-    a = core.submit([10], max_new=40, eager=True)
-    b = core.submit([20], max_new=40)
+    a = core.submit([10], max_tokens=40, until_shown=True)
+    b = core.submit([20], max_tokens=40)
     run(core, 6)
     assert (wakes_of(core, a), wakes_of(core, b)) == (5, 1)  # a shows nothing yet
-    a.collector.settle()
+    a.collector.shown()
     run(core, 5)
     assert (wakes_of(core, a), wakes_of(core, b)) == (5, 1)  # both wait for the interval
 
 
 def test_pending_tokens_are_delivered_before_a_prefill_step() -> None:
     core = RecordingCore(1.0)
-    a = core.submit([10], max_new=50)
+    a = core.submit([10], max_tokens=50)
     run(core, 5)  # a decodes; its tokens 2..5 wait for the interval
     assert core.waker.pending  # a's tokens wait
-    b = core.submit(list(range(100, 140)), max_new=5)  # 40 tokens: prefill takes 10 steps
+    b = core.submit(list(range(100, 140)), max_tokens=5)  # 40 tokens: prefill takes 10 steps
     runner = core.runner
     assert runner is not None
     calls: list[bool] = []
