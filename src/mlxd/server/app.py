@@ -1,4 +1,5 @@
-"""The FastAPI app factory: routes, OpenAI-shaped errors, guard middleware, optional CORS."""
+"""The FastAPI app factory: routes, OpenAI-shaped errors, guard middleware, CORS for the allowed
+origins."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from fastapi import FastAPI
 
 from mlxd import __version__
 from mlxd.server.error_responses import install_handlers
+from mlxd.server.guard.cors import Cors
 from mlxd.server.guard.middleware import Guard
 from mlxd.server.router import router
 from mlxd.server.served_models import ServedModels
@@ -39,13 +41,6 @@ def create_app(
     app.include_router(router)
     app.add_middleware(Guard, settings=settings, metrics=state.metrics, lifecycle=state.lifecycle)
     if settings.allowed_origins:
-        from starlette.middleware.cors import CORSMiddleware
-
         # Added last, so it runs first: browser preflights are answered before auth.
-        app.add_middleware(
-            CORSMiddleware,
-            allow_origins=list(settings.allowed_origins),
-            allow_methods=["GET", "POST", "OPTIONS"],
-            allow_headers=["Authorization", "Content-Type"],
-        )
+        app.add_middleware(Cors, origins=settings.allowed_origins)
     return app

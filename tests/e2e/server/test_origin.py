@@ -80,3 +80,95 @@ def test_env_origins_apply_when_the_flag_is_absent(
         assert post(srv.base_url, "text/plain", origin="http://c.example").status_code == 403
     finally:
         srv.stop()
+
+
+# Headers a browser sets itself (a page cannot), or that need no preflight.
+BROWSER_OWN = {"host", "connection", "content-length", "accept-encoding", "user-agent", "accept"}
+# The browser builds of the SDKs add these to what the Python ones send.
+BROWSER_SDK = {"anthropic-dangerous-direct-browser-access", "x-api-key"}
+
+
+def sdk_headers() -> set[str]:
+    """The header names the installed openai and anthropic SDKs really send, read off their
+    requests (a mock transport answers 500, and no retry is made)."""
+    import anthropic
+    import httpx2
+    import openai
+
+    seen: set[str] = set()
+
+    def record(names: object) -> None:
+        seen.update(str(n).lower() for n in names)  # type: ignore[attr-defined]
+
+    oai = openai.OpenAI(
+        api_key="k", organization="o", project="p", base_url="http://sdk.invalid/v1",
+        max_retries=0, http_client=httpx.Client(transport=httpx.MockTransport(
+            lambda r: record(r.headers.keys()) or httpx.Response(500, json={}))),
+    )  # fmt: skip
+    claude = anthropic.Anthropic(
+        api_key="k", base_url="http://sdk.invalid", max_retries=0,
+        http_client=httpx2.Client(transport=httpx2.MockTransport(
+            lambda r: record(r.headers.keys()) or httpx2.Response(500, json={}))),
+    )  # fmt: skip
+    user = [{"role": "user", "content": "hi"}]
+    calls = [
+        lambda: oai.chat.completions.create(model="m", messages=user, stream=True),  # type: ignore[arg-type]
+        lambda: oai.responses.create(model="m", input="hi"),
+        lambda: claude.beta.messages.create(
+            model="m",
+            max_tokens=1,
+            messages=user,
+            betas=["b"],  # type: ignore[arg-type]
+        ),
+        lambda: claude.messages.stream(model="m", max_tokens=1, messages=user).__enter__(),  # type: ignore[arg-type]
+        lambda: claude.messages.count_tokens(model="m", messages=user),  # type: ignore[arg-type]
+    ]
+    for call in calls:
+        with pytest.raises(Exception):  # noqa: B017, PT011 - the mock's 500, whatever class
+            call()
+    return seen
+
+
+def preflight(url: str, origin: str, headers: list[str], method: str = "POST") -> httpx.Response:
+    return httpx.options(
+        url + "/v1/messages",
+        headers={
+            "Origin": origin,
+            "Access-Control-Request-Method": method,
+            "Access-Control-Request-Headers": ", ".join(headers),
+        },
+        timeout=30,
+    )
+
+
+def test_a_preflight_from_an_allowed_origin_allows_what_the_sdks_send(
+    origin_server: ServerProcess,
+) -> None:
+    sent = sdk_headers()
+    assert {"anthropic-version", "anthropic-beta", "openai-project"} <= sent
+    assert len({h for h in sent if h.startswith("x-stainless-")}) >= 8
+    wanted = sorted((sent - BROWSER_OWN) | BROWSER_SDK | {"x-stainless-future-field"})
+    r = preflight(origin_server.url, "http://ui.example", wanted)
+    assert r.status_code == 200, r.text
+    assert r.headers["access-control-allow-origin"] == "http://ui.example"
+    allowed = {h.strip() for h in r.headers["access-control-allow-headers"].split(",")}
+    assert set(wanted) <= allowed
+    assert "POST" in r.headers["access-control-allow-methods"]
+
+
+def test_a_preflight_is_refused_for_other_origins_headers_and_methods(
+    origin_server: ServerProcess,
+) -> None:
+    url = origin_server.url
+    other = preflight(url, "http://evil.example", ["x-api-key"])
+    assert other.status_code == 400 and "access-control-allow-origin" not in other.headers
+    assert "origin" in other.text
+    odd = preflight(url, "http://ui.example", ["x-api-key", "x-forwarded-for"])
+    assert odd.status_code == 400 and "x-forwarded-for" in odd.text
+    assert preflight(url, "http://ui.example", ["x-api-key"], method="DELETE").status_code == 400
+
+
+def test_no_allowed_origins_means_no_cors(server: ServerProcess) -> None:
+    # The Guard refuses the Origin, as it refuses the request itself.
+    r = preflight(server.url, "http://ui.example", ["x-api-key"])
+    assert r.status_code == 403 and "access-control-allow-origin" not in r.headers
