@@ -162,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _origins(values: list[str] | None) -> tuple[str, ...] | None:
-    from mlxd.server.guard.origin import parse_origins
+    from mlxd.server.origin import parse_origins
 
     return parse_origins(",".join(values)) if values else None
 

@@ -8,7 +8,7 @@ that depend on operator settings or on several fields at once.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
@@ -17,10 +17,16 @@ from mlxd.chat.options import ChatOptions, check_stop_count
 from mlxd.chat.tool_choice import ToolChoice
 from mlxd.errors import InvalidRequest
 from mlxd.server.error_responses import validation_error
-from mlxd.server.openai.schemas import SamplingFields
 from mlxd.server.settings import ServerSettings
 
 M = TypeVar("M", bound=BaseModel)
+
+
+@runtime_checkable
+class StopStrings(Protocol):
+    """A request whose `stop` field parse checks against the operator's cap."""
+
+    def stop_list(self) -> list[str]: ...
 
 
 class ApiConversation(Protocol):
@@ -55,7 +61,7 @@ def parse(model: type[M], body: bytes, settings: ServerSettings) -> M:
         req = model.model_validate_json(body)
     except ValidationError as exc:
         raise validation_error(exc) from None
-    if isinstance(req, SamplingFields):
+    if isinstance(req, StopStrings):
         check_stop_count(len(req.stop_list()))
     return req
 

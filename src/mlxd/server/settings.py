@@ -9,7 +9,7 @@ from typing import Any
 
 from mlxd.config import default, setting
 from mlxd.errors import InvalidRequest
-from mlxd.server.guard.origin import parse_origins
+from mlxd.server.origin import parse_origins
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 

@@ -14,7 +14,7 @@ from starlette.datastructures import Headers, MutableHeaders
 from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mlxd.server.guard.origin import ANY_ORIGIN, normalize, origin_allowed
+from mlxd.server.origin import ANY_ORIGIN, normalize, origin_allowed
 
 __all__ = ["SDK_HEADERS", "Cors", "header_allowed"]
 

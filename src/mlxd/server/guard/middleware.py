@@ -15,9 +15,9 @@ from typing import Any
 from mlxd.errors import AuthError, EngineUnavailable, MlxdError
 from mlxd.server.error_responses import HostNotAllowed, PayloadTooLarge, error_body, error_headers
 from mlxd.server.guard.connections import RequestTimeout
-from mlxd.server.guard.origin import normalize, origin_allowed, refusal
 from mlxd.server.lifecycle import Lifecycle
 from mlxd.server.metrics import Metrics
+from mlxd.server.origin import normalize, origin_allowed, refusal
 from mlxd.server.settings import LOOPBACK_NAMES, ServerSettings
 from mlxd.server.sse import dumps
 
