@@ -373,6 +373,7 @@ LIMITS = {
     "logit_bias_entries": 1024,
     "stop_string_chars": 256,
     "template_kwarg_chars": 64,  # a chat_template_kwargs string value
+    "json_depth": 100,  # nesting of JSON inside a string field (tool call arguments)
 }
 
 

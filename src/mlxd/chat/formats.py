@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from mlxd.chat.json_text import loads_json
 from mlxd.errors import InvalidRequest
 from mlxd.types import Tokenizer
 
@@ -123,7 +124,7 @@ def detect_tool_format(
 def parse_json_call(text: str) -> list[dict[str, Any]]:
     """One {"name": ..., "arguments"|"parameters": {...}} object, or a list of them."""
     try:
-        payload = json.loads(text.strip())
+        payload = loads_json(text.strip())
     except json.JSONDecodeError as e:
         raise ValueError(f"tool call is not valid JSON: {e.msg}") from None
     items = payload if isinstance(payload, list) else [payload]
@@ -135,7 +136,10 @@ def parse_json_call(text: str) -> list[dict[str, Any]]:
 def parse_mistral(text: str) -> list[dict[str, Any]]:
     from mlx_lm.tool_parsers import mistral  # mlx-lm's parser handles both Mistral spellings
 
-    result = mistral.parse_tool_call(text.strip())
+    try:
+        result = mistral.parse_tool_call(text.strip())
+    except RecursionError:
+        raise ValueError("tool call is nested too deeply") from None
     return [_call_from_object(c) for c in (result if isinstance(result, list) else [result])]
 
 
@@ -157,9 +161,9 @@ def _call_from_object(item: object) -> dict[str, Any]:
     args = item.get("arguments", item.get("parameters", {}))
     if isinstance(args, str):
         try:
-            args = json.loads(args)
-        except json.JSONDecodeError:
-            raise ValueError("tool call arguments are not JSON") from None
+            args = loads_json(args)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"tool call arguments are not JSON: {e.msg}") from None
     if not isinstance(args, dict):
         raise ValueError("tool call arguments must be an object")
     call: dict[str, Any] = {"name": item["name"], "arguments": args}

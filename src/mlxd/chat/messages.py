@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from mlxd.chat.images import ImageRef, image_url
+from mlxd.chat.json_text import JsonTooDeep, loads_json
 from mlxd.config import LIMITS
 from mlxd.errors import InvalidRequest
 
@@ -190,7 +191,11 @@ def _tool_calls(calls: object, where: str) -> list[dict[str, Any]]:
         args = fn.get("arguments", {})
         if isinstance(args, str):
             try:
-                args = json.loads(args) if args.strip() else {}
+                args = loads_json(args) if args.strip() else {}
+            except JsonTooDeep as e:
+                raise InvalidRequest(
+                    f"tool call arguments are {e.msg}", param=f"{here}.function.arguments"
+                ) from None
             except json.JSONDecodeError:
                 raise InvalidRequest(
                     "tool call arguments must be a JSON object", param=f"{here}.function.arguments"

@@ -17,6 +17,7 @@ from enum import Enum, auto
 from typing import Any
 
 from mlxd.chat.formats import Formats, ToolFormat
+from mlxd.chat.json_text import loads_json
 from mlxd.types import ChatEvent, ReasoningDelta, TextDelta, ToolCall, Warning
 
 __all__ = [
@@ -356,7 +357,7 @@ class OutputParser:
         name = self._recipient.removeprefix("functions.")
         body, self._tool_buf = self._tool_buf, ""
         try:
-            args = json.loads(body) if body.strip() else {}
+            args = loads_json(body) if body.strip() else {}
             if not isinstance(args, dict):
                 raise ValueError("arguments must be a JSON object")
         except ValueError as e:

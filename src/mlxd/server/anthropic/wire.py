@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mlxd.chat.json_text import loads_json
 from mlxd.errors import MlxdError
 from mlxd.server.error_responses import anthropic_error_body
 from mlxd.server.sse import named_event
@@ -51,7 +52,7 @@ def usage_body(usage: Usage) -> dict[str, int]:
 def tool_input(call: ToolCall) -> dict[str, Any]:
     """A call's arguments as the object `input` must be (non-object JSON is wrapped)."""
     try:
-        value = json.loads(call.arguments)
+        value = loads_json(call.arguments)
     except json.JSONDecodeError:
         value = call.arguments
     return value if isinstance(value, dict) else {"arguments": value}

@@ -15,6 +15,7 @@ from pydantic import (
     model_validator,
 )
 
+from mlxd.chat.json_text import JsonTooDeep, loads_json
 from mlxd.chat.messages import join_text
 from mlxd.server.fields import (
     CallId,
@@ -97,7 +98,9 @@ class FunctionCallItem(WireModel):
     @classmethod
     def _json_object(cls, v: str) -> str:
         try:
-            value = json.loads(v) if v.strip() else {}
+            value = loads_json(v) if v.strip() else {}
+        except JsonTooDeep as e:
+            raise ValueError(f"arguments are {e.msg}") from None
         except json.JSONDecodeError:
             value = None
         if not isinstance(value, dict):
