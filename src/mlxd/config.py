@@ -278,6 +278,13 @@ SETTINGS: dict[str, Setting[Any]] = {
     "template_bytes": Setting(
         "MLXD_TEMPLATE_BYTES", str(8 << 20), "chat template render output-size budget", int
     ),
+    "tokenize_bytes": Setting(
+        "MLXD_TOKENIZE_BYTES",
+        str(8 << 20),
+        "characters of large prompts (64 KiB or more) tokenized at once; tokenizing costs "
+        "~200 bytes of memory per byte of prompt",
+        int,
+    ),
     "max_images": Setting(
         "MLXD_MAX_IMAGES", "8", "most images in one chat request (all its messages together)", int
     ),

@@ -34,6 +34,7 @@ from mlxd.chat.messages import (
     normalize_messages,
     normalize_tools,
 )
+from mlxd.chat.prompt_budget import check_fits, tokenizing
 from mlxd.chat.template import render_template
 from mlxd.config import setting_flag, setting_int
 from mlxd.errors import InvalidRequest, TemplateError
@@ -83,11 +84,14 @@ def build_chat_prompt(
     template_kwargs: dict[str, Any] | None = None,
     template: str | None = None,
     images: ImageInputs | None = None,
+    window: int | None = None,
 ) -> BuiltPrompt:
     """Validate, render and tokenize a chat request. `template`: a Jinja chat template to use
     instead of the model's (the server allows it only when its operator does). `images`: the
     messages' images in order (chat.images.load_images); the template writes one image token
-    per image part, which becomes that image's run of positions.
+    per image part, which becomes that image's run of positions. `window`: the model's context
+    window: a rendered prompt that cannot fit it is refused before it is tokenized
+    (ContextOverflow), and large ones tokenize in turns (chat.prompt_budget).
 
     Control tokens written in messages tokenize as text unless MLXD_CONTENT_CONTROL_TOKENS=1
     (mlxd.chat.control_tokens). Raises InvalidRequest(param="messages[...]") for malformed
@@ -100,11 +104,9 @@ def build_chat_prompt(
     if not setting_flag("content_control_tokens"):  # content tokenizes as text (the default)
         msgs, shield = shield_messages(tokenizer, msgs, detect_reasoning(tokenizer) or ())
     rendered = render_chat_text(tokenizer, msgs, tool_list, kwargs, template)
+    if window is not None:
+        check_fits(tokenizer, rendered, window)
     fallback = template is None and _uses_fallback(tokenizer)
-    # Templates write their own BOS (as HF's apply_chat_template assumes); the fallback does
-    # not, so it gets the tokenizer's special tokens like a raw prompt.
-    ids = shield.encode(tokenizer, rendered, add_special_tokens=fallback)
-    text = shield.restore(rendered)
 
     def render(other: list[dict[str, Any]], generation: bool) -> str:
         return render_chat_text(tokenizer, other, tool_list, kwargs, template, generation)
@@ -112,9 +114,14 @@ def build_chat_prompt(
     def encode(piece: str, at_start: bool) -> list[int]:
         return shield.encode(tokenizer, piece, add_special_tokens=fallback and at_start)
 
-    added = added_token_pattern(tokenizer)
-    prompt = PromptText(rendered, ids, encode, added, added_token_ids(tokenizer))
-    boundaries = prompt_boundaries(msgs, prompt, render)
+    with tokenizing(rendered):
+        # Templates write their own BOS (as HF's apply_chat_template assumes); the fallback
+        # does not, so it gets the tokenizer's special tokens like a raw prompt.
+        ids = shield.encode(tokenizer, rendered, add_special_tokens=fallback)
+        added = added_token_pattern(tokenizer)
+        prompt = PromptText(rendered, ids, encode, added, added_token_ids(tokenizer))
+        boundaries = prompt_boundaries(msgs, prompt, render)
+    text = shield.restore(rendered)
     if images is not None:
         boundaries = _past_images(boundaries, ids, images)
         ids = expand_images(ids, images)
@@ -181,13 +188,17 @@ def _warnings(fallback: bool, tools: list[dict[str, Any]] | None, text: str) -> 
     return ()
 
 
-def build_text_prompt(tokenizer: Tokenizer, prompt: str) -> BuiltPrompt:
-    """Tokenize a raw completion prompt, adding BOS only if the tokenizer wants it (once)."""
+def build_text_prompt(tokenizer: Tokenizer, prompt: str, window: int | None = None) -> BuiltPrompt:
+    """Tokenize a raw completion prompt, adding BOS only if the tokenizer wants it (once);
+    `window` as for build_chat_prompt."""
     if not isinstance(prompt, str):
         raise InvalidRequest("prompt must be a string", param="prompt")
+    if window is not None:
+        check_fits(tokenizer, prompt, window, param="prompt")
     bos = getattr(tokenizer, "bos_token", None)
     has_bos = isinstance(bos, str) and bool(bos) and prompt.startswith(bos)
-    ids = _encode(tokenizer, prompt, add_special_tokens=not has_bos)
+    with tokenizing(prompt):
+        ids = _encode(tokenizer, prompt, add_special_tokens=not has_bos)
     if not ids:
         raise InvalidRequest("prompt is empty", param="prompt")
     return BuiltPrompt(token_ids=ids, text=prompt, reasoning_open=False)

@@ -210,7 +210,13 @@ def _prompt(
     if refs:
         images = load_images(refs, info.image_processor, allow_urls=request.allow_image_urls)
     return build_chat_prompt(
-        info.tokenizer, messages, tools, request.template_kwargs, request.template, images=images
+        info.tokenizer,
+        messages,
+        tools,
+        request.template_kwargs,
+        request.template,
+        images=images,
+        window=info.context_window,
     )
 
 
@@ -222,7 +228,7 @@ def start_completion(
     max_tokens_policy: MaxTokensPolicy = MaxTokensPolicy.WINDOW,
 ) -> ChatStream:
     """Raw text completion: no template, no reasoning split, no tool parsing (stops apply)."""
-    built = build_text_prompt(info.tokenizer, prompt)
+    built = build_text_prompt(info.tokenizer, prompt, window=info.context_window)
     stream_filter = StreamFilter(info.tokenizer, stop=options.stop, reasoning=None)
     plain = Formats(reasoning=None, harmony=False, tool=None)
     constraint, _ = chat_constraint(
