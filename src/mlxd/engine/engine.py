@@ -227,32 +227,16 @@ class Engine:
         return EngineHealth(state.open, state, detail, blas, cluster)
 
     def stats(self) -> EngineStats:
-        core, c = self._core, self._core.counters
-        cache = self._backend.cache_stats()
+        core = self._core
         return EngineStats(
             running=len(core.scheduler.running),
             waiting=self._queued,
-            prefix_cache_hits=c.prefix_cache_hits,
-            cached_tokens_total=c.cached_tokens_total,
-            prompt_tokens_total=c.prompt_tokens_total,
-            generation_tokens_total=c.generation_tokens_total,
-            requests_by_finish_reason=dict(c.by_reason),
-            prefilled_tokens_total=c.prefilled_tokens_total,
-            requests_total=c.requests_total,
-            steps_total=c.steps_total,
-            prefix_cache_bytes=cache.bytes,
-            prefix_cache_entries=cache.entries,
-            prefix_cache_misses=c.prefix_cache_misses,
-            prefix_cache_evictions=cache.evictions,
-            prefix_cache_pruned=cache.pruned,
-            prefix_cache_stored=cache.stored,
-            prefix_cache_files_rejected=cache.files_rejected,
+            counters=core.counters.snapshot(),
+            cache=self._backend.cache_stats(),
             kv_tokens_in_use=core.scheduler.kv_in_use,
             model=core.model,
             models_loaded=tuple(self._models.names()),
             blas=self._backend.blas(),
-            draft_tokens_total=c.draft_tokens_total,
-            accepted_tokens_total=c.accepted_tokens_total,
             cluster=self._backend.cluster(),
         )
 

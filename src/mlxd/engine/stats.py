@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from mlxd.backend.api import ClusterStats, RankStatus
+from mlxd.backend.api import ClusterStats, PrefixCacheStats, RankStatus
 from mlxd.types import FinishReason
 
-__all__ = ["ClusterStats", "Counters", "EngineHealth", "EngineState", "EngineStats", "RankStatus"]
+__all__ = [
+    "ClusterStats",
+    "Counters",
+    "EngineHealth",
+    "EngineState",
+    "EngineStats",
+    "PrefixCacheStats",
+    "RankStatus",
+]
 
 
 class EngineState(StrEnum):
@@ -35,49 +43,22 @@ class EngineHealth:
     cluster: ClusterStats | None = None  # as in EngineStats
 
 
-@dataclass(frozen=True, slots=True)
-class EngineStats:
-    running: int
-    waiting: int
-    prefix_cache_hits: int
-    cached_tokens_total: int
-    prompt_tokens_total: int
-    generation_tokens_total: int
-    requests_by_finish_reason: dict[str, int]
-    prefilled_tokens_total: int = 0  # prompt tokens actually run (prompt minus cache hits)
-    requests_total: int = 0
-    steps_total: int = 0
-    prefix_cache_bytes: int = 0
-    prefix_cache_entries: int = 0
-    prefix_cache_misses: int = 0  # prompts that reused nothing (cache on)
-    prefix_cache_evictions: int = 0  # entries dropped to stay within prefix_cache_bytes
-    prefix_cache_pruned: int = 0  # entries a newer one made redundant (same conversation)
-    prefix_cache_stored: int = 0  # snapshots stored
-    prefix_cache_files_rejected: int = 0  # disk tier files deleted because they did not check
-    kv_tokens_in_use: int = 0
-    model: str | None = None
-    models_loaded: tuple[str, ...] = ()
-    blas: str = ""  # the CPU BLAS: "mkl" or "reference" (see docs/usage/blas.md)
-    draft_tokens_total: int = 0  # draft tokens verified (speculative decoding)
-    accepted_tokens_total: int = 0  # of those, accepted
-    cluster: ClusterStats | None = None  # distributed serve: the ranks (backend.distributed)
-
-
 @dataclass(slots=True)
 class Counters:
-    """Mutated only by the engine thread; read (racily but safely) by stats()."""
+    """Totals since start. Mutated only by the engine thread; stats() hands out snapshots."""
 
     requests_total: int = 0
     steps_total: int = 0
     prefix_cache_hits: int = 0
-    prefix_cache_misses: int = 0
+    prefix_cache_misses: int = 0  # prompts that reused nothing (cache on)
     cached_tokens_total: int = 0
     prompt_tokens_total: int = 0
     generation_tokens_total: int = 0
-    prefilled_tokens_total: int = 0
-    draft_tokens_total: int = 0
-    accepted_tokens_total: int = 0
-    # Every key present from the start, so readers never see the dict change size.
+    prefilled_tokens_total: int = 0  # prompt tokens actually run (prompt minus cache hits)
+    draft_tokens_total: int = 0  # draft tokens verified (speculative decoding)
+    accepted_tokens_total: int = 0  # of those, accepted
+    # Finished requests by finish reason; every key present from the start, so readers
+    # never see the dict change size.
     by_reason: dict[str, int] = field(default_factory=lambda: {r.value: 0 for r in FinishReason})
 
     def admitted(self, prompt_len: int, cached: int, cache_on: bool = True) -> None:
@@ -90,3 +71,23 @@ class Counters:
             self.cached_tokens_total += cached
         elif cache_on:
             self.prefix_cache_misses += 1
+
+    def snapshot(self) -> Counters:
+        """A copy for a reader (the engine thread goes on mutating this one)."""
+        return replace(self, by_reason=dict(self.by_reason))
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    """One engine.stats() snapshot: what runs now, the counters since start, the prefix
+    cache, and the ranks of a distributed job."""
+
+    running: int
+    waiting: int
+    counters: Counters = field(default_factory=Counters)
+    cache: PrefixCacheStats = field(default_factory=PrefixCacheStats)
+    kv_tokens_in_use: int = 0
+    model: str | None = None
+    models_loaded: tuple[str, ...] = ()
+    blas: str = ""  # the CPU BLAS: "mkl" or "reference" (see docs/usage/blas.md)
+    cluster: ClusterStats | None = None  # distributed serve: the ranks (backend.distributed)

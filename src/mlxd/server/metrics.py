@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -17,26 +17,28 @@ if TYPE_CHECKING:
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
-# engine.stats() field -> (metric name, type, help)
-ENGINE_GAUGES = (
-    ("running", "mlxd_running_requests", "gauge", "requests decoding or prefilling now"),
-    ("waiting", "mlxd_queue_depth", "gauge", "requests waiting for a batch slot"),
-    ("prefix_cache_hits", "mlxd_prefix_cache_hits_total", "counter", "prompts that reused KV"),
-    ("prefix_cache_misses", "mlxd_prefix_cache_misses_total", "counter",
+# (what of engine.stats(), metric name, type, help)
+ENGINE_GAUGES: tuple[tuple[Callable[[EngineStats], int], str, str, str], ...] = (
+    (lambda s: s.running, "mlxd_running_requests", "gauge", "requests decoding or prefilling now"),
+    (lambda s: s.waiting, "mlxd_queue_depth", "gauge", "requests waiting for a batch slot"),
+    (lambda s: s.counters.prefix_cache_hits, "mlxd_prefix_cache_hits_total", "counter",
+     "prompts that reused KV"),
+    (lambda s: s.counters.prefix_cache_misses, "mlxd_prefix_cache_misses_total", "counter",
      "prompts that reused no KV (a handful of shared tokens is a miss)"),
-    ("cached_tokens_total", "mlxd_cached_prompt_tokens_total", "counter", "prompt tokens reused"),
-    ("prefix_cache_evictions", "mlxd_prefix_cache_evictions_total", "counter",
+    (lambda s: s.counters.cached_tokens_total, "mlxd_cached_prompt_tokens_total", "counter",
+     "prompt tokens reused"),
+    (lambda s: s.cache.evictions, "mlxd_prefix_cache_evictions_total", "counter",
      "prefix cache snapshots dropped to stay within its byte budget"),
-    ("prefix_cache_pruned", "mlxd_prefix_cache_pruned_total", "counter",
+    (lambda s: s.cache.pruned, "mlxd_prefix_cache_pruned_total", "counter",
      "prefix cache snapshots a newer one made redundant (same conversation)"),
-    ("prefix_cache_files_rejected", "mlxd_prefix_cache_files_rejected_total", "counter",
+    (lambda s: s.cache.files_rejected, "mlxd_prefix_cache_files_rejected_total", "counter",
      "prefix cache disk files deleted because they did not check (corrupt, foreign, "
      "or not a cache of their model)"),
-    ("prefix_cache_bytes", "mlxd_prefix_cache_bytes", "gauge", "bytes the prefix cache holds"),
-    ("prefix_cache_entries", "mlxd_prefix_cache_entries", "gauge", "prefix cache snapshots"),
-    ("draft_tokens_total", "mlxd_draft_tokens_total", "counter",
+    (lambda s: s.cache.bytes, "mlxd_prefix_cache_bytes", "gauge", "bytes the prefix cache holds"),
+    (lambda s: s.cache.entries, "mlxd_prefix_cache_entries", "gauge", "prefix cache snapshots"),
+    (lambda s: s.counters.draft_tokens_total, "mlxd_draft_tokens_total", "counter",
      "speculative decoding: draft tokens the target verified"),
-    ("accepted_tokens_total", "mlxd_accepted_draft_tokens_total", "counter",
+    (lambda s: s.counters.accepted_tokens_total, "mlxd_accepted_draft_tokens_total", "counter",
      "speculative decoding: draft tokens accepted"),
 )  # fmt: skip
 
@@ -82,7 +84,7 @@ class Metrics:
         self.generation_tokens += completion_tokens
 
     def render(self, engine_stats: EngineStats, active_http: int) -> str:
-        """The /metrics body; engine_stats is engine.stats() (fields read by name)."""
+        """The /metrics body; engine_stats is engine.stats()."""
         out: list[str] = []
         _header(out, "mlxd_http_requests_total", "counter", "HTTP requests by route and status")
         for (route, status), n in sorted(self.requests.items()):
@@ -97,26 +99,20 @@ class Metrics:
         out.extend(self.ttft.lines("mlxd_time_to_first_token_seconds"))
         _header(out, "mlxd_inter_token_latency_seconds", "histogram", "gap between deltas")
         out.extend(self.itl.lines("mlxd_inter_token_latency_seconds"))
-        by_reason = getattr(engine_stats, "requests_by_finish_reason", None) or {}
+        by_reason = engine_stats.counters.by_reason
         _header(out, "mlxd_requests_finished_total", "counter", "engine requests by finish reason")
         for reason, n in sorted(by_reason.items()):
             out.append(f'mlxd_requests_finished_total{{reason="{reason}"}} {n}')
-        models = getattr(engine_stats, "models_loaded", None)
-        if models is not None:
-            _header(out, "mlxd_models_loaded", "gauge", "models loaded in the engine now")
-            out.append(f"mlxd_models_loaded {len(models)}")
-        blas = getattr(engine_stats, "blas", "")
-        if blas:
+        _header(out, "mlxd_models_loaded", "gauge", "models loaded in the engine now")
+        out.append(f"mlxd_models_loaded {len(engine_stats.models_loaded)}")
+        if engine_stats.blas:
             _header(out, "mlxd_blas_info", "gauge", "the CPU BLAS mlx's matmuls use (label)")
-            out.append(f'mlxd_blas_info{{blas="{blas}"}} 1')
-        for attr, name, kind, help_text in ENGINE_GAUGES:
-            value = getattr(engine_stats, attr, None)
-            if value is not None:
-                _header(out, name, kind, help_text)
-                out.append(f"{name} {value}")
-        cluster = getattr(engine_stats, "cluster", None)
-        if cluster is not None:
-            _cluster_lines(out, cluster)
+            out.append(f'mlxd_blas_info{{blas="{engine_stats.blas}"}} 1')
+        for value_of, name, kind, help_text in ENGINE_GAUGES:
+            _header(out, name, kind, help_text)
+            out.append(f"{name} {value_of(engine_stats)}")
+        if engine_stats.cluster is not None:
+            _cluster_lines(out, engine_stats.cluster)
         return "\n".join(out) + "\n"
 
 

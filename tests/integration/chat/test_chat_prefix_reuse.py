@@ -145,8 +145,8 @@ def test_three_turns_reuse_the_previous_prompt_with_the_same_content(
         assert cold_turn.usage.cached_tokens == 0
         assert (turn.content, turn.reasoning) == mlx_lm_answer(path, info, turn.prompt)
     stats = engine.stats()
-    assert (stats.prefix_cache_hits, stats.prefix_cache_misses) == (2, 1)
-    assert stats.cached_tokens_total == sum(t.usage.cached_tokens for t in turns)
+    assert (stats.counters.prefix_cache_hits, stats.counters.prefix_cache_misses) == (2, 1)
+    assert stats.counters.cached_tokens_total == sum(t.usage.cached_tokens for t in turns)
 
 
 @pytest.mark.parametrize("kind", ["chat", "sliding", "hybrid"])
@@ -162,12 +162,12 @@ def test_a_conversation_keeps_only_its_latest_turn(
         messages.append({"role": "user", "content": user})
         turn = ask(engine, info, messages)
         messages.append({"role": "assistant", "content": turn.content})
-        entries.append(engine.stats().prefix_cache_entries)
+        entries.append(engine.stats().cache.entries)
     stats = engine.stats()
     # At most: the system prompt, the last message's start, the prompt and the answer.
     assert max(entries) <= 4 and entries[-1] == entries[2]
-    assert stats.prefix_cache_pruned > 0
-    assert stats.prefix_cache_stored > stats.prefix_cache_entries
+    assert stats.cache.pruned > 0
+    assert stats.cache.stored > stats.cache.entries
 
 
 @pytest.mark.parametrize("kind", ["chat", "sliding", "hybrid"])
@@ -237,7 +237,7 @@ def test_a_small_budget_evicts_and_stays_within_bytes(
     probe = engines()
     probe_info = probe.load_model(path)
     conversation(probe, probe_info, USERS[:1])
-    one_turn = probe.stats().prefix_cache_bytes  # what one first turn keeps
+    one_turn = probe.stats().cache.bytes  # what one first turn keeps
     budget = one_turn * 2
     engine = engines(cache_bytes=budget)
     info = engine.load_model(path)
@@ -250,8 +250,8 @@ def test_a_small_budget_evicts_and_stays_within_bytes(
             t.content for t in conversation(cold, cold_info, users)
         ]
         assert turns[1].usage.cached_tokens > 0  # its own first turn is still there
-        assert engine.stats().prefix_cache_bytes <= budget
-    assert engine.stats().prefix_cache_evictions > 0
+        assert engine.stats().cache.bytes <= budget
+    assert engine.stats().cache.evictions > 0
 
 
 @pytest.mark.parametrize("kind", ["chat", "hybrid", "base"])  # base: the fallback format

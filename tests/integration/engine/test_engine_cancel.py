@@ -37,7 +37,7 @@ def test_cancel_queued_then_decoding_frees_the_slot(make_engine, tiny_chat_model
     assert len(after.collect()[0]) == 5
     stats = engine.stats()
     assert (stats.running, stats.waiting, stats.kv_tokens_in_use) == (0, 0, 0)
-    assert stats.requests_by_finish_reason["cancelled"] == 2
+    assert stats.counters.by_reason["cancelled"] == 2
 
 
 def test_cancel_while_prefilling(make_engine, tiny_chat_model) -> None:
@@ -73,7 +73,7 @@ def test_breaking_out_of_iteration_cancels(chat: tuple[Engine, ModelInfo]) -> No
         assert isinstance(event, TokenEvent)
         break
     wait_finished(handle)
-    assert engine.stats().requests_by_finish_reason["cancelled"] == 1
+    assert engine.stats().counters.by_reason["cancelled"] == 1
     assert engine.stats().running == 0
 
 
@@ -99,7 +99,7 @@ def test_async_task_cancellation_cancels(chat: tuple[Engine, ModelInfo]) -> None
 
     asyncio.run(main())
     wait_finished(handle)
-    assert engine.stats().requests_by_finish_reason["cancelled"] == 1
+    assert engine.stats().counters.by_reason["cancelled"] == 1
 
 
 def test_cancel_after_finish_is_a_no_op(chat: tuple[Engine, ModelInfo]) -> None:

@@ -33,8 +33,8 @@ def _run(engine: Engine, info: ModelInfo, prompts: list[list[int]], **params: ob
 
 def _acceptance(engine: Engine) -> float:
     stats = engine.stats()
-    assert stats.draft_tokens_total > 0
-    return stats.accepted_tokens_total / stats.draft_tokens_total
+    assert stats.counters.draft_tokens_total > 0
+    return stats.counters.accepted_tokens_total / stats.counters.draft_tokens_total
 
 
 @pytest.mark.parametrize(("draft", "least", "most"), [("self", 0.9, 1.0), ("other", 0.0, 0.6)])
@@ -85,14 +85,14 @@ def test_model_draft_mixed_batch_of_8_equals_plain(
         dict(draft_kind=MODEL, num_draft_tokens=8),
         dict(draft_kind=MODEL, **sampled),
     ]
-    before = engine.stats().draft_tokens_total
+    before = engine.stats().counters.draft_tokens_total
     handles = [
         engine.submit(request(info, p, **params, **k)) for p, k in zip(prompts, kinds, strict=True)
     ]
     mixed = [h.collect()[0] for h in handles]
     assert mixed[:7] == plain[:7]
     assert mixed[7] == alone_sampled
-    assert engine.stats().draft_tokens_total > before
+    assert engine.stats().counters.draft_tokens_total > before
 
 
 def test_model_draft_after_a_prefix_cache_hit(
@@ -109,7 +109,7 @@ def test_model_draft_after_a_prefix_cache_hit(
     params = dict(max_tokens=24, ignore_eos=True)
     for prompt in (first, second):
         assert _run(engine, info, [prompt], **params) == _run(plain, pinfo, [prompt], **params)
-    assert engine.stats().cached_tokens_total > 0
+    assert engine.stats().counters.cached_tokens_total > 0
     assert _acceptance(engine) >= 0.9
 
 
@@ -206,7 +206,7 @@ def test_sampled_histograms_with_model_drafts_match_the_target(
     samples = _samples(engine, info, range(800), draft_kind=MODEL, num_draft_tokens=2)
     stat, df = _chi_square(samples, _target_law(tiny_chat_model))
     assert stat < _chi_square_critical(df), (stat, df)
-    assert engine.stats().draft_tokens_total > 0
+    assert engine.stats().counters.draft_tokens_total > 0
 
 
 def test_the_draft_unloads_with_its_model(make_engine, tiny_chat_model, tiny_draft_model) -> None:

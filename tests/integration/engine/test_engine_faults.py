@@ -41,7 +41,7 @@ def test_fault_in_one_request_leaves_the_others_finishing(make_engine, tiny_chat
         assert "injected sampler fault" in (fin.error or "")
     assert [h.collect()[0] for h in good] == expected
     assert engine.health().ok
-    assert engine.stats().requests_by_finish_reason["error"] == 2
+    assert engine.stats().counters.by_reason["error"] == 2
 
 
 def test_fatal_fault_ends_every_handle_and_health_reports_it(make_engine, tiny_chat_model) -> None:

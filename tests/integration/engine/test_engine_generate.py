@@ -64,7 +64,7 @@ def test_greedy_parity_with_prefix_cache_and_batched_prefill(make_engine, tiny_c
     for _ in range(2):  # the second round hits the prefix cache
         handles = [wide.submit(request(info, p, max_tokens=16)) for p in prompts]
         assert [h.collect()[0] for h in handles] == expected
-    assert wide.stats().prefix_cache_hits >= 4
+    assert wide.stats().counters.prefix_cache_hits >= 4
 
 
 def test_eos_stops_and_is_not_emitted(chat: tuple[Engine, ModelInfo]) -> None:

@@ -45,7 +45,7 @@ def test_prompt_filling_the_window_is_refused_with_counts(chat: tuple[Engine, Mo
     prompt = random_prompts(1, info.vocab_size, (window, window + 1), seed=8)[0]
     with pytest.raises(ContextOverflow, match=rf"{window} tokens.*window is {window}"):
         engine.submit(request(info, prompt, max_tokens=1))
-    assert engine.stats().requests_total == 0
+    assert engine.stats().counters.requests_total == 0
 
 
 @pytest.mark.parametrize(

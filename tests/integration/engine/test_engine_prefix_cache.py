@@ -19,9 +19,9 @@ def test_second_turn_prefills_only_new_tokens(make_engine, tiny_chat_model) -> N
     after = engine.stats()
     assert fin2.usage.cached_tokens == len(turn1) + len(answer1) == 40
     assert fin2.usage.prompt_tokens == 47
-    assert after.prefilled_tokens_total - before.prefilled_tokens_total == 7
-    assert after.prefix_cache_hits - before.prefix_cache_hits == 1
-    assert after.cached_tokens_total - before.cached_tokens_total == 40
+    assert after.counters.prefilled_tokens_total - before.counters.prefilled_tokens_total == 7
+    assert after.counters.prefix_cache_hits - before.counters.prefix_cache_hits == 1
+    assert after.counters.cached_tokens_total - before.counters.cached_tokens_total == 40
     cold = make_engine(prefix_cache_bytes=0)
     cold.load_model(tiny_chat_model)
     cold_answer, cold_fin = cold.submit(
@@ -50,7 +50,7 @@ def test_cache_is_bounded_in_bytes_and_keyed_by_model(
     for _ in range(2):
         _, fin = tiny.submit(request(info, prompt, max_tokens=4)).collect()
         assert fin.usage.cached_tokens == 0
-    assert tiny.stats().prefix_cache_bytes <= 1
+    assert tiny.stats().cache.bytes <= 1
 
     engine = make_engine()
     chat_info = engine.load_model(tiny_chat_model)

@@ -90,7 +90,7 @@ def test_its_own_files_check_after_a_restart(
     again = make_engine(prefix_cache_dir=str(tmp_path))
     _, usage = ask(again, again.load_model(model), history[:-1])
     assert usage.cached_tokens > 0
-    assert again.stats().prefix_cache_files_rejected == 0
+    assert again.stats().cache.files_rejected == 0
 
 
 def test_a_forged_file_is_a_miss_deleted_and_counted(
@@ -107,6 +107,6 @@ def test_a_forged_file_is_a_miss_deleted_and_counted(
     cold = make_engine(prefix_cache_bytes=0)
     assert content == ask(cold, cold.load_model(tiny_hybrid_model), messages)[0]
     assert usage.cached_tokens == 0
-    rejected = engine.stats().prefix_cache_files_rejected
+    rejected = engine.stats().cache.files_rejected
     assert rejected >= 1 and sum(not path.exists() for path in forged) == rejected
     assert ask(engine, info, messages)[0] == content  # and again: the files are gone

@@ -58,12 +58,12 @@ def test_a_third_model_unloads_the_least_recently_used(
     engine = make_engine(max_models=2)
     info_a = engine.load_model(a)
     before = greedy(engine, info_a)  # leaves a prefix-cache entry for A
-    assert engine.stats().prefix_cache_entries == 1
+    assert engine.stats().cache.entries == 1
     engine.load_model(b)
     two_models = mx.get_active_memory()
     engine.load_model(c)
     assert loaded(engine) == ("b", "c")
-    assert engine.stats().prefix_cache_entries == 0  # A's entry went with it
+    assert engine.stats().cache.entries == 0  # A's entry went with it
     # A's weights were given back: a third resident model would add a whole model's bytes
     weight_bytes = (a / "model.safetensors").stat().st_size
     assert mx.get_active_memory() - two_models < weight_bytes // 2

@@ -44,8 +44,8 @@ def test_ngram_greedy_alone_equals_plain(chat: tuple[Engine, ModelInfo]) -> None
     ]
     assert spec == plain
     stats = engine.stats()
-    assert stats.draft_tokens_total > 0
-    assert 0 < stats.accepted_tokens_total <= stats.draft_tokens_total
+    assert stats.counters.draft_tokens_total > 0
+    assert 0 < stats.counters.accepted_tokens_total <= stats.counters.draft_tokens_total
 
 
 def test_ngram_mixed_batch_of_8_equals_plain(chat: tuple[Engine, ModelInfo]) -> None:
@@ -61,7 +61,7 @@ def test_ngram_mixed_batch_of_8_equals_plain(chat: tuple[Engine, ModelInfo]) -> 
         handles.append(engine.submit(request(info, p, **params, **extra)))
     mixed = [h.collect()[0] for h in handles]
     assert mixed == plain
-    assert engine.stats().accepted_tokens_total > 0
+    assert engine.stats().counters.accepted_tokens_total > 0
 
 
 def test_draft_counts_reach_each_request_timings(chat: tuple[Engine, ModelInfo]) -> None:
@@ -82,8 +82,8 @@ def test_draft_counts_reach_each_request_timings(chat: tuple[Engine, ModelInfo])
     assert all(
         0 <= t.accepted_draft_tokens <= t.draft_tokens and t.draft_tokens for t in timings[1:]
     )
-    drafted = after.draft_tokens_total - before.draft_tokens_total
-    accepted = after.accepted_tokens_total - before.accepted_tokens_total
+    drafted = after.counters.draft_tokens_total - before.counters.draft_tokens_total
+    accepted = after.counters.accepted_tokens_total - before.counters.accepted_tokens_total
     assert sum(t.draft_tokens for t in timings) == drafted
     assert sum(t.accepted_draft_tokens for t in timings) == accepted > 0
 
@@ -121,12 +121,12 @@ def test_engine_default_draft_kind_and_request_turning_it_off(make_engine, tiny_
     info = engine.load_model(tiny_chat_model)
     prompt = _copy_prompts(info, 1)[0]
     on, _ = engine.submit(request(info, prompt, max_tokens=24, ignore_eos=True)).collect()
-    drafted = engine.stats().draft_tokens_total
+    drafted = engine.stats().counters.draft_tokens_total
     assert drafted > 0
     off, _ = engine.submit(
         request(info, prompt, max_tokens=24, ignore_eos=True, draft_kind=DraftKind.NONE)
     ).collect()
-    assert off == on and engine.stats().draft_tokens_total == drafted
+    assert off == on and engine.stats().counters.draft_tokens_total == drafted
     with pytest.raises(InvalidRequest, match="draft"):
         engine.submit(request(info, prompt, draft_kind=DraftKind.MODEL))
     with pytest.raises(InvalidRequest, match="num_draft_tokens"):
@@ -165,5 +165,5 @@ def test_drafts_past_a_stop_token_are_not_accepted(scripted, stop_at: int, budge
     drafted = min(4, budget - 1)  # one verify step: the draft fits the budget after token 1
     accepted = min(stop_at + 1, budget) - 1  # the first token is the target's own
     assert (fin.timings.draft_tokens, fin.timings.accepted_draft_tokens) == (drafted, accepted)
-    assert after.accepted_tokens_total - before.accepted_tokens_total == accepted
+    assert after.counters.accepted_tokens_total - before.counters.accepted_tokens_total == accepted
     assert fin.usage.completion_tokens == min(stop_at + 1, budget)

@@ -120,14 +120,14 @@ def test_sampled_histograms_with_and_without_drafts_match_the_target(
     info = engine.load_model(tiny_chat_model, draft=draft)
     n = 800
     plain = _samples(engine, info, range(n), draft_kind=DraftKind.NONE)
-    assert engine.stats().draft_tokens_total == 0
+    assert engine.stats().counters.draft_tokens_total == 0
     spec = _samples(engine, info, range(n, 2 * n), draft_kind=kind, num_draft_tokens=4)
     for samples in (plain, spec):
         stat, df = _chi_square(samples, law)
         assert stat < _chi_square_critical(df), (stat, df)
     stats = engine.stats()
-    assert stats.draft_tokens_total > n // 4
-    assert 0 < stats.accepted_tokens_total < stats.draft_tokens_total
+    assert stats.counters.draft_tokens_total > n // 4
+    assert 0 < stats.counters.accepted_tokens_total < stats.counters.draft_tokens_total
 
 
 def _teacher_forced(path: Path, prompt: list[int], tokens: list[int]) -> list[float]:

@@ -157,7 +157,7 @@ def test_constrained_and_free_requests_share_a_batch_of_8(tiny):
         )
         if i % 2 == 0:
             check(json.loads(text_b), SCHEMA_A if i % 4 == 0 else SCHEMA_B)
-    assert engine.stats().requests_total >= 16
+    assert engine.stats().counters.requests_total >= 16
 
 
 WEATHER = {
@@ -235,12 +235,12 @@ def test_auto_tool_choice_is_not_forced(tiny):
 
 def test_a_bad_schema_is_refused_before_queueing_and_the_next_request_works(tiny):
     engine, info = tiny
-    before = engine.stats().requests_total
+    before = engine.stats().counters.requests_total
     for schema in ({"type": "strin"}, {"type": "string", "pattern": "(a"}, {"not": {}}):
         with pytest.raises(InvalidRequest) as err:
             ask(engine, info, {"response_format": fmt(schema)})
         assert err.value.param == "response_format"
-    assert engine.stats().requests_total == before  # nothing reached the engine
+    assert engine.stats().counters.requests_total == before  # nothing reached the engine
     text, finish, _ = answer(
         ask(engine, info, {"response_format": fmt(SCHEMA_B), "max_tokens": 40})
     )

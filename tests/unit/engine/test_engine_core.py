@@ -102,7 +102,7 @@ def test_a_failed_sampler_fails_only_its_request() -> None:
         assert fin.reason is FinishReason.ERROR and fin.error_code == "engine_error"
         assert "fake sampler failure" in (fin.error or "")
         assert good.collect()[0] == [2, 3, 4, 5, 6]
-        assert engine.health().ok and engine.stats().requests_by_finish_reason["error"] == 1
+        assert engine.health().ok and engine.stats().counters.by_reason["error"] == 1
 
 
 def test_idle_time_is_not_a_stall() -> None:

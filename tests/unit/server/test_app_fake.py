@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 import mlxd.chat.session as session
+from mlxd.engine.stats import EngineStats
 from mlxd.server.app import create_app
 from mlxd.server.settings import ServerSettings
 from mlxd.types import ChatEvent, FinishEvent, FinishReason, TextDelta, Usage
@@ -28,8 +29,8 @@ class FakeEngine:
     def health(self) -> Any:
         return type("H", (), {"ok": True, "state": "ready", "detail": None})()
 
-    def stats(self) -> Any:
-        return type("S", (), {"running": 0, "waiting": 0})()
+    def stats(self) -> EngineStats:
+        return EngineStats(running=0, waiting=0)
 
 
 class ScriptedStream:

@@ -8,6 +8,7 @@ import asyncio
 import pytest
 
 from mlxd import errors as E
+from mlxd.engine.stats import Counters, EngineStats, PrefixCacheStats
 from mlxd.errors import from_code, one_line
 from mlxd.server.guard.middleware import host_is_loopback, route_label
 from mlxd.server.lifecycle import Lifecycle
@@ -71,11 +72,17 @@ def test_histogram_is_cumulative() -> None:
     assert lines[-1] == "x_count 4"
 
 
-class _Stats:
-    running, waiting, prefix_cache_hits, cached_tokens_total = 2, 5, 7, 70
-    prefix_cache_misses, prefix_cache_evictions, prefix_cache_pruned = 3, 4, 6
-    prefix_cache_bytes, prefix_cache_entries = 4096, 2
-    requests_by_finish_reason = {"stop": 3, "cancelled": 1}
+STATS = EngineStats(
+    running=2,
+    waiting=5,
+    counters=Counters(
+        prefix_cache_hits=7,
+        cached_tokens_total=70,
+        prefix_cache_misses=3,
+        by_reason={"stop": 3, "cancelled": 1},
+    ),
+    cache=PrefixCacheStats(evictions=4, pruned=6, bytes=4096, entries=2),
+)
 
 
 def test_metrics_text() -> None:
@@ -83,7 +90,7 @@ def test_metrics_text() -> None:
     m.count_request("/v1/chat/completions", 200)
     m.count_request("/v1/chat/completions", 200)
     m.add_usage(10, 4)
-    text = m.render(_Stats(), active_http=1)
+    text = m.render(STATS, active_http=1)
     assert 'mlxd_http_requests_total{route="/v1/chat/completions",status="200"} 2' in text
     assert "\nmlxd_running_requests 2\n" in text and "\nmlxd_queue_depth 5\n" in text
     assert 'mlxd_requests_finished_total{reason="cancelled"} 1' in text

@@ -55,4 +55,4 @@ def test_second_turn_is_served_from_the_prefix_cache(
     usage = repl.conv.last.finish.usage
     assert usage.prompt_tokens > first_prompt
     assert usage.cached_tokens >= first_prompt  # at least the whole first prompt was reused
-    assert loaded.engine.stats().prefix_cache_hits >= 1
+    assert loaded.engine.stats().counters.prefix_cache_hits >= 1
