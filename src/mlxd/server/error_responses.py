@@ -101,11 +101,12 @@ def _is_type_tag(part: str) -> bool:
 
 def validation_error(exc: RequestValidationError | ValidationError) -> E.InvalidRequest:
     """The most specific pydantic error (the deepest field: inside a union, the branch that
-    got furthest) as a 400 naming its field (FastAPI would send a 422)."""
+    got furthest, and at equal depth the branch of the right type) as a 400 naming its field
+    (FastAPI would send a 422)."""
     errs = exc.errors()
     if not errs:
         return E.InvalidRequest("invalid request body")
-    first = max(errs, key=lambda e: len(tuple(e.get("loc", ()))))
+    first = max(errs, key=_specificity)
     if first.get("type") == "json_invalid":
         return E.InvalidRequest("request body is not valid JSON")
     field = _field_name(tuple(first.get("loc", ())))
@@ -113,6 +114,12 @@ def validation_error(exc: RequestValidationError | ValidationError) -> E.Invalid
     if first.get("type") == "missing":
         return E.InvalidRequest(f"missing required field '{field}'", param=field)
     return E.InvalidRequest(f"invalid value for '{field}': {msg}", param=field)
+
+
+def _specificity(err: Any) -> tuple[int, bool]:
+    # A list of 10001 items fails `str | list[...]` twice: "not a string" says less than
+    # "at most 10000 items" (pydantic's type mismatches are its `*_type` errors).
+    return len(tuple(err.get("loc", ()))), not str(err.get("type", "")).endswith("_type")
 
 
 def install_handlers(app: FastAPI) -> None:

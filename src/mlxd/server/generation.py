@@ -20,10 +20,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import Receive
 
-from mlxd.errors import EngineUnavailable, MlxdError, from_code
+from mlxd.errors import EngineUnavailable, InvalidRequest, MlxdError, from_code
 from mlxd.server.lifecycle import Generation, Lifecycle
 from mlxd.server.metrics import Metrics
-from mlxd.server.request_inputs import ApiChatRequest, chat_request
+from mlxd.server.request_inputs import ApiChatRequest, chat_request, in_client_terms
 from mlxd.server.settings import ServerSettings
 from mlxd.server.sse import SSE_HEADERS
 from mlxd.server.state import ServerState, server_state
@@ -126,8 +126,11 @@ async def chat_endpoint(
     req = read(await request.body(), st.settings)
     chat_template = template(req, st.settings) if template is not None else None
     info = await st.models.get(req.model)
-    chat = chat_request(req, st.settings, req.options(), chat_template)
-    stream = await start_chat_stream(st, info, chat)
+    try:
+        chat = chat_request(req, st.settings, req.options(), chat_template)
+        stream = await start_chat_stream(st, info, chat)
+    except InvalidRequest as err:
+        raise in_client_terms(err, req.OPTION_FIELDS) from None
     return await respond(request, st, stream, wire(req, info, stream, st), req.stream, start)
 
 

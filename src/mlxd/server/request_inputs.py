@@ -8,7 +8,7 @@ that depend on operator settings or on several fields at once.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
@@ -42,7 +42,11 @@ class ApiConversation(Protocol):
 
 
 class ApiChatRequest(ApiConversation, Protocol):
-    """A parsed chat request of any API (chat completions, Anthropic messages, Responses)."""
+    """A parsed chat request of any API (chat completions, Anthropic messages, Responses).
+    OPTION_FIELDS names the API's own field for each chat option it spells differently
+    (Anthropic's "output_config.format" for "response_format"), for errors."""
+
+    OPTION_FIELDS: ClassVar[Mapping[str, str]]
 
     @property
     def model(self) -> str | None: ...
@@ -85,3 +89,16 @@ def chat_request(
         template=template,
         allow_image_urls=settings.allow_image_urls,
     )
+
+
+def in_client_terms(err: InvalidRequest, fields: Mapping[str, str]) -> InvalidRequest:
+    """`err` naming the field the client sent (`fields`: chat option -> the API's field) in
+    its param and at the start of its message; `err` itself when it names no such option."""
+    for option, field in fields.items():
+        param = err.param or ""
+        if param == option or param.startswith(option + "."):
+            message = err.message
+            if message.startswith(option):
+                message = field + message[len(option) :]
+            return type(err)(message, param=field + param[len(option) :])
+    return err

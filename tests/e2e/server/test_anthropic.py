@@ -370,6 +370,49 @@ def test_error_messages_name_the_problem(http: httpx.Client) -> None:
     assert "error" in http.post("/chat/completions", json={"messages": []}).json()
 
 
+TOOL_USE = {"type": "tool_use", "id": "toolu_1", "name": "get_time", "input": {}}
+TWICE = [
+    *USER,
+    {"role": "assistant", "content": [TOOL_USE]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1"}]},
+    {"role": "assistant", "content": [{"type": "text", "text": "again"}, TOOL_USE]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1"}]},
+]
+
+
+@pytest.mark.parametrize(
+    ("messages", "words"),
+    [
+        (
+            [{"role": "user", "content": []}],
+            "messages.0: all messages must have non-empty content except for the optional "
+            "final assistant message",
+        ),
+        (
+            [*USER, {"role": "assistant", "content": ""}, *USER],
+            "messages.1: all messages must have non-empty content",
+        ),
+        (TWICE, "messages.3.content.1: `tool_use` ids must be unique"),
+    ],
+    ids=["empty-user-turn", "empty-assistant-turn", "duplicate-tool-use-id"],
+)
+def test_turns_anthropic_refuses_are_refused_in_its_words(
+    http: httpx.Client, messages: list[dict[str, object]], words: str
+) -> None:
+    for path in ("/messages", "/messages/count_tokens"):
+        r = http.post(path, json={"messages": messages, "max_tokens": 4})
+        assert words in assert_anthropic_error(r, 400, "invalid_request_error")
+
+
+def test_grammar_errors_name_output_config(http: httpx.Client) -> None:
+    """The client sent output_config.format; the chat layer's option is response_format."""
+    for schema in [{"type": "strin"}, {"$ref": "#"}]:
+        fmt = {"format": {"type": "json_schema", "schema": schema}}
+        r = http.post("/messages", json={"messages": USER, "max_tokens": 4, "output_config": fmt})
+        message = assert_anthropic_error(r, 400, "invalid_request_error")
+        assert message.startswith("output_config.format: ") and "response_format" not in message
+
+
 def test_huge_body_is_request_too_large(http: httpx.Client) -> None:
     big = b'{"max_tokens":4,"messages":[{"role":"user","content":"' + b"a" * (5 << 20) + b'"}]}'
     assert_anthropic_error(http.post("/messages", content=big), 413, "request_too_large")

@@ -12,6 +12,7 @@ import httpx
 import openai
 import pytest
 
+from mlxd.server.responses.schemas import MAX_ITEMS
 from tests.e2e.server.conftest import THINK_SCRIPT, TRIP_ARGS
 
 QUESTION = "What is the capital of France?"
@@ -231,6 +232,23 @@ CASES: list[tuple[str, object, int, str | None]] = [
     ("required-without-tools", {"input": "x", "tool_choice": "required"}, 400, None),
     ("unknown-model", {"input": "x", "model": "no-such-model"}, 404, "model"),
 ]
+
+
+def test_grammar_errors_name_text_format(http: httpx.Client) -> None:
+    fmt = {"format": {"type": "json_schema", "name": "a", "schema": {"type": "strin"}}}
+    r = http.post("/responses", json={"input": "x", "text": fmt})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == "text.format" and error["message"].startswith("text.format: ")
+
+
+def test_a_too_long_input_list_is_described_as_one(http: httpx.Client) -> None:
+    items = [{"role": "user", "content": "x"}] * (MAX_ITEMS + 1)
+    r = http.post("/responses", json={"input": items})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == "input" and f"at most {MAX_ITEMS} items" in error["message"]
+    assert "string" not in error["message"]
 
 
 @pytest.mark.parametrize(

@@ -26,9 +26,16 @@ def chat_messages(system: str | None, turns: list[MessageParam]) -> list[dict[st
     if system is not None:
         messages.append({"role": "system", "content": system})
     called: set[str] = set()  # tool_use ids of the previous assistant turn
+    used: set[str] = set()  # every tool_use id so far: Anthropic wants them unique
     for i, m in enumerate(turns):
+        if not m.content and not (m.role == "assistant" and i == len(turns) - 1):
+            raise InvalidRequest(
+                f"messages.{i}: all messages must have non-empty content except for the "
+                "optional final assistant message",
+                param=f"messages.{i}.content",
+            )
         if m.role == "assistant":
-            messages.append(_assistant(m, f"messages.{i}.content"))
+            messages.append(_assistant(m, f"messages.{i}.content", used))
             called = {b.id for b in m.blocks() if isinstance(b, ToolUseBlock)}
         else:
             messages += _user(m, called, f"messages.{i}.content")
@@ -41,7 +48,7 @@ def chat_messages(system: str | None, turns: list[MessageParam]) -> list[dict[st
     return messages
 
 
-def _assistant(m: MessageParam, where: str) -> dict[str, Any]:
+def _assistant(m: MessageParam, where: str, used: set[str]) -> dict[str, Any]:
     texts: list[dict[str, str]] = []
     reasoning: list[str] = []
     calls: list[dict[str, Any]] = []
@@ -51,6 +58,11 @@ def _assistant(m: MessageParam, where: str) -> dict[str, Any]:
         elif isinstance(b, ThinkingBlock):
             reasoning.append(b.thinking)
         elif isinstance(b, ToolUseBlock):
+            if b.id in used:
+                raise InvalidRequest(
+                    f"{where}.{j}: `tool_use` ids must be unique", param=f"{where}.{j}.id"
+                )
+            used.add(b.id)
             fn = {"name": b.name, "arguments": b.input}
             calls.append({"id": b.id, "type": "function", "function": fn})
         elif isinstance(b, ToolResultBlock | ImageBlock):

@@ -11,7 +11,8 @@ do here (`cache_control`: the prefix cache is automatic; `metadata`, `service_ti
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, model_validator
 
@@ -171,6 +172,7 @@ class CountTokensRequest(WireModel):
 class MessagesRequest(CountTokensRequest):
     """POST /v1/messages: max_tokens is required, as in Anthropic's API."""
 
+    OPTION_FIELDS: ClassVar[Mapping[str, str]] = {"response_format": "output_config.format"}
     max_tokens: MaxTokens
     stream: StrictBool = False
     stop_sequences: StopList | None = None

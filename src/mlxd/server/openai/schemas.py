@@ -9,7 +9,8 @@ Unknown extra fields (user, metadata, ...) are ignored, as OpenAI does.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     Field,
@@ -245,6 +246,7 @@ class ResponseFormat(WireModel):
 
 
 class ChatCompletionRequest(SamplingFields):
+    OPTION_FIELDS: ClassVar[Mapping[str, str]] = {}  # the chat options' own names
     messages: Annotated[list[Message], Field(min_length=1, max_length=MAX_MESSAGES)]
     max_completion_tokens: MaxTokens | None = None
     logprobs: StrictBool = False

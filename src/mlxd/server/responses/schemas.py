@@ -11,7 +11,8 @@ ignored.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -97,6 +98,7 @@ class TextParam(WireModel):
 
 
 class ResponsesRequest(WireModel):
+    OPTION_FIELDS: ClassVar[Mapping[str, str]] = {"response_format": "text.format"}
     model: ModelName | None = None
     input: StrictStr | Annotated[list[InputItem], Field(min_length=1, max_length=MAX_ITEMS)]
     instructions: StrictStr | None = None
