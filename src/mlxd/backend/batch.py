@@ -25,9 +25,7 @@ from mlxd.backend.mlx_lm import verify_step as spec_compat
 from mlxd.backend.prefill_plan import PrefillPlanner
 from mlxd.backend.prefix import PrefixCache, SnapshotKind, SnapshotPlan, SnapshotPlans
 from mlxd.backend.sampling.samplers import GREEDY, Processor, Sampler, row_sampling, token_logprob
-from mlxd.backend.speculation.draft_model import DraftModel
-from mlxd.backend.speculation.draft_policy import draft_policy_every
-from mlxd.backend.speculation.drafts import Drafts
+from mlxd.backend.speculation import Drafts, batch_drafts, draft_policy_every
 from mlxd.backend.structured.grammar_mask import GrammarMask
 from mlxd.types import DraftKind, ImageInputs, SamplingParams
 
@@ -222,11 +220,7 @@ class BatchRunner:
 
     def _speculation(self) -> Drafts:
         if self._drafts is None:
-            draft = self.loaded.draft
-            model = None
-            if draft is not None:
-                model = DraftModel(draft.model, self.vocab_size, self.prefill_chunk)
-            self._drafts = Drafts(model)
+            self._drafts = batch_drafts(self.loaded.draft, self.vocab_size, self.prefill_chunk)
             spec_compat.enable_speculation(self._gen, self._drafts)
         return self._drafts
 

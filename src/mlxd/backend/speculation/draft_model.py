@@ -8,7 +8,7 @@ the target did not keep. Each step:
 1. a new row's prompt is prefilled alone, from token ids (never from the target's prefix
    cache), and appended to the batch;
 2. each row is rewound to its common prefix with context + [next token] (what the target
-   rejected leaves, per row, as the target's own cache does: mlx_lm_spec_compat.rewind_rows);
+   rejected leaves, per row, as the target's own cache does: mlx_lm.verify_step.rewind_rows);
 3. one forward feeds each row what it lacks (the accepted drafts and the next token),
    right-padded to the longest, and the padding is rewound; its last real position gives
    the first draft;
@@ -25,11 +25,20 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from mlxd.backend.mlx_lm import compat
 from mlxd.backend.mlx_lm import verify_step as spec_compat
-from mlxd.backend.speculation.drafts import DraftRequest
+from mlxd.backend.speculation.drafts import DraftRequest, Drafts
 from mlxd.types import common_prefix_len
 
 if TYPE_CHECKING:
     from mlx.nn.layers.base import Module
+
+    from mlxd.backend.api import LoadedModel
+
+
+def batch_drafts(draft: LoadedModel | None, vocab_size: int, prefill_chunk: int) -> Drafts:
+    """One batch's speculation: prompt lookup for rows of kind `ngram`, and `draft`'s
+    proposals (when the model was loaded with one) for rows of kind `model`."""
+    model = DraftModel(draft.model, vocab_size, prefill_chunk) if draft is not None else None
+    return Drafts(model)
 
 
 class DraftModel:
