@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Generic, TypedDict, TypeVar
 
@@ -63,8 +63,6 @@ class Setting(Generic[T]):
     def text(self) -> str:
         """The environment's text, else the default's."""
         return os.environ.get(self.env, self.default)
-
-    get = text  # the old name, until server/launch.py reads value()
 
     def value(self) -> T:
         """The parsed value; raises ValueError naming the env var when its text is bad."""
@@ -335,6 +333,26 @@ def _typed(name: str, kind: type[T]) -> T:
     if type(value) is not kind:
         raise TypeError(f"setting {name} is declared {type(value).__name__}, not {kind.__name__}")
     return value
+
+
+def setting_field(name: str, convert: Callable[[Any], Any] | None = None) -> Any:
+    """A dataclass field whose default and environment variable are SETTINGS[name]'s;
+    `convert` turns the setting's value into the field's (e.g. milliseconds to seconds)."""
+    value = SETTINGS[name].default_value()
+    meta = {"setting": name, "convert": convert}
+    return field(default=convert(value) if convert else value, metadata=meta)
+
+
+def values_from_settings(cls: type[Any]) -> dict[str, Any]:
+    """The setting_field fields of dataclass `cls`, from the environment (else defaults);
+    raises ValueError naming the variable whose text is bad."""
+    values = {}
+    for f in fields(cls):
+        if "setting" in f.metadata:
+            value = SETTINGS[f.metadata["setting"]].value()
+            convert = f.metadata["convert"]
+            values[f.name] = convert(value) if convert else value
+    return values
 
 
 def default(name: str) -> str:

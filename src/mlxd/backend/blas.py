@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlxd.config import setting
+from mlxd.config import setting, setting_int
 from mlxd.errors import one_line
 
 
@@ -47,7 +47,7 @@ def _choose() -> BlasInfo:
     lib = _find_mkl()
     if lib is None:
         return BlasInfo("reference", "MKL not installed (pip install mkl)")
-    threads = int(setting("blas_threads"))
+    threads = setting_int("blas_threads")
     # One thread leaves the other cores to the engine, tokenizer and HTTP threads (measured:
     # sequential MKL beats its threaded layers when the cores are busy; see docs/usage/blas.md).
     os.environ.setdefault("MKL_THREADING_LAYER", "SEQUENTIAL" if threads <= 1 else "INTEL")

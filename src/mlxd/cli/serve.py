@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from mlxd.config import SETTINGS, default
+from mlxd.config import ENGINE_DEFAULTS, SETTINGS, default
 
 if TYPE_CHECKING:
     from mlxd.cli.main import Subparsers
@@ -82,8 +82,8 @@ def _add_engine_args(p: argparse.ArgumentParser) -> None:
         "--num-draft-tokens",
         type=int,
         metavar="K",
-        help="most draft tokens verified per step, 1-16 (default 4; request field: "
-        "num_draft_tokens)",
+        help=f"most draft tokens verified per step, 1-16 (default "
+        f"{ENGINE_DEFAULTS['num_draft_tokens']}; request field: num_draft_tokens)",
     )
 
 

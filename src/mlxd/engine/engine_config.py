@@ -3,36 +3,19 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import Field, dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass, fields
 
 from mlxd import config as settings
 from mlxd.backend.api import BackendConfig, FaultHook
-from mlxd.config import ENGINE_DEFAULTS, parse_duration
+from mlxd.config import ENGINE_DEFAULTS, parse_duration, setting_field, values_from_settings
 from mlxd.errors import InvalidRequest
 from mlxd.types import DraftKind
 
 __all__ = ["EngineConfig", "parse_duration"]
 
 
-def _from_setting(name: str, convert: Callable[[Any], Any] | None = None) -> Any:
-    """A field whose default and environment variable are `mlxd.config.SETTINGS[name]`'s
-    (`convert` turns the setting's value into the field's, e.g. milliseconds to seconds)."""
-    value = settings.SETTINGS[name].default_value()
-    meta = {"setting": name, "convert": convert}
-    return field(default=convert(value) if convert else value, metadata=meta)
-
-
 def _ms_to_s(ms: int) -> float:
     return ms / 1000
-
-
-def _setting_value(f: Field[Any]) -> Any:
-    """A field's value from the environment; raises ValueError naming the variable."""
-    value = settings.SETTINGS[f.metadata["setting"]].value()
-    convert = f.metadata["convert"]
-    return convert(value) if convert else value
 
 
 @dataclass(slots=True)
@@ -40,15 +23,15 @@ class EngineConfig:
     """Limits of one engine. Validated on construction; defaults and env vars are
     `mlxd.config.SETTINGS`."""
 
-    max_batch: int = _from_setting("max_batch")
-    max_queue: int = _from_setting("max_queue")
-    prefill_chunk: int = _from_setting("prefill_chunk")
-    kv_budget_tokens: int = _from_setting("kv_budget_tokens")
-    prefix_cache_bytes: int = _from_setting("prefix_cache_bytes")
-    prefix_cache_dir: str = _from_setting("prefix_cache_dir")  # "": no disk tier
-    prefix_cache_disk_bytes: int = _from_setting("prefix_cache_disk_bytes")
-    max_tokens_ceiling: int | None = _from_setting("max_tokens_ceiling")
-    watchdog_seconds: float = _from_setting("watchdog_seconds")
+    max_batch: int = setting_field("max_batch")
+    max_queue: int = setting_field("max_queue")
+    prefill_chunk: int = setting_field("prefill_chunk")
+    kv_budget_tokens: int = setting_field("kv_budget_tokens")
+    prefix_cache_bytes: int = setting_field("prefix_cache_bytes")
+    prefix_cache_dir: str = setting_field("prefix_cache_dir")  # "": no disk tier
+    prefix_cache_disk_bytes: int = setting_field("prefix_cache_disk_bytes")
+    max_tokens_ceiling: int | None = setting_field("max_tokens_ceiling")
+    watchdog_seconds: float = setting_field("watchdog_seconds")
     trust_remote_code: bool = False
     # Prefill is first come first served. Waiting prompts are prefilled side by side (at most
     # prefill_batch of them) while they cost less than a group's steps to its first token,
@@ -62,15 +45,15 @@ class EngineConfig:
     # Residency: at most max_models stay loaded (least recently used idle ones unload first;
     # a model with requests waiting or running never does); an idle model unloads after
     # model_ttl_seconds (0: never). Pinned models are exempt from both.
-    max_models: int = _from_setting("max_models")
-    model_ttl_seconds: float = _from_setting("model_ttl_seconds")
+    max_models: int = setting_field("max_models")
+    model_ttl_seconds: float = setting_field("model_ttl_seconds")
     # Consumers of running streams are woken at most once per stream_interval_s (0: every
     # step); first tokens, the tokens of a consumer that shows nothing yet (until_shown) and
     # finishes are delivered at once, and pending tokens before any step that prefills.
     # Each wake-up costs a consumer thread or event loop GIL time that
     # the engine thread waits for; on small fast models (a step of 1-3 ms) waking every step
     # costs ~5% of throughput, while 50 updates per second read the same to a person.
-    stream_interval_s: float = _from_setting("stream_interval_ms", _ms_to_s)
+    stream_interval_s: float = setting_field("stream_interval_ms", _ms_to_s)
     # Speculative decoding for requests that do not choose (SamplingParams.draft_kind None):
     # the draft kind (None: `model` on a model loaded with a draft, else `none`) and the most
     # draft tokens a row verifies per step (docs/engine-design.md).
@@ -119,7 +102,7 @@ class EngineConfig:
         if unknown:
             raise TypeError(f"unknown EngineConfig fields: {sorted(unknown)}")
         try:
-            values = {f.name: _setting_value(f) for f in fields(cls) if "setting" in f.metadata}
+            values = values_from_settings(cls)
         except ValueError as exc:
             raise InvalidRequest(f"bad engine setting in the environment: {exc}") from exc
         values.update(overrides)

@@ -233,9 +233,9 @@ def _rank_failed(engine: Engine, detail: str) -> None:
 
 
 def _rank_stall_seconds() -> float:
-    from mlxd.config import SETTINGS
+    from mlxd.config import setting_float
 
-    return float(SETTINGS["rank_stall_seconds"].get())
+    return setting_float("rank_stall_seconds")
 
 
 def warn_if_exposed(settings: ServerSettings) -> None:

@@ -3,37 +3,13 @@
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from mlxd.config import default, setting
+from mlxd.config import setting_field, values_from_settings
 from mlxd.errors import InvalidRequest
 from mlxd.server.origin import parse_origins
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
-
-
-def _setting_values(text: Callable[[str], str]) -> dict[str, Any]:
-    """The ServerSettings fields that come from `mlxd.config` settings; `text(name)` gives a
-    setting's text (its default, or the environment). Raises ValueError."""
-    return {
-        "host": text("host"),
-        "port": int(text("port")),
-        "api_key": text("api_key"),
-        "allowed_origins": parse_origins(text("allowed_origins")),
-        "max_body_bytes": int(text("max_body_bytes")),
-        "header_timeout": float(text("header_timeout_seconds")),
-        "body_timeout": float(text("body_timeout_seconds")),
-        "keep_alive": float(text("keep_alive_seconds")),
-        "max_connections": int(text("max_connections")),
-        "drain_seconds": float(text("drain_seconds")),
-        "request_chat_template": text("request_chat_template") == "1",
-        "allow_image_urls": text("allow_image_urls") == "1",
-    }
-
-
-_DEFAULTS = _setting_values(default)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,26 +17,26 @@ class ServerSettings:
     """What the HTTP layer needs; engine limits live in EngineConfig. Defaults and env vars
     are `mlxd.config.SETTINGS`."""
 
-    host: str = _DEFAULTS["host"]
-    port: int = _DEFAULTS["port"]
-    api_key: str = _DEFAULTS["api_key"]
-    allowed_origins: tuple[str, ...] = _DEFAULTS["allowed_origins"]
-    max_body_bytes: int = _DEFAULTS["max_body_bytes"]
-    header_timeout: float = _DEFAULTS["header_timeout"]
-    body_timeout: float = _DEFAULTS["body_timeout"]
-    keep_alive: float = _DEFAULTS["keep_alive"]
-    max_connections: int = _DEFAULTS["max_connections"]
-    drain_seconds: float = _DEFAULTS["drain_seconds"]
+    host: str = setting_field("host")
+    port: int = setting_field("port")
+    api_key: str = setting_field("api_key")
+    allowed_origins: tuple[str, ...] = setting_field("allowed_origins", parse_origins)
+    max_body_bytes: int = setting_field("max_body_bytes")
+    header_timeout: float = setting_field("header_timeout_seconds")
+    body_timeout: float = setting_field("body_timeout_seconds")
+    keep_alive: float = setting_field("keep_alive_seconds")
+    max_connections: int = setting_field("max_connections")
+    drain_seconds: float = setting_field("drain_seconds")
     trust_remote_code: bool = False
-    request_chat_template: bool = _DEFAULTS["request_chat_template"]
-    allow_image_urls: bool = _DEFAULTS["allow_image_urls"]  # fetch http(s) image URLs
+    request_chat_template: bool = setting_field("request_chat_template")
+    allow_image_urls: bool = setting_field("allow_image_urls")  # fetch http(s) image URLs
     aliases: tuple[tuple[str, str], ...] = ()  # (name pattern, model): --alias NAME=MODEL
 
     @classmethod
     def from_config(cls, **overrides: object) -> ServerSettings:
         """Config/env defaults, then non-None overrides (CLI flags)."""
         try:
-            values = _setting_values(setting)
+            values = values_from_settings(cls)
         except ValueError as exc:
             raise InvalidRequest(f"bad server setting in the environment: {exc}") from None
         values.update({k: v for k, v in overrides.items() if v is not None})

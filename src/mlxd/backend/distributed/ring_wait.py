@@ -30,7 +30,7 @@ import stat
 import struct
 from collections.abc import Iterator
 
-from mlxd.config import setting
+from mlxd.config import setting_float
 
 
 def ring_ports(hostfile: str) -> list[set[int]]:
@@ -69,7 +69,7 @@ def wait_in_kernel(seconds: float | None = None) -> int:
     (MLXD_RING_WAIT_MS when None); returns how many sockets changed. 0 seconds, or no ring
     (another backend, no hostfile), changes nothing. Call once, after `mx.distributed.init`."""
     if seconds is None:
-        seconds = float(setting("ring_wait_ms")) / 1000
+        seconds = setting_float("ring_wait_ms") / 1000
     hostfile, rank = os.environ.get("MLX_HOSTFILE"), os.environ.get("MLX_RANK", "")
     if seconds <= 0 or not hostfile or not rank.isdigit() or "MLX_JACCL_COORDINATOR" in os.environ:
         return 0

@@ -25,7 +25,7 @@ from mlxd import __version__
 from mlxd.chat.chat_request import ChatRequest
 from mlxd.chat.tool_choice import ToolChoice
 from mlxd.cli.client.chat_chunks import ChunkDecoder
-from mlxd.config import default
+from mlxd.config import SETTINGS
 from mlxd.errors import EngineFault, EngineUnavailable, InvalidRequest, MlxdError, ModelNotFound
 from mlxd.errors import from_http as error_from_http
 from mlxd.types import ChatEvent, FinishEvent, FinishReason, Timings
@@ -70,7 +70,11 @@ def server_address(url: str) -> ServerAddress:
     except ValueError as e:
         raise InvalidRequest(f"--server {url!r}: the port is not a number", param="server") from e
     if port is None:
-        port = {"http": 80, "https": 443}[parts.scheme] if has_scheme else int(default("port"))
+        port = (
+            {"http": 80, "https": 443}[parts.scheme]
+            if has_scheme
+            else SETTINGS["port"].default_value()
+        )
     path = parts.path.rstrip("/")
     path = path.removesuffix("/v1") if path.endswith("/v1") else path
     return ServerAddress(parts.scheme, parts.hostname, port, path)
