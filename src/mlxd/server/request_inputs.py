@@ -18,6 +18,7 @@ from mlxd.chat.tool_choice import ToolChoice
 from mlxd.errors import InvalidRequest
 from mlxd.server.error_responses import validation_error
 from mlxd.server.settings import ServerSettings
+from mlxd.server.volatile_lines import without_volatile_lines
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -78,9 +79,11 @@ def chat_request(
 ) -> ChatRequest:
     """The chat layer's request for any API's conversation, under the server's policy: a
     request without max_tokens generates at most half the context window, and image URLs
-    are fetched only when the operator allows it. Raises InvalidRequest on a bad option."""
+    are fetched only when the operator allows it, and the volatile lines agents put at the
+    top of a prompt are dropped (server.volatile_lines). Raises InvalidRequest on a bad
+    option."""
     return ChatRequest(
-        req.chat_messages(),
+        without_volatile_lines(req.chat_messages()),
         ChatOptions.parse(options or {}),
         tools=req.chat_tools(),
         tool_choice=req.chat_tool_choice(),

@@ -1,0 +1,82 @@
+"""Claude Code's own requests against a real `mlxd serve`, through the official anthropic SDK:
+a recorded Claude Code request (recordings/claude_code_2_1_332.json says where it comes from)
+replayed as its model names arrive, `claude-*` served through `--alias`."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import pytest
+
+from tests.e2e.server.serverproc import ServerProcess, launch, server_env
+
+RECORDING = json.loads(
+    (Path(__file__).parent / "recordings" / "claude_code_2_1_332.json").read_text()
+)
+# The recording's model name is one the SDK warns is retired; here it only selects the alias.
+pytestmark = pytest.mark.filterwarnings("ignore:The model .* is deprecated:DeprecationWarning")
+_SDK_FIELDS = set(inspect.signature(anthropic.Anthropic().messages.create).parameters)
+
+
+@pytest.fixture(scope="module")
+def cc_server(server_home: Path) -> Iterator[ServerProcess]:
+    """tiny-long (a 64k window) serving every `claude-*` name, as docs/usage/serve.md says."""
+    srv = launch(["--model", "tiny-long", "--alias", "claude-*=default"], server_env(server_home))
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def claude(cc_server: ServerProcess) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=cc_server.url, api_key="unused", max_retries=0, timeout=300)
+
+
+def recorded(header: str | None = None, **changes: Any) -> dict[str, Any]:
+    """The recorded request (max_tokens and the thinking budget made small), with system[0]
+    replaced by `header` if given."""
+    body = copy.deepcopy(RECORDING["request"])
+    body["max_tokens"], body["thinking"]["budget_tokens"] = 4, 1
+    body["stream"] = False
+    if header is not None:
+        body["system"][0]["text"] = header
+    body.update(changes)
+    return body
+
+
+def send(claude: anthropic.Anthropic, body: dict[str, Any]) -> Any:
+    """messages.create with the fields the SDK names; the rest (context_management) as extra."""
+    known = {k: v for k, v in body.items() if k in _SDK_FIELDS}
+    extra = {k: v for k, v in body.items() if k not in _SDK_FIELDS}
+    headers = {"anthropic-beta": RECORDING["anthropic_beta"]}
+    return claude.messages.create(**known, extra_body=extra, extra_headers=headers)
+
+
+def test_billing_header_does_not_defeat_the_prefix_cache(claude: anthropic.Anthropic) -> None:
+    """Two requests that differ only in Claude Code's billing header (system[0]; its hash
+    changes with the prompt): the second reads all of the first's prompt from the cache but
+    its last token (the prefix cache's rule)."""
+    first_header, second_header = RECORDING["billing_headers"]
+    assert first_header != second_header
+    first = send(claude, recorded(first_header))
+    second = send(claude, recorded(second_header))
+    prompt = first.usage.input_tokens + (first.usage.cache_read_input_tokens or 0)
+    assert prompt > 1000  # the recording's system prompt, tools and reminders
+    assert second.usage.input_tokens + second.usage.cache_read_input_tokens == prompt
+    assert second.usage.cache_read_input_tokens == prompt - 1, (prompt, second.usage)
+    assert (
+        claude.messages.count_tokens(
+            model="claude-sonnet-4-5", system=recorded(second_header)["system"], messages=USER
+        ).input_tokens
+        == claude.messages.count_tokens(
+            model="claude-sonnet-4-5", system=recorded(first_header)["system"], messages=USER
+        ).input_tokens
+    )
+
+
+USER: list[Any] = [{"role": "user", "content": "Say hello"}]
