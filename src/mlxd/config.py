@@ -130,7 +130,10 @@ SETTINGS: dict[str, Setting[Any]] = {
         int,
     ),
     "prefix_cache_bytes": Setting(
-        "MLXD_PREFIX_CACHE_BYTES", str(2 << 30), "bytes of KV kept for prefix reuse", int
+        "MLXD_PREFIX_CACHE_BYTES",
+        str(2 << 30),
+        "bytes the prefix cache may hold (KV snapshots and their index)",
+        int,
     ),
     "prefix_cache_dir": Setting(
         "MLXD_PREFIX_CACHE_DIR",

@@ -134,12 +134,13 @@ class StepResult:
 class PrefixCacheStats:
     """The prefix cache now (bytes, entries) and since start (the counters)."""
 
-    bytes: int = 0
+    bytes: int = 0  # what it holds, as its budget counts it
     entries: int = 0
     stored: int = 0  # snapshots stored
     evictions: int = 0  # entries dropped to stay within the byte budget
     pruned: int = 0  # entries made redundant by a newer one (same conversation, or trimmable)
     files_rejected: int = 0  # disk tier files deleted because they did not check
+    kv_bytes: int = 0  # of `bytes`, the KV arrays alone (the rest: its index and objects)
 
 
 @dataclass(frozen=True, slots=True)

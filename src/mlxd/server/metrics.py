@@ -6,6 +6,7 @@ Counters and histograms are updated on the event loop thread only, so no locks.
 from __future__ import annotations
 
 import bisect
+import os
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -34,7 +35,11 @@ ENGINE_GAUGES: tuple[tuple[Callable[[EngineStats], int], str, str, str], ...] = 
     (lambda s: s.cache.files_rejected, "mlxd_prefix_cache_files_rejected_total", "counter",
      "prefix cache disk files deleted because they did not check (corrupt, foreign, "
      "or not a cache of their model)"),
-    (lambda s: s.cache.bytes, "mlxd_prefix_cache_bytes", "gauge", "bytes the prefix cache holds"),
+    (lambda s: s.cache.bytes, "mlxd_prefix_cache_bytes", "gauge",
+     "bytes the prefix cache holds, as its budget counts them: KV arrays, their objects and "
+     "the index that finds them"),
+    (lambda s: s.cache.kv_bytes, "mlxd_prefix_cache_kv_bytes", "gauge",
+     "of mlxd_prefix_cache_bytes, the KV arrays alone"),
     (lambda s: s.cache.entries, "mlxd_prefix_cache_entries", "gauge", "prefix cache snapshots"),
     (lambda s: s.counters.draft_tokens_total, "mlxd_draft_tokens_total", "counter",
      "speculative decoding: draft tokens the target verified"),
@@ -113,6 +118,10 @@ class Metrics:
             out.append(f"{name} {value_of(engine_stats)}")
         if engine_stats.cluster is not None:
             _cluster_lines(out, engine_stats.cluster)
+        resident = resident_bytes()
+        if resident is not None:
+            _header(out, "process_resident_memory_bytes", "gauge", "resident memory (RSS)")
+            out.append(f"process_resident_memory_bytes {resident}")
         return "\n".join(out) + "\n"
 
 
@@ -141,6 +150,15 @@ def _cluster_lines(out: list[str], cluster: ClusterStats) -> None:
     )
     out.append(f"mlxd_lockstep_broadcast_seconds_sum {cluster.broadcast_seconds:.6f}")
     out.append(f"mlxd_lockstep_broadcast_seconds_count {cluster.broadcasts}")
+
+
+def resident_bytes() -> int | None:
+    """This process's resident memory now (Linux /proc; None elsewhere)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _header(out: list[str], name: str, kind: str, help_text: str) -> None:

@@ -12,7 +12,8 @@ import mlx.core as mx
 import pytest
 from mlx_lm.models.cache import KVCache
 
-from mlxd.backend.prefix.cache import PrefixCache, SnapshotKind
+from mlxd.backend.prefix.cache import ENTRY_BYTES, KEY_TOKEN_BYTES, PrefixCache, SnapshotKind
+from mlxd.backend.prefix.prompt_trie import NODE_BYTES
 from mlxd.engine import Engine, ModelInfo
 from mlxd.errors import ModelNotFound
 from mlxd.types import FinishReason, TokenEvent
@@ -131,7 +132,8 @@ def test_prefix_cache_drop_forgets_one_model_only() -> None:
     pc.store("b", prompt, kv(40), SnapshotKind.ANSWER, None)
     b_bytes = kv(40)[0].nbytes
     assert pc.drop("a") == 2
-    assert (len(pc), pc.nbytes) == (1, b_bytes)
+    assert (len(pc), pc.stats().kv_bytes) == (1, b_bytes)
+    assert pc.nbytes == b_bytes + ENTRY_BYTES + len(prompt) * (KEY_TOKEN_BYTES + NODE_BYTES)
     assert pc.fetch("a", [*prompt, 5]).cache is None
     reuse = pc.fetch("b", [*prompt, 5])
     assert reuse.cache is not None and reuse.tokens == len(prompt)

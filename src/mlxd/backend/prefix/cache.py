@@ -9,12 +9,16 @@ it, or, when the cache can be trimmed (attention KV; a rotating window not yet f
 one cut back to the common prefix. Recurrent states and full rotating windows cannot be cut
 back: for them only the snapshots at prompt boundaries are reusable, which is why they exist.
 
-Bounds: entries are evicted least recently used first past `max_bytes`; a trimmable entry
-replaces the entries that are its own prefixes; and when a request continues an earlier turn
-(its prompt holds that turn's prompt up to where a next turn departs), the earlier turn's
-snapshots go once the new request has stored one, so a conversation keeps only its latest turn.
-With a disk tier (backend/prefix/disk_tier.py) every kept snapshot is also written to a file, and a
-prompt that a file serves better than memory loads it.
+Bounds: the cache counts what it holds, not only the KV arrays: each entry's arrays, its key
+and objects (ENTRY_BYTES, KEY_TOKEN_BYTES a token) and the trie's nodes (NODE_BYTES each).
+On the tiny test models the index is ~40% of the total (300 bytes a token beside 512 of KV);
+on real models well under 1%. Entries are evicted least recently used first past
+`max_bytes`; a trimmable entry replaces the entries that are its own prefixes; and when a
+request continues an earlier turn (its prompt holds that turn's prompt up to where a next
+turn departs), the earlier turn's snapshots go once the new request has stored one, so a
+conversation keeps only its latest turn. With a disk tier (backend/prefix/disk_tier.py)
+every kept snapshot is also written to a file, and a prompt that a file serves better than
+memory loads it.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from mlx_lm.models.cache import RotatingKVCache, can_trim_prompt_cache
 from mlxd.backend.api import PrefixCacheStats
 from mlxd.backend.mlx_lm.compat import PromptCache, trim_cache
 from mlxd.backend.prefix.disk_tier import DiskTier
-from mlxd.backend.prefix.prompt_trie import PromptTrie
+from mlxd.backend.prefix.prompt_trie import NODE_BYTES, PromptTrie
 from mlxd.backend.prefix.snapshot_file import CacheShape
 
 # A reuse shorter than this is not worth a cache copy (chat prompts of unrelated conversations
@@ -40,6 +44,10 @@ from mlxd.backend.prefix.snapshot_file import CacheShape
 MIN_REUSE_TOKENS = 16
 
 Key = tuple[str, tuple[int, ...]]  # (model, tokens)
+# Memory an entry holds beside its arrays (tests/integration/backend/prefix measures it): its
+# Snapshot, LRU slot and cache objects, and its key tuple's slot per token.
+ENTRY_BYTES = 2048
+KEY_TOKEN_BYTES = 8
 
 
 class SnapshotKind(StrEnum):
@@ -62,9 +70,12 @@ class Turn:
 
 @dataclass(slots=True, eq=False)
 class Snapshot:
+    """`nbytes`: what it holds (KV and its own objects); `kv_bytes`: its arrays alone."""
+
     key: Key
     cache: PromptCache
     nbytes: int
+    kv_bytes: int
     kind: SnapshotKind
     trimmable: bool
     turn: Turn | None  # None for SYSTEM snapshots: they belong to no conversation
@@ -92,7 +103,7 @@ class PrefixCache:
         self.disk = disk if max_bytes > 0 else None
         self._trie = PromptTrie()  # its look-up walks one path (see prompt_trie)
         self._lru: OrderedDict[Key, Snapshot] = OrderedDict()
-        self._bytes = 0
+        self._bytes = self._kv_bytes = 0  # entries' nbytes and kv_bytes (trie nodes apart)
         self._stored = self._evictions = self._pruned = 0
 
     @property
@@ -101,7 +112,8 @@ class PrefixCache:
 
     @property
     def nbytes(self) -> int:
-        return self._bytes
+        """What the cache holds: its entries and the trie that finds them."""
+        return self._bytes + self._trie.nodes * NODE_BYTES
 
     def __len__(self) -> int:
         return len(self._lru)
@@ -109,7 +121,13 @@ class PrefixCache:
     def stats(self) -> PrefixCacheStats:
         rejected = self.disk.rejected if self.disk is not None else 0
         return PrefixCacheStats(
-            self._bytes, len(self._lru), self._stored, self._evictions, self._pruned, rejected
+            self.nbytes,
+            len(self._lru),
+            self._stored,
+            self._evictions,
+            self._pruned,
+            rejected,
+            self._kv_bytes,
         )
 
     def register(self, model: str, checkpoint: Path, net: object) -> None:
@@ -196,8 +214,9 @@ class PrefixCache:
         if not self.enabled or len(tokens) < MIN_REUSE_TOKENS or not cache:
             return
         cache = _detach(cache)
-        nbytes = sum(int(c.nbytes) for c in cache)
-        if nbytes > self.max_bytes:
+        kv_bytes = sum(int(c.nbytes) for c in cache)
+        nbytes = kv_bytes + ENTRY_BYTES + len(tokens) * KEY_TOKEN_BYTES
+        if nbytes + len(tokens) * NODE_BYTES > self.max_bytes:
             return
         if turn is not None and turn.continues is not None:
             self._prune_turn(turn.continues)  # this conversation moved on
@@ -206,10 +225,12 @@ class PrefixCache:
         key: Key = (model, tuple(tokens))
         if key in self._lru:
             self._remove(self._lru[key])
-        snap = Snapshot(key, cache, nbytes, kind, can_trim_prompt_cache(cache), owner)
+        trimmable = can_trim_prompt_cache(cache)
+        snap = Snapshot(key, cache, nbytes, kv_bytes, kind, trimmable, owner)
         self._trie.add(model, list(tokens), snap)
         self._lru[key] = snap
         self._bytes += nbytes
+        self._kv_bytes += kv_bytes
         self._stored += 1
         if owner is not None:
             owner.keys.add(key)
@@ -219,7 +240,7 @@ class PrefixCache:
             for _, older in self._trie.pop_prefixes(model, list(tokens)):
                 self._forget(older)
                 self._discard(older)
-        while self._bytes > self.max_bytes:
+        while self.nbytes > self.max_bytes:
             oldest = next(iter(self._lru.values()))
             self._remove(oldest)
             self._evictions += 1
@@ -248,6 +269,7 @@ class PrefixCache:
         """Drop `snap` from the LRU and the byte count (the trie no longer holds it)."""
         del self._lru[snap.key]
         self._bytes -= snap.nbytes
+        self._kv_bytes -= snap.kv_bytes
         if snap.turn is not None:
             snap.turn.keys.discard(snap.key)
 

@@ -11,6 +11,7 @@ search walks one path down.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,11 @@ class _Node:
             self.nearest = 1 + min((c.nearest for c in self.children.values()), default=_FAR)
 
 
+# What one node costs in memory: the node, its children dict (one entry, as most have) and
+# the int object of the token it is keyed by (ids past 256 are not shared).
+NODE_BYTES = sys.getsizeof(_Node()) + sys.getsizeof({0: None}) + 32
+
+
 @dataclass(frozen=True, slots=True)
 class TrieResult:
     """As mlx-lm's PromptTrieResult: `exact` the tokens if stored; `shorter` the longest
@@ -44,16 +50,22 @@ class TrieResult:
 
 
 class PromptTrie:
-    """Values keyed by (model, token sequence)."""
+    """Values keyed by (model, token sequence). `nodes` counts the nodes below the roots: one
+    per token not shared with a stored sequence's prefix (NODE_BYTES each)."""
 
     def __init__(self) -> None:
         self._roots: dict[Any, _Node] = {}
+        self.nodes = 0
 
     def add(self, model: Any, tokens: list[int], value: Any) -> Any:
         """Store `value` under `tokens`; returns the value it replaced (None if none)."""
         path = [self._roots.setdefault(model, _Node())]
         for tok in tokens:
-            path.append(path[-1].children.setdefault(tok, _Node()))
+            child = path[-1].children.get(tok)
+            if child is None:
+                child = path[-1].children[tok] = _Node()
+                self.nodes += 1
+            path.append(child)
         prev, path[-1].value = path[-1].value, value
         for depth, node in enumerate(reversed(path)):
             node.nearest = min(node.nearest, depth)
@@ -79,6 +91,7 @@ class PromptTrie:
             if path[i].value is not _NONE or path[i].children:
                 break
             del path[i - 1].children[tokens[i - 1]]
+            self.nodes -= 1
         self._refresh(path)
         return value
 

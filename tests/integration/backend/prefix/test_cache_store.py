@@ -10,7 +10,15 @@ import pytest
 from mlx_lm.models.cache import ArraysCache, KVCache
 
 from mlxd.backend.mlx_lm.compat import PromptCache
-from mlxd.backend.prefix.cache import MIN_REUSE_TOKENS, PrefixCache, SnapshotKind, Turn
+from mlxd.backend.prefix.cache import (
+    ENTRY_BYTES,
+    KEY_TOKEN_BYTES,
+    MIN_REUSE_TOKENS,
+    PrefixCache,
+    SnapshotKind,
+    Turn,
+)
+from mlxd.backend.prefix.prompt_trie import NODE_BYTES
 
 M = "model"
 KIND = SnapshotKind.PROMPT
@@ -32,6 +40,11 @@ def recurrent(tokens: int) -> PromptCache:
 
 def seq(n: int, start: int = 100) -> list[int]:
     return list(range(start, start + n))
+
+
+def held(cache: PromptCache, tokens: int) -> int:
+    """What the cache counts for one entry of `tokens` tokens sharing no trie node."""
+    return sum(c.nbytes for c in cache) + ENTRY_BYTES + tokens * (KEY_TOKEN_BYTES + NODE_BYTES)
 
 
 def test_reuses_the_longest_prefix_and_never_the_last_token() -> None:
@@ -109,7 +122,7 @@ def test_the_same_prompt_again_joins_its_turn() -> None:
 
 
 def test_bounded_in_bytes_least_recently_used_first() -> None:
-    one = sum(c.nbytes for c in recurrent(1))
+    one = held(recurrent(1), 30)
     pc = PrefixCache(3 * one)
     for i in range(3):
         pc.store(M, seq(30, 1000 * i), recurrent(30), KIND, None)
@@ -117,6 +130,7 @@ def test_bounded_in_bytes_least_recently_used_first() -> None:
     pc.store(M, seq(30, 3000), recurrent(30), KIND, None)
     stats = pc.stats()
     assert (stats.entries, stats.bytes, stats.evictions) == (3, 3 * one, 1)
+    assert stats.kv_bytes == 3 * sum(c.nbytes for c in recurrent(1))
     assert pc.fetch(M, seq(30, 1000) + [1]).tokens == 0  # evicted
     assert pc.fetch(M, seq(30, 0) + [1]).tokens == 30
     tiny = PrefixCache(one - 1)
@@ -130,7 +144,8 @@ def test_drop_forgets_one_model() -> None:
     pc.store("b", seq(30), attention(30), KIND, None)
     assert pc.drop("a") == 1 and len(pc) == 1
     assert pc.fetch("a", seq(31)).tokens == 0 and pc.fetch("b", seq(31)).tokens == 30
-    assert pc.stats().bytes == sum(c.nbytes for c in attention(30))
+    assert pc.stats().kv_bytes == sum(c.nbytes for c in attention(30))
+    assert pc.stats().bytes == held(attention(30), 30)
 
 
 def test_a_snapshot_from_a_batch_keeps_only_its_own_rows() -> None:
@@ -149,7 +164,7 @@ def test_a_snapshot_from_a_batch_keeps_only_its_own_rows() -> None:
     mx.synchronize()
     gc.collect()
     kept = mx.get_active_memory() - before
-    assert pc.stats().bytes == 256 * 256 * 4
+    assert pc.stats().kv_bytes == 256 * 256 * 4
     assert kept <= 2 * 256 * 256 * 4, kept
 
 
