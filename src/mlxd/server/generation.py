@@ -71,19 +71,21 @@ class Wire(Protocol):
         ...
 
 
-class Timer:
-    """TTFT and inter-token latency for one request, into the shared histograms."""
+class RequestMeter:
+    """One request's TTFT and inter-token latency, into the shared histograms, and its finish
+    reason as its client saw it, counted once at its end (`cancelled`: the client left)."""
 
-    __slots__ = ("metrics", "start", "last")
+    __slots__ = ("metrics", "start", "last", "reason")
 
     def __init__(self, metrics: Metrics, start: float) -> None:
         self.metrics = metrics
         self.start = start
         self.last: float | None = None
+        self.reason: FinishReason | None = None
 
     def tick(self, ev: ChatEvent) -> None:
         if isinstance(ev, FinishEvent):
-            self.metrics.add_usage(ev.usage.prompt_tokens, ev.usage.completion_tokens)
+            self.reason = ev.reason
             return
         if isinstance(ev, Warning):
             log.warning("%s", ev.message)
@@ -94,6 +96,11 @@ class Timer:
         else:
             self.metrics.itl.observe(now - self.last)
         self.last = now
+
+    def end(self, gen: Generation, failed: bool = False) -> None:
+        """The request is over (`failed`: it ended in an error the client got)."""
+        reason = FinishReason.ERROR if failed or gen.aborted else self.reason
+        self.metrics.finished[(reason or FinishReason.CANCELLED).value] += 1
 
 
 def failure(finish: FinishEvent, gen: Generation) -> MlxdError | None:
@@ -148,9 +155,9 @@ async def respond(
     except Exception:
         stream.cancel()
         raise
-    timer = Timer(st.metrics, start)
+    meter = RequestMeter(st.metrics, start)
     if not streaming:
-        body = await collect(stream, wire, gen, st.lifecycle, timer, request.receive)
+        body = await collect(stream, wire, gen, st.lifecycle, meter, request.receive)
         return JSONResponse(body)
 
     async def cleanup() -> None:
@@ -161,7 +168,7 @@ async def respond(
         st.lifecycle.end(gen)
 
     return StreamingResponse(
-        sse_body(stream, wire, gen, st.lifecycle, timer),
+        sse_body(stream, wire, gen, st.lifecycle, meter),
         media_type="text/event-stream",
         headers=SSE_HEADERS,
         background=BackgroundTask(cleanup),
@@ -169,17 +176,19 @@ async def respond(
 
 
 async def sse_body(
-    stream: Stream, wire: Wire, gen: Generation, lifecycle: Lifecycle, timer: Timer
+    stream: Stream, wire: Wire, gen: Generation, lifecycle: Lifecycle, meter: RequestMeter
 ) -> AsyncIterator[bytes]:
     """The SSE byte stream; an error after the first byte becomes the wire's error frames."""
+    failed = False
     try:
         for frame in wire.opening():
             yield frame
         async for ev in stream:
-            timer.tick(ev)
+            meter.tick(ev)
             if isinstance(ev, FinishEvent):
                 err = failure(ev, gen)
                 if err is not None:
+                    failed = True
                     for frame in wire.error_frames(err):
                         yield frame
                     return
@@ -188,10 +197,12 @@ async def sse_body(
         for frame in wire.closing():
             yield frame
     except MlxdError as err:
+        failed = True
         for frame in wire.error_frames(err):
             yield frame
     finally:
         # Client gone (the generator was cancelled/closed) or done: either way, free the slot.
+        meter.end(gen, failed)
         stream.cancel()
         lifecycle.end(gen)
 
@@ -201,7 +212,7 @@ async def collect(
     wire: Wire,
     gen: Generation,
     lifecycle: Lifecycle,
-    timer: Timer,
+    meter: RequestMeter,
     receive: Receive,
 ) -> dict[str, Any]:
     """Run a stream to its end for a non-streaming response; a disconnect cancels it."""
@@ -209,12 +220,13 @@ async def collect(
     finish = FinishEvent(FinishReason.CANCELLED, Usage())
     try:
         async for ev in stream:
-            timer.tick(ev)
+            meter.tick(ev)
             if isinstance(ev, FinishEvent):
                 finish = ev
             else:
                 wire.add(ev)
     finally:
+        meter.end(gen, finish.reason is FinishReason.ERROR)
         watcher.cancel()
         stream.cancel()
         lifecycle.end(gen)

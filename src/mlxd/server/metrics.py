@@ -12,10 +12,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from mlxd.types import FinishReason
+
 if TYPE_CHECKING:
     from mlxd.engine import ClusterStats, EngineStats
 
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_FINISH_REASONS = {reason.value: 0 for reason in FinishReason}
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 # (what of engine.stats(), metric name, type, help)
@@ -76,17 +79,13 @@ class Histogram:
 @dataclass(slots=True)
 class Metrics:
     requests: Counter[tuple[str, int]] = field(default_factory=Counter)
-    prompt_tokens: int = 0
-    generation_tokens: int = 0
+    # Generation requests by the finish reason their client saw; every reason from the start.
+    finished: Counter[str] = field(default_factory=lambda: Counter(_FINISH_REASONS))
     ttft: Histogram = field(default_factory=lambda: Histogram(TTFT_BUCKETS))
     itl: Histogram = field(default_factory=lambda: Histogram(ITL_BUCKETS))
 
     def count_request(self, route: str, status: int) -> None:
         self.requests[(route, status)] += 1
-
-    def add_usage(self, prompt_tokens: int, completion_tokens: int) -> None:
-        self.prompt_tokens += prompt_tokens
-        self.generation_tokens += completion_tokens
 
     def render(self, engine_stats: EngineStats, active_http: int) -> str:
         """The /metrics body; engine_stats is engine.stats()."""
@@ -96,17 +95,33 @@ class Metrics:
             out.append(f'mlxd_http_requests_total{{route="{route}",status="{status}"}} {n}')
         _header(out, "mlxd_active_http_requests", "gauge", "generation requests in flight")
         out.append(f"mlxd_active_http_requests {active_http}")
-        _header(out, "mlxd_prompt_tokens_total", "counter", "prompt tokens processed")
-        out.append(f"mlxd_prompt_tokens_total {self.prompt_tokens}")
-        _header(out, "mlxd_generation_tokens_total", "counter", "tokens generated")
-        out.append(f"mlxd_generation_tokens_total {self.generation_tokens}")
+        counters = engine_stats.counters
+        _header(
+            out,
+            "mlxd_prompt_tokens_total",
+            "counter",
+            "prompt tokens of the requests started (those read from the prefix cache too)",
+        )
+        out.append(f"mlxd_prompt_tokens_total {counters.prompt_tokens_total}")
+        _header(
+            out,
+            "mlxd_generation_tokens_total",
+            "counter",
+            "tokens generated (those of requests cancelled before their end too)",
+        )
+        out.append(f"mlxd_generation_tokens_total {counters.generation_tokens_total}")
         _header(out, "mlxd_time_to_first_token_seconds", "histogram", "request to first token")
         out.extend(self.ttft.lines("mlxd_time_to_first_token_seconds"))
         _header(out, "mlxd_inter_token_latency_seconds", "histogram", "gap between deltas")
         out.extend(self.itl.lines("mlxd_inter_token_latency_seconds"))
-        by_reason = engine_stats.counters.by_reason
-        _header(out, "mlxd_requests_finished_total", "counter", "engine requests by finish reason")
-        for reason, n in sorted(by_reason.items()):
+        _header(
+            out,
+            "mlxd_requests_finished_total",
+            "counter",
+            "generation requests by the finish reason their client saw (tool_calls, stop, "
+            "length; cancelled: the client left or cancelled; error)",
+        )
+        for reason, n in sorted(self.finished.items()):
             out.append(f'mlxd_requests_finished_total{{reason="{reason}"}} {n}')
         _header(out, "mlxd_models_loaded", "gauge", "models loaded in the engine now")
         out.append(f"mlxd_models_loaded {len(engine_stats.models_loaded)}")

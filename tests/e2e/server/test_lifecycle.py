@@ -9,8 +9,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import cast
 
 import httpx
 import openai
@@ -86,6 +88,31 @@ def test_disconnect_mid_stream_cancels(http: httpx.Client) -> None:
     after = metric(metrics(http), 'mlxd_requests_finished_total{reason="cancelled"}')
     assert after == before + 1
     assert metric(metrics(http), "mlxd_active_http_requests") == 0
+
+
+def test_metrics_count_what_clients_saw(http: httpx.Client) -> None:
+    """A tool call finishes as `tool_calls` (not `stop`); a stream its client left counts as
+    `cancelled`, with the tokens it generated before that."""
+    reason = 'mlxd_requests_finished_total{{reason="{}"}}'.format
+    before = metrics(http)
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
+    body = {"model": "scripted", "messages": USER, "tools": tools, "max_tokens": 64}
+    answer = http.post("/chat/completions", json=body).json()
+    assert answer["choices"][0]["finish_reason"] == "tool_calls"
+    after = metrics(http)
+    assert metric(after, reason("tool_calls")) == metric(before, reason("tool_calls")) + 1
+    assert metric(after, reason("stop")) == metric(before, reason("stop"))
+    cm, lines = stream_until_first_content(http, LONG)
+    more = [line for _, line in zip(range(20), cast(Iterator[str], lines), strict=False)]
+    seen = 1 + sum('"content":"' in line for line in more)  # content deltas received
+    cm.__exit__(None, None, None)  # type: ignore[attr-defined]
+    wait_for(lambda: metric(metrics(http), "mlxd_running_requests") == 0, "running == 0")
+    left = metrics(http)
+    assert metric(left, reason("cancelled")) == metric(after, reason("cancelled")) + 1
+    generated = metric(left, "mlxd_generation_tokens_total") - metric(
+        after, "mlxd_generation_tokens_total"
+    )
+    assert generated >= seen
 
 
 def test_disconnect_mid_non_stream_cancels(server: ServerProcess, http: httpx.Client) -> None:

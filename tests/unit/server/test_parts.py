@@ -79,6 +79,8 @@ STATS = EngineStats(
         prefix_cache_hits=7,
         cached_tokens_total=70,
         prefix_cache_misses=3,
+        prompt_tokens_total=10,
+        generation_tokens_total=4,
         by_reason={"stop": 3, "cancelled": 1},
     ),
     cache=PrefixCacheStats(evictions=4, pruned=6, bytes=4096, entries=2),
@@ -89,12 +91,16 @@ def test_metrics_text() -> None:
     m = Metrics()
     m.count_request("/v1/chat/completions", 200)
     m.count_request("/v1/chat/completions", 200)
-    m.add_usage(10, 4)
+    m.finished["cancelled"] += 1
+    m.finished["tool_calls"] += 2
     text = m.render(STATS, active_http=1)
     assert 'mlxd_http_requests_total{route="/v1/chat/completions",status="200"} 2' in text
     assert "\nmlxd_running_requests 2\n" in text and "\nmlxd_queue_depth 5\n" in text
     assert 'mlxd_requests_finished_total{reason="cancelled"} 1' in text
+    assert 'mlxd_requests_finished_total{reason="tool_calls"} 2' in text
+    assert 'mlxd_requests_finished_total{reason="length"} 0' in text  # every reason, always
     assert "\nmlxd_prompt_tokens_total 10\n" in text
+    assert "\nmlxd_generation_tokens_total 4\n" in text
     for name, value in [("hits_total", 7), ("misses_total", 3), ("evictions_total", 4),
                         ("pruned_total", 6), ("bytes", 4096), ("entries", 2)]:  # fmt: skip
         assert f"\nmlxd_prefix_cache_{name} {value}\n" in text
