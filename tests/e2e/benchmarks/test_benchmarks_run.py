@@ -30,6 +30,7 @@ RUNS = {
     "experiments.prefill_plan_bench": ["--kind", "tiny", "--concurrency", "2", "--requests", "2",
                                        "--max-tokens", "4", "--policies", "planner,one"],
     "experiments.prefill_plan_model": [],
+    "soak": ["--minutes", "0.1", "--clients", "2", "--sample-seconds", "2"],
     "experiments.sampling_bench": ["--trees", f"new={ROOT / 'src'}", "--rows", "1", "--loads",
                                    "greedy_bias", "--steps", "5", "--rounds", "1"],
 }  # fmt: skip
