@@ -10,7 +10,7 @@ from __future__ import annotations
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from mlxd.errors import MlxdError
 from mlxd.server.error_responses import error_body
@@ -61,9 +61,17 @@ def tool_call_dict(call: ToolCall) -> dict[str, Any]:
 
 
 class OpenAIFrames:
-    """OpenAI's SSE framing of a wire's chunks: `data: {chunk}` lines, then `data: [DONE]`."""
+    """OpenAI's SSE framing of a wire's chunks: `data: {chunk}` lines, then `data: [DONE]`;
+    and the envelope every chunk and body of both APIs shares."""
 
     __slots__ = ()
+    chunk_object: ClassVar[str]  # a streamed chunk's "object"
+    body_object: ClassVar[str]  # the one body's "object"
+    # Fields of each wire (its dataclass).
+    id: str
+    created: int
+    model: str
+    include_usage: bool
 
     def first_chunk(self) -> dict[str, Any] | None:
         raise NotImplementedError
@@ -84,6 +92,32 @@ class OpenAIFrames:
     def error_frames(self, err: MlxdError) -> list[bytes]:
         return [event(error_body(err)), DONE]
 
+    def _envelope(self, kind: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "object": kind,
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        }
+
+    def _streamed(self, choice: dict[str, Any]) -> dict[str, Any]:
+        """One chunk; `usage` is null in each when the client asked for a usage chunk."""
+        body = self._envelope(self.chunk_object, [choice])
+        if self.include_usage:
+            body["usage"] = None
+        return body
+
+    def _last(self, finish: dict[str, Any], usage: Usage) -> list[dict[str, Any]]:
+        """The finish chunk, then the usage-only chunk when the client asked for it."""
+        out = [finish]
+        if self.include_usage:
+            out.append(self._envelope(self.chunk_object, []) | {"usage": usage_dict(usage)})
+        return out
+
+    def _body(self, choice: dict[str, Any], usage: Usage) -> dict[str, Any]:
+        return self._envelope(self.body_object, [choice]) | {"usage": usage_dict(usage)}
+
 
 @dataclass(slots=True)
 class ChatWire(OpenAIFrames):
@@ -97,18 +131,12 @@ class ChatWire(OpenAIFrames):
     tool_calls: list[ToolCall] = field(default_factory=list)
     logprobs: list[dict[str, Any]] = field(default_factory=list)
 
+    chunk_object: ClassVar[str] = "chat.completion.chunk"
+    body_object: ClassVar[str] = "chat.completion"
+
     def _chunk(self, delta: dict[str, Any], **choice: object) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}],
-        }
-        body["choices"][0].update(choice)
-        if self.include_usage:
-            body["usage"] = None
-        return body
+        fields = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+        return self._streamed(fields | choice)
 
     def first_chunk(self) -> dict[str, Any]:
         return self._chunk({"role": "assistant", "content": "", "refusal": None})
@@ -123,13 +151,7 @@ class ChatWire(OpenAIFrames):
             self.tool_calls.append(ev)
             return [self._chunk({"tool_calls": [tool_call_dict(ev)]})]
         if isinstance(ev, FinishEvent):
-            out = [self._chunk({}, finish_reason=self._finish_reason(ev))]
-            if self.include_usage:
-                last = self._chunk({})
-                last["choices"] = []
-                last["usage"] = usage_dict(ev.usage)
-                out.append(last)
-            return out
+            return self._last(self._chunk({}, finish_reason=self._finish_reason(ev)), ev.usage)
         return []  # Warning: logged by the caller, not sent
 
     def add(self, ev: ChatEvent) -> None:
@@ -159,14 +181,7 @@ class ChatWire(OpenAIFrames):
             "logprobs": {"content": self.logprobs} if self.texts is not None else None,
             "finish_reason": self._finish_reason(finish),
         }
-        return {
-            "id": self.id,
-            "object": "chat.completion",
-            "created": self.created,
-            "model": self.model,
-            "choices": [choice],
-            "usage": usage_dict(finish.usage),
-        }
+        return self._body(choice, finish.usage)
 
     def _finish_reason(self, finish: FinishEvent) -> str:
         if self.tool_calls and finish.reason == FinishReason.STOP:
@@ -190,19 +205,15 @@ class CompletionWire(OpenAIFrames):
     offset: int = 0
     logprobs: list[CompletionLogprobs] = field(default_factory=list)
 
+    chunk_object: ClassVar[str] = "text_completion"
+    body_object: ClassVar[str] = "text_completion"
+
     def _chunk(
         self, text: str, logprobs: CompletionLogprobs | None = None, finish: str | None = None
     ) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "id": self.id,
-            "object": "text_completion",
-            "created": self.created,
-            "model": self.model,
-            "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}],
-        }
-        if self.include_usage:
-            body["usage"] = None
-        return body
+        return self._streamed(
+            {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}
+        )
 
     def first_chunk(self) -> None:
         return None  # completions have no role chunk
@@ -211,13 +222,7 @@ class CompletionWire(OpenAIFrames):
         if isinstance(ev, TextDelta):
             return [self._chunk(ev.text, self._logprobs(ev))]
         if isinstance(ev, FinishEvent):
-            out = [self._chunk("", finish=_FINISH[ev.reason])]
-            if self.include_usage:
-                last = self._chunk("")
-                last["choices"] = []
-                last["usage"] = usage_dict(ev.usage)
-                out.append(last)
-            return out
+            return self._last(self._chunk("", finish=_FINISH[ev.reason]), ev.usage)
         return []
 
     def add(self, ev: ChatEvent) -> None:
@@ -234,14 +239,7 @@ class CompletionWire(OpenAIFrames):
             "logprobs": merge_completion_logprobs(self.logprobs) if self.texts else None,
             "finish_reason": _FINISH[finish.reason],
         }
-        return {
-            "id": self.id,
-            "object": "text_completion",
-            "created": self.created,
-            "model": self.model,
-            "choices": [choice],
-            "usage": usage_dict(finish.usage),
-        }
+        return self._body(choice, finish.usage)
 
     def _logprobs(self, ev: TextDelta) -> CompletionLogprobs | None:
         if self.texts is None or not ev.logprobs:
