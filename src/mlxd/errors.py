@@ -87,7 +87,24 @@ class ModelTooLarge(ModelBroken):
 
 
 class ContextOverflow(InvalidRequest):
+    """The prompt leaves no room to generate: `prompt_tokens` (`at_least`: a lower bound,
+    counted before tokenizing) against the model's `window`, for each API's own wording."""
+
     code = "context_length_exceeded"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        prompt_tokens: int | None = None,
+        window: int | None = None,
+        at_least: bool = False,
+    ) -> None:
+        super().__init__(message, param=param)
+        self.prompt_tokens = prompt_tokens
+        self.window = window
+        self.at_least = at_least
 
 
 class TemplateError(InvalidRequest):

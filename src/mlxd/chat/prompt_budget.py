@@ -47,6 +47,9 @@ def check_fits(tokenizer: Tokenizer, text: str, window: int, param: str = "messa
             f"prompt has at least {least} tokens ({len(text.encode('utf-8', 'replace'))} "
             f"bytes) but the context window is {window}: no room to generate",
             param=param,
+            prompt_tokens=least,
+            window=window,
+            at_least=True,
         )
 
 

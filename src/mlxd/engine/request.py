@@ -109,6 +109,8 @@ def budget(
             f"prompt has {prompt_len} tokens but the context window is {context_window}: "
             f"no room to generate",
             param="messages",
+            prompt_tokens=prompt_len,
+            window=context_window,
         )
     limits = [params.max_tokens, ceiling, room]
     return int(min(math.inf if v is None else v for v in limits))

@@ -62,14 +62,27 @@ def is_anthropic_path(path: str) -> bool:
 def anthropic_error_body(err: E.MlxdError) -> dict[str, Any]:
     default = "api_error" if err.http_status >= 500 else "invalid_request_error"
     kind = ANTHROPIC_ERROR_TYPES.get(err.http_status, default)
-    return {"type": "error", "error": {"type": kind, "message": err.message}}
+    message = err.message
+    if isinstance(err, E.ContextOverflow) and err.prompt_tokens is not None and err.window:
+        # Anthropic's own words, which Claude Code parses to compact the conversation; the
+        # maximum is the longest prompt that leaves room for one token.
+        message = f"prompt is too long: {err.prompt_tokens} tokens > {err.window - 1} maximum"
+    return {"type": "error", "error": {"type": kind, "message": message}}
 
 
 def error_body(err: E.MlxdError, path: str = "") -> dict[str, Any]:
     """The error in the shape of the API that `path` belongs to."""
     if is_anthropic_path(path):
         return anthropic_error_body(err)
-    return {"error": err.to_dict()}
+    body = err.to_dict()
+    if isinstance(err, E.ContextOverflow) and err.prompt_tokens is not None and err.window:
+        # OpenAI's words (code context_length_exceeded), which clients such as litellm match.
+        counted = f"at least {err.prompt_tokens}" if err.at_least else str(err.prompt_tokens)
+        body["message"] = (
+            f"This model's maximum context length is {err.window} tokens. However, your "
+            f"messages resulted in {counted} tokens. Please reduce the length of the messages."
+        )
+    return {"error": body}
 
 
 def error_headers(err: E.MlxdError) -> dict[str, str]:

@@ -19,6 +19,7 @@ import asyncio
 import os
 import time
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from mlxd.engine import Engine, ModelInfo
 
 DEFAULT_ALIASES = frozenset({"", "default"})
+RFC_3339 = "%Y-%m-%dT%H:%M:%SZ"
 LOAD_ATTEMPTS = 2  # loads of one name per request before giving up (it keeps being pushed out)
 
 
@@ -77,6 +79,7 @@ class ServedModels:
         self.trust_remote_code = trust_remote_code
         self.aliases = aliases
         self.loaded: dict[str, ModelInfo] = {}
+        self.windows: dict[str, int] = {}  # store models' context windows, from the catalog
         self.created = int(time.time())
         if default is not None:
             self.loaded[default.name] = default  # loaded pinned by server.launch.serve
@@ -137,17 +140,21 @@ class ServedModels:
     def _resolve_and_load(self, name: str) -> ModelInfo:
         from mlxd.store.runnable import runnable_model
 
-        ref = runnable_model(name, trust_remote_code=self.trust_remote_code, store_only=True)
+        try:
+            ref = runnable_model(name, trust_remote_code=self.trust_remote_code, store_only=True)
+        except ModelNotFound as e:
+            raise with_alias_hint(name, e) from None
         return self.engine.load_model(ref)
 
     async def list_ids(self) -> list[str]:
         """The preloaded model first, then every model the store catalog lists."""
         ids = [self.default.name] if self.default is not None else []
         try:
-            names = await asyncio.to_thread(_catalog_names)
+            windows = await asyncio.to_thread(_catalog_windows)
         except Exception:  # the catalog is best effort; /v1/models must still answer
-            names = []
-        ids += [n for n in names if n not in ids]
+            windows = {}
+        self.windows.update({n: w for n, w in windows.items() if w is not None})
+        ids += [n for n in windows if n not in ids]
         return ids
 
     async def exists(self, name: str) -> bool:
@@ -157,13 +164,24 @@ class ServedModels:
         return name in await self.list_ids()
 
     def card(self, model_id: str) -> dict[str, Any]:
-        """The /v1/models entry; a model loaded with a draft model says which (`draft`)."""
+        """The /v1/models entry, in OpenAI's fields and Anthropic's (`type`, `display_name`,
+        `created_at`: the SDKs' models.list() read them); with the context window when it is
+        known (`max_input_tokens`: the longest prompt that leaves room to generate). A model
+        loaded with a draft model says which (`draft`)."""
         card: dict[str, Any] = {
             "id": model_id,
             "object": "model",
             "created": self.created,
             "owned_by": "mlxd",
+            "type": "model",
+            "display_name": model_id,
+            "created_at": datetime.fromtimestamp(self.created, UTC).strftime(RFC_3339),
         }
+        info = self.loaded.get(model_id)
+        window = info.context_window if info is not None else self.windows.get(model_id)
+        if window:
+            card["context_window"] = window
+            card["max_input_tokens"] = window - 1
         draft = self.draft(model_id)
         if draft is not None:
             card["draft"] = draft
@@ -182,7 +200,26 @@ class ServedModels:
         }
 
 
-def _catalog_names() -> list[str]:
+# Names hosted APIs give their models, which agents send by default (Claude Code, Codex).
+_VENDOR_PREFIXES = ("claude-", "gpt-", "chatgpt-", "o1", "o3", "o4", "codex-")
+
+
+def with_alias_hint(name: str, err: ModelNotFound) -> ModelNotFound:
+    """A 404 for a hosted API's model name says how to serve it (`--alias`), not `mlxd pull`."""
+    prefix = next((p for p in _VENDOR_PREFIXES if name.startswith(p)), None)
+    if prefix is None:
+        return err
+    pattern = prefix if prefix.endswith("-") else prefix + "-"
+    return ModelNotFound(
+        f"model '{name}' is not served here: a client that sends this name needs the server "
+        f"to map it, e.g. `mlxd serve --model MODEL --alias '{pattern}*=default'` (or set the "
+        "client's model to one of GET /v1/models)",
+        param="model",
+    )
+
+
+def _catalog_windows() -> dict[str, int | None]:
+    """Each model the store lists -> its context window (None: its config does not say)."""
     from mlxd.store.catalog import list_models
 
-    return [str(getattr(entry, "name", entry)) for entry in list_models()]
+    return {entry.name: entry.context_window for entry in list_models()}

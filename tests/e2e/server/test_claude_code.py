@@ -7,11 +7,13 @@ from __future__ import annotations
 import copy
 import inspect
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anthropic
+import openai
 import pytest
 
 from tests.e2e.server.serverproc import ServerProcess, launch, server_env
@@ -80,3 +82,47 @@ def test_billing_header_does_not_defeat_the_prefix_cache(claude: anthropic.Anthr
 
 
 USER: list[Any] = [{"role": "user", "content": "Say hello"}]
+
+
+def test_prompt_too_long_in_anthropic_words(claude: anthropic.Anthropic) -> None:
+    """Claude Code reads `prompt is too long: N tokens > M maximum` to compact; OpenAI
+    clients read `context_length_exceeded` and OpenAI's sentence ('tiny-short': 128 tokens)."""
+    long_turn = [{"role": "user", "content": "Paris is lovely. " * 60}]
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        claude.messages.create(model="tiny-short", max_tokens=4, messages=long_turn)  # type: ignore[arg-type]
+    error = refused.value.body["error"]  # type: ignore[index]
+    assert error["type"] == "invalid_request_error"
+    found = re.fullmatch(r"prompt is too long: (\d+) tokens > 127 maximum", error["message"])
+    assert found is not None and int(found.group(1)) > 127, error
+    with pytest.raises(openai.BadRequestError) as by_openai:
+        openai_client(claude).chat.completions.create(
+            model="tiny-short",
+            max_tokens=4,
+            messages=long_turn,  # type: ignore[arg-type]
+        )
+    assert by_openai.value.code == "context_length_exceeded"
+    assert "maximum context length is 128 tokens" in by_openai.value.message
+
+
+def test_models_list_has_anthropic_fields_and_the_window(claude: anthropic.Anthropic) -> None:
+    models = list(claude.models.list())
+    first = models[0]  # the preloaded model
+    assert first.type == "model" and first.display_name == first.id
+    assert first.created_at.year >= 2026
+    assert first.max_input_tokens == 65535  # tiny-long: a 64k window
+    short = claude.models.retrieve("tiny-short")
+    assert short.max_input_tokens == 127 and short.model_extra["context_window"] == 128  # type: ignore[index]
+    listed = {m.id: m for m in openai_client(claude).models.list()}
+    assert listed["tiny-short"].context_window == 128  # type: ignore[attr-defined]
+
+
+def test_hosted_model_names_404_with_the_alias_hint(claude: anthropic.Anthropic) -> None:
+    """`claude-*` is aliased on this server; `gpt-*` is not: the 404 says how to alias it."""
+    with pytest.raises(anthropic.NotFoundError) as unknown:
+        claude.messages.create(model="gpt-5", max_tokens=4, messages=USER)
+    assert "--alias 'gpt-*=default'" in unknown.value.message
+    assert "mlxd pull" not in unknown.value.message
+
+
+def openai_client(claude: anthropic.Anthropic) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{claude.base_url}/v1", api_key="unused", max_retries=0)

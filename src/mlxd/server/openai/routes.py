@@ -18,7 +18,7 @@ from mlxd.server.generation import chat_endpoint, respond
 from mlxd.server.openai.schemas import ChatCompletionRequest, CompletionRequest
 from mlxd.server.openai.wire import ChatWire, CompletionWire
 from mlxd.server.request_inputs import parse
-from mlxd.server.served_models import DEFAULT_ALIASES
+from mlxd.server.served_models import DEFAULT_ALIASES, with_alias_hint
 from mlxd.server.settings import ServerSettings
 from mlxd.server.state import ServerState
 from mlxd.server.state import server_state as _state
@@ -77,7 +77,10 @@ async def completions(request: Request) -> Response:
 async def list_models(request: Request) -> Response:
     st = _state(request)
     ids = await st.models.list_ids()
-    return JSONResponse({"object": "list", "data": [st.models.card(i) for i in ids]})
+    # OpenAI's list, with the page fields Anthropic's SDK reads (one page: no more to fetch).
+    page = {"first_id": ids[0] if ids else None, "last_id": ids[-1] if ids else None}
+    data = [st.models.card(i) for i in ids]
+    return JSONResponse({"object": "list", "data": data, **page, "has_more": False})
 
 
 @router.get("/v1/models/{model_id:path}")
@@ -88,5 +91,6 @@ async def get_model(request: Request, model_id: str) -> Response:
     if model_id in DEFAULT_ALIASES and default is not None:  # as "model": "default" does
         return JSONResponse(st.models.card(default.name))
     if not await st.models.exists(model_id):
-        raise ModelNotFound(f"model '{model_id}' is not known", param="model")
+        err = ModelNotFound(f"model '{model_id}' is not known", param="model")
+        raise with_alias_hint(model_id, err)
     return JSONResponse(st.models.card(model_id))
