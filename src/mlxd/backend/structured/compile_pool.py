@@ -130,11 +130,13 @@ class CompilePool:
             self._starting += 1
         try:
             worker = self._start()
-        finally:
+        except BaseException:
             with self._cond:
                 self._starting -= 1
                 self._cond.notify()
-        with self._cond:
+            raise
+        with self._cond:  # one step from starting to busy: the count never dips
+            self._starting -= 1
             if not self._stopped:
                 self._busy.add(worker)
                 return worker
@@ -160,7 +162,7 @@ class CompilePool:
         worker: _Worker | None = None
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-I", str(_WORKER), str(child_in), str(child_out)]
+                [sys.executable, "-P", str(_WORKER), str(child_in), str(child_out)]
                 + [str(self.memory)],
                 pass_fds=(child_in, child_out),
                 stdin=subprocess.DEVNULL,

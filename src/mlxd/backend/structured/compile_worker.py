@@ -1,6 +1,7 @@
 """A grammar compile worker: a child process the server may kill (backend.structured.compile_pool).
 
-Run as a script, never imported: `python -I compile_worker.py READ_FD WRITE_FD MEMORY_BYTES`.
+Run as a script, never imported: `python -P compile_worker.py READ_FD WRITE_FD MEMORY_BYTES`
+(-P: its own folder is not on sys.path; the parent's environment finds llguidance).
 It imports only the standard library and llguidance, caps its own address space at its
 baseline plus MEMORY_BYTES, says b"ready", then answers each grammar (UTF-8 bytes) with
 llguidance's validation error (b"" when the grammar is valid). llguidance's JSON-schema

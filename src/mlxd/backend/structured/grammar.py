@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 import llguidance
 import numpy as np
 
-from mlxd.backend.structured.compile_pool import Outcome, shared_pool
+from mlxd.backend.structured.compile_pool import Outcome, Verdict, shared_pool
 from mlxd.backend.structured.finite_schema import has_finite_instance
 from mlxd.config import setting_float, setting_int
 from mlxd.errors import EngineBusy, EngineUnavailable, InvalidRequest
@@ -241,6 +241,17 @@ def _validated(grammar: str, param: str) -> str:
             return _VERDICTS[key]
     budget = setting_float("grammar_seconds")
     verdict = shared_pool().validate(grammar, budget)
+    _raise_unanswered(verdict, budget, param)
+    error = _first_line(verdict.message) if verdict.outcome is Outcome.INVALID else ""
+    with _MODELS_LOCK:
+        _VERDICTS[key] = error
+        while len(_VERDICTS) > _CACHED_VERDICTS:
+            _VERDICTS.popitem(last=False)
+    return error
+
+
+def _raise_unanswered(verdict: Verdict, budget: float, param: str) -> None:
+    """The refusal for a verdict that is not llguidance's answer (budgets, shutdown)."""
     if verdict.outcome is Outcome.TIMEOUT:
         raise InvalidRequest(
             f"{param}: the schema took more than {budget:g} s to compile (MLXD_GRAMMAR_SECONDS)",
@@ -259,12 +270,6 @@ def _validated(grammar: str, param: str) -> str:
             f"every grammar compiler stayed busy for {budget:g} s (MLXD_GRAMMAR_WORKERS); "
             "retry later"
         )
-    error = _first_line(verdict.message) if verdict.outcome is Outcome.INVALID else ""
-    with _MODELS_LOCK:
-        _VERDICTS[key] = error
-        while len(_VERDICTS) > _CACHED_VERDICTS:
-            _VERDICTS.popitem(last=False)
-    return error
 
 
 def _can_start(matcher: llguidance.LLMatcher, vocab_size: int) -> bool:
