@@ -50,6 +50,14 @@ def _int_or_none(text: str) -> int | None:
     return int(text) or None
 
 
+def _fraction_digits(text: str) -> int:
+    """0-10: llguidance spells `multipleOf: 1e-N` exactly only up to N = 10."""
+    digits = int(text)
+    if not 0 <= digits <= 10:
+        raise ValueError(f"must be between 0 and 10, not {digits}")
+    return digits
+
+
 @dataclass(frozen=True, slots=True)
 class Setting(Generic[T]):
     """One operator setting: its env var, its default (spelled as the env var would be),
@@ -274,6 +282,27 @@ SETTINGS: dict[str, Setting[Any]] = {
         str(1 << 30),
         "memory one grammar compile may take (its child process's address space over its "
         "baseline, Linux); a compile that needs more is refused (400)",
+        int,
+    ),
+    "grammar_integer_digits": Setting(
+        "MLXD_GRAMMAR_INTEGER_DIGITS",
+        "15",
+        "a constrained answer's numbers whose schema sets no minimum/maximum stay under "
+        "10**N in absolute value (0: no cap)",
+        int,
+    ),
+    "grammar_fraction_digits": Setting(
+        "MLXD_GRAMMAR_FRACTION_DIGITS",
+        "10",
+        "digits after the point a constrained answer's `number` may have when its schema sets "
+        "no multipleOf (1-10; 0: no cap)",
+        _fraction_digits,
+    ),
+    "grammar_string_chars": Setting(
+        "MLXD_GRAMMAR_STRING_CHARS",
+        "100000",
+        "characters a constrained answer's string may have when its schema sets no "
+        "maxLength, pattern, format or enum (0: no cap)",
         int,
     ),
     "template_bytes": Setting(

@@ -34,6 +34,7 @@ import numpy as np
 
 from mlxd.backend.structured.compile_pool import Outcome, Verdict, shared_pool
 from mlxd.backend.structured.finite_schema import has_finite_instance
+from mlxd.backend.structured.schema_bounds import ValueCaps, with_default_bounds
 from mlxd.config import setting_float, setting_int
 from mlxd.errors import EngineBusy, EngineUnavailable, InvalidRequest
 from mlxd.types import OutputConstraint, Tokenizer
@@ -41,7 +42,13 @@ from mlxd.types import OutputConstraint, Tokenizer
 if TYPE_CHECKING:
     from collections.abc import Collection
 
-__all__ = ["CompiledGrammar", "JSON_LAYOUT", "compile_constraint", "grammar_tokenizer"]
+__all__ = [
+    "CompiledGrammar",
+    "JSON_LAYOUT",
+    "compile_constraint",
+    "grammar_tokenizer",
+    "value_caps",
+]
 
 # JSON is written as Python's json.dumps writes it (", " and ": ", no other whitespace): a
 # model cannot pad an answer with endless blank lines, and after the closing brace only EOS
@@ -184,6 +191,7 @@ def _lark(constraint: OutputConstraint, tokenizer: llguidance.LLTokenizer) -> st
         )
     if not has_finite_instance(schema):
         raise _no_instance(constraint.param)
+    schema = with_default_bounds(schema, value_caps())
     schema["x-guidance"] = {**(schema.get("x-guidance") or {}), **JSON_LAYOUT}
     try:
         body = json.dumps(schema, ensure_ascii=False)
@@ -198,6 +206,15 @@ def _lark(constraint: OutputConstraint, tokenizer: llguidance.LLTokenizer) -> st
     ]
     return llguidance.LLMatcher.grammar_from_lark(
         f"start: {' '.join(parts)}\nanswer: %json {body}\n"
+    )
+
+
+def value_caps() -> ValueCaps:
+    """The operator's caps on numbers and strings a schema leaves unbounded."""
+    return ValueCaps(
+        integer_digits=setting_int("grammar_integer_digits"),
+        fraction_digits=setting_int("grammar_fraction_digits"),
+        string_chars=setting_int("grammar_string_chars"),
     )
 
 

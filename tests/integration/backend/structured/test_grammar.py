@@ -207,3 +207,33 @@ def test_the_tokenizer_is_built_once_per_model(tok, monkeypatch):
     compile_(tok, {"enum": ["other"]})
     assert calls == []
     assert grammar_mod.grammar_tokenizer(tok, len(tok), set()) is compile_(tok, ENUM).tokenizer
+
+
+def accepts(grammar: CompiledGrammar, tok: CheckpointTokenizer, text: str) -> bool:
+    matcher = grammar.new_matcher()
+    return all(matcher.consume_token(t) for t in tok.encode(text)) and matcher.is_accepting()
+
+
+def test_numbers_and_strings_without_bounds_are_capped_by_default(tok, monkeypatch):
+    """pydantic-ai moves minimum/maximum into descriptions: the grammar caps digits itself
+    (MLXD_GRAMMAR_INTEGER_DIGITS, _FRACTION_DIGITS, _STRING_CHARS)."""
+    monkeypatch.setenv("MLXD_GRAMMAR_STRING_CHARS", "8")
+    schema = {
+        "type": "object",
+        "properties": {"n": {"type": "integer"}, "x": {"type": "number"}, "s": {"type": "string"}},
+        "required": ["n", "x", "s"],
+    }
+    grammar = compile_(tok, schema)
+
+    def body(n: str, x: str = "1.5", s: str = "ok") -> str:
+        return f'{{"n": {n}, "x": {x}, "s": "{s}"}}'
+
+    assert accepts(grammar, tok, body("-" + "9" * 15))
+    assert not accepts(grammar, tok, body("1" * 16))
+    assert accepts(grammar, tok, body("1", x="3." + "1" * 10))
+    assert not accepts(grammar, tok, body("1", x="3." + "1" * 11))
+    assert not accepts(grammar, tok, body("1", x="1e5"))
+    assert accepts(grammar, tok, body("1", s="a" * 8))
+    assert not accepts(grammar, tok, body("1", s="a" * 9))
+    monkeypatch.setenv("MLXD_GRAMMAR_INTEGER_DIGITS", "0")
+    assert accepts(compile_(tok, schema), tok, body("1" * 40))
