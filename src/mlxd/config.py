@@ -226,6 +226,14 @@ SETTINGS: dict[str, Setting[Any]] = {
         "an idle keep-alive connection closes after this many seconds",
         float,
     ),
+    "stream_keepalive_seconds": Setting(
+        "MLXD_STREAM_KEEPALIVE",
+        "10",
+        "a stream with nothing to send for this many seconds (waiting in the queue, a long "
+        "prefill, a tool call being written) sends a keep-alive: Anthropic's `ping` event, "
+        "an SSE comment elsewhere; 0: never",
+        float,
+    ),
     "max_connections": Setting(
         "MLXD_MAX_CONNECTIONS",
         "512",

@@ -81,6 +81,20 @@ class ChatStream:
         """Idempotent: the stream then ends with FinishEvent(CANCELLED) (or already ended)."""
         self.handle.cancel()
 
+    async def admitted(self, within: float) -> Usage:
+        """The prompt's usage (prompt and cached tokens) once the engine has admitted the
+        request, waiting at most `within` seconds (usually one engine step); no cached
+        tokens if it is still queued then."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        deadline, pause = loop.time() + within, 0.001
+        while not self.handle.admitted and loop.time() < deadline:
+            await asyncio.sleep(pause)
+            pause = min(2 * pause, 0.05)
+        cached = self.handle.cached_tokens if self.handle.admitted else 0
+        return Usage(self.prompt.prompt_tokens, 0, cached)
+
     def __iter__(self) -> Iterator[ChatEvent]:
         if self._done:  # iterated already: the one FinishEvent was given
             return

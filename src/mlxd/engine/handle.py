@@ -28,6 +28,16 @@ class RequestHandle:
         return self._request.status
 
     @property
+    def admitted(self) -> bool:
+        """The engine has taken the request into its batch (or already ended it)."""
+        return self._request.status is not RequestStatus.WAITING
+
+    @property
+    def cached_tokens(self) -> int:
+        """Prompt tokens read from the prefix cache: known once `admitted` (0 before)."""
+        return self._request.cached_tokens
+
+    @property
     def max_tokens(self) -> int:
         """The generation budget the engine gave this request."""
         return self._request.max_tokens

@@ -25,7 +25,7 @@ from mlxd.server.lifecycle import Generation, Lifecycle
 from mlxd.server.metrics import Metrics
 from mlxd.server.request_inputs import ApiChatRequest, chat_request, in_client_terms
 from mlxd.server.settings import ServerSettings
-from mlxd.server.sse import SSE_HEADERS
+from mlxd.server.sse import SSE_HEADERS, paced
 from mlxd.server.state import ServerState, server_state
 from mlxd.types import ChatEvent, FinishEvent, FinishReason, Usage, Warning
 
@@ -35,19 +35,28 @@ if TYPE_CHECKING:
     from mlxd.engine import ModelInfo
 
 log = logging.getLogger("mlxd.server")
+# A stream's opening waits at most this long for the engine to admit its request (one engine
+# step, usually), so Anthropic's message_start can carry the prompt's cache split.
+ADMISSION_WAIT_S = 0.5
 R = TypeVar("R", bound=ApiChatRequest)
 
 
 class Stream(Protocol):
     def cancel(self) -> None: ...
     def __aiter__(self) -> AsyncIterator[ChatEvent]: ...
+    async def admitted(self, within: float) -> Usage: ...
 
 
 class Wire(Protocol):
     """One request's wire format: SSE frames while streaming, or one body at the end."""
 
-    def opening(self) -> list[bytes]:
-        """Frames sent before the first event."""
+    def opening(self, known: Usage | None = None) -> list[bytes]:
+        """Frames sent before the first event; `known`: the prompt's usage known by then
+        (prompt tokens, and the cached ones if the engine has admitted the request)."""
+        ...
+
+    def keep_alive(self) -> bytes:
+        """What the stream sends when it has had nothing to send for a while."""
         ...
 
     def frames(self, ev: ChatEvent) -> list[bytes]:
@@ -168,7 +177,7 @@ async def respond(
         st.lifecycle.end(gen)
 
     return StreamingResponse(
-        sse_body(stream, wire, gen, st.lifecycle, meter),
+        sse_body(stream, wire, gen, st.lifecycle, meter, st.settings.stream_keepalive),
         media_type="text/event-stream",
         headers=SSE_HEADERS,
         background=BackgroundTask(cleanup),
@@ -176,14 +185,25 @@ async def respond(
 
 
 async def sse_body(
-    stream: Stream, wire: Wire, gen: Generation, lifecycle: Lifecycle, meter: RequestMeter
+    stream: Stream,
+    wire: Wire,
+    gen: Generation,
+    lifecycle: Lifecycle,
+    meter: RequestMeter,
+    idle_s: float = 0.0,
 ) -> AsyncIterator[bytes]:
-    """The SSE byte stream; an error after the first byte becomes the wire's error frames."""
+    """The SSE byte stream; an error after the first byte becomes the wire's error frames.
+    The opening waits (briefly) for the engine to admit the request, so it can tell the
+    prompt's cache split; a keep-alive goes out whenever nothing else did for `idle_s`."""
     failed = False
     try:
-        for frame in wire.opening():
+        known = await stream.admitted(ADMISSION_WAIT_S)
+        for frame in wire.opening(known):
             yield frame
-        async for ev in stream:
+        async for ev in paced(aiter(stream), idle_s):
+            if ev is None:
+                yield wire.keep_alive()
+                continue
             meter.tick(ev)
             if isinstance(ev, FinishEvent):
                 err = failure(ev, gen)

@@ -25,6 +25,7 @@ class ServerSettings:
     header_timeout: float = setting_field("header_timeout_seconds")
     body_timeout: float = setting_field("body_timeout_seconds")
     keep_alive: float = setting_field("keep_alive_seconds")
+    stream_keepalive: float = setting_field("stream_keepalive_seconds")  # 0: no keep-alives
     max_connections: int = setting_field("max_connections")
     drain_seconds: float = setting_field("drain_seconds")
     trust_remote_code: bool = False

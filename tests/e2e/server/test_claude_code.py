@@ -8,11 +8,13 @@ import copy
 import inspect
 import json
 import re
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 import pytest
 
@@ -28,8 +30,10 @@ _SDK_FIELDS = set(inspect.signature(anthropic.Anthropic().messages.create).param
 
 @pytest.fixture(scope="module")
 def cc_server(server_home: Path) -> Iterator[ServerProcess]:
-    """tiny-long (a 64k window) serving every `claude-*` name, as docs/usage/serve.md says."""
-    srv = launch(["--model", "tiny-long", "--alias", "claude-*=default"], server_env(server_home))
+    """tiny-long (a 64k window) serving every `claude-*` name, as docs/usage/serve.md says;
+    keep-alives after 20 ms of silence (the default is 10 s), so a prefill sends some."""
+    env = server_env(server_home, MLXD_STREAM_KEEPALIVE="0.02")
+    srv = launch(["--model", "tiny-long", "--alias", "claude-*=default"], env)
     yield srv
     srv.stop()
 
@@ -126,3 +130,72 @@ def test_hosted_model_names_404_with_the_alias_hint(claude: anthropic.Anthropic)
 
 def openai_client(claude: anthropic.Anthropic) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{claude.base_url}/v1", api_key="unused", max_retries=0)
+
+
+def fresh(body: dict[str, Any]) -> dict[str, Any]:
+    """`body` with a prompt no earlier request started with: all of it is prefilled."""
+    body["system"][1]["text"] = f"Session {uuid.uuid4()}. " + body["system"][1]["text"]
+    return body
+
+
+def test_pings_while_the_prompt_prefills(cc_server: ServerProcess) -> None:
+    """A ping right after message_start, then more while the 9.6k-token prompt prefills (and
+    nothing else comes), before the first content block."""
+    body = fresh(recorded(stream=True))
+    headers = {"anthropic-beta": RECORDING["anthropic_beta"], "x-api-key": "unused"}
+    with httpx.stream(
+        "POST", cc_server.base_url + "/messages", json=body, headers=headers, timeout=300
+    ) as r:
+        names = [line[len("event: ") :] for line in r.iter_lines() if line.startswith("event: ")]
+    assert names[:2] == ["message_start", "ping"]
+    first_block = names.index("content_block_start")
+    assert names[2:first_block].count("ping") >= 1, names[:first_block]
+    assert set(names[2:first_block]) == {"ping"}
+    assert names[-2:] == ["message_delta", "message_stop"]
+
+
+def test_sdk_streams_parse_through_pings(claude: anthropic.Anthropic) -> None:
+    """The SDK skips pings; message_start's usage already has the cache split (a prompt
+    sent again: all of it but its last token read from the cache)."""
+    body = fresh(recorded())
+    whole = send(claude, body)
+    prompt = whole.usage.input_tokens + (whole.usage.cache_read_input_tokens or 0)
+    known = {k: v for k, v in body.items() if k in _SDK_FIELDS and k != "stream"}
+    headers = {"anthropic-beta": RECORDING["anthropic_beta"]}
+    with claude.messages.stream(
+        **known,
+        extra_body={"context_management": body["context_management"]},
+        extra_headers=headers,
+    ) as stream:
+        events = list(stream)
+        final = stream.get_final_message()
+    start = events[0]
+    assert start.type == "message_start"
+    assert start.message.usage.cache_read_input_tokens == prompt - 1
+    assert start.message.usage.input_tokens == 1
+    assert final.usage.cache_read_input_tokens == prompt - 1
+    assert final.usage.output_tokens == whole.usage.output_tokens
+
+
+def test_openai_streams_send_comments_while_prefilling(claude: anthropic.Anthropic) -> None:
+    """Chat completions and Responses streams send `: keep-alive` comments during a long
+    prefill; the openai SDK's streams parse through them."""
+    long_turn = [{"role": "user", "content": f"{uuid.uuid4()} " + "Paris is lovely. " * 800}]
+    chat = {"model": "default", "messages": long_turn, "max_tokens": 2, "stream": True}
+    responses = {"model": "default", "input": long_turn, "max_output_tokens": 2, "stream": True}
+    base = f"{claude.base_url}/v1"
+    for path, body in (("/chat/completions", chat), ("/responses", responses)):
+        with httpx.stream("POST", base + path, json=body, timeout=300) as r:
+            lines = [line for line in r.iter_lines() if line]
+        first_data = next(i for i, line in enumerate(lines) if line.startswith(("data:", "event:")))
+        assert ": keep-alive" in lines[first_data:], (path, lines[:8])
+    client = openai_client(claude)
+    long_turn[0]["content"] = f"{uuid.uuid4()} " + "Paris is lovely. " * 800
+    chunks = list(client.chat.completions.create(**{**chat, "messages": long_turn}))
+    assert chunks[-1].choices[0].finish_reason == "length"
+    long_turn[0]["content"] = f"{uuid.uuid4()} " + "Paris is lovely. " * 800
+    kinds = [e.type for e in client.responses.create(**{**responses, "input": long_turn})]
+    assert kinds[0] == "response.created" and kinds[-1] in (
+        "response.completed",
+        "response.incomplete",
+    )

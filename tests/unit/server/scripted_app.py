@@ -92,6 +92,9 @@ class ScriptedStream:
         self.cancel_threads: list[int] = []  # the thread of each cancel() call
         self.prompt = FakePrompt()
 
+    async def admitted(self, within: float) -> Usage:
+        return Usage()
+
     def cancel(self) -> None:
         self.cancelled = True
         self.cancel_threads.append(threading.get_ident())

@@ -38,6 +38,9 @@ class ScriptedStream:
         self.events = events
         self.cancelled = False
 
+    async def admitted(self, within: float) -> Usage:
+        return Usage()
+
     def cancel(self) -> None:
         self.cancelled = True
 

@@ -6,7 +6,8 @@ stream is message_start, then per block content_block_start / _delta... / _stop,
 message_delta (stop_reason, usage) and message_stop; every event has an `event:` line.
 Usage: `input_tokens` are the prompt tokens not served from the prefix cache,
 `cache_read_input_tokens` the ones that were (their sum is the whole prompt, as Anthropic
-counts).
+counts), in message_start already once the engine has admitted the request; a `ping` follows
+message_start, and comes again whenever the stream has been idle for a while.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from mlxd.types import (
     Usage,
 )
 
+PING = named_event("ping", {"type": "ping"})
 _STOP_REASONS = {
     FinishReason.STOP: "end_turn",
     FinishReason.LENGTH: "max_tokens",
@@ -67,7 +69,7 @@ def stop_fields(finish: FinishEvent) -> dict[str, Any]:
 @dataclass(slots=True)
 class AnthropicWire:
     model: str
-    prompt_tokens: int  # message_start's input_tokens (the cache split is known at the end)
+    prompt_tokens: int  # message_start's input_tokens when the opening is given no usage
     id: str = field(default_factory=lambda: "msg_" + secrets.token_hex(12))
     content: list[dict[str, Any]] = field(default_factory=list)  # non-streaming body
     open_kind: str | None = None  # streaming: the kind of the block being sent
@@ -87,10 +89,15 @@ class AnthropicWire:
 
     # ---- streaming ------------------------------------------------------------------
 
-    def opening(self) -> list[bytes]:
-        usage = usage_body(Usage(self.prompt_tokens, 0, 0))
+    def opening(self, known: Usage | None = None) -> list[bytes]:
+        """message_start with the usage known (the cache split once the request is
+        admitted), then a ping at once, as Anthropic's API does: the stream is alive."""
+        usage = usage_body(known or Usage(self.prompt_tokens, 0, 0))
         start = {"type": "message_start", "message": self._message([], usage)}
-        return [named_event("message_start", start)]
+        return [named_event("message_start", start), PING]
+
+    def keep_alive(self) -> bytes:
+        return PING
 
     def frames(self, ev: ChatEvent) -> list[bytes]:
         if isinstance(ev, TextDelta) and ev.text:

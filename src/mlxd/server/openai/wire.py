@@ -21,7 +21,7 @@ from mlxd.server.logprobs import (
     completion_logprobs,
     merge_completion_logprobs,
 )
-from mlxd.server.sse import DONE, event
+from mlxd.server.sse import COMMENT_KEEP_ALIVE, DONE, event
 from mlxd.types import (
     ChatEvent,
     FinishEvent,
@@ -79,9 +79,12 @@ class OpenAIFrames:
     def chunks(self, ev: ChatEvent) -> list[dict[str, Any]]:
         raise NotImplementedError
 
-    def opening(self) -> list[bytes]:
+    def opening(self, known: Usage | None = None) -> list[bytes]:
         first = self.first_chunk()
         return [] if first is None else [event(first)]
+
+    def keep_alive(self) -> bytes:
+        return COMMENT_KEEP_ALIVE
 
     def frames(self, ev: ChatEvent) -> list[bytes]:
         return [event(chunk) for chunk in self.chunks(ev)]

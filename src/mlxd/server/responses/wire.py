@@ -19,7 +19,7 @@ from typing import Any
 
 from mlxd.errors import MlxdError
 from mlxd.server.responses.schemas import ResponsesRequest, ToolChoiceFunction
-from mlxd.server.sse import named_event
+from mlxd.server.sse import COMMENT_KEEP_ALIVE, named_event
 from mlxd.types import (
     ChatEvent,
     FinishEvent,
@@ -59,7 +59,10 @@ class ResponsesWire:
 
     # ---- generation.Wire ------------------------------------------------------------
 
-    def opening(self) -> list[bytes]:
+    def keep_alive(self) -> bytes:
+        return COMMENT_KEEP_ALIVE
+
+    def opening(self, known: Usage | None = None) -> list[bytes]:
         created = {"type": "response.created", "response": self._response("in_progress")}
         progress = {"type": "response.in_progress", "response": self._response("in_progress")}
         return [self._frame(created), self._frame(progress)]
