@@ -17,6 +17,7 @@ without a chat template uses the fallback format below (documented in docs/usage
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,7 +130,12 @@ def build_chat_prompt(
         token_ids=ids,
         text=text,
         reasoning_open=_ends_in_reasoning(tokenizer, text),
-        warnings=_warnings(fallback, tool_list, text),
+        warnings=_warnings(
+            fallback,
+            tool_list,
+            text,
+            lambda: render_chat_text(tokenizer, msgs, None, kwargs, template) != rendered,
+        ),
         boundaries=boundaries,
         images=images,
     )
@@ -177,11 +183,22 @@ def expand_images(ids: list[int], images: ImageInputs) -> list[int]:
     return out
 
 
-def _warnings(fallback: bool, tools: list[dict[str, Any]] | None, text: str) -> tuple[str, ...]:
+def _warnings(
+    fallback: bool,
+    tools: list[dict[str, Any]] | None,
+    text: str,
+    renders_tools: Callable[[], bool],
+) -> tuple[str, ...]:
+    """What to tell the caller: no template; tools the prompt does not show (a tool's name
+    may be in the conversation's own text: then the prompt rendered without the tools,
+    `renders_tools`, says whether the template shows them at all)."""
     if fallback:
         return ("the model has no chat template: the prompt uses mlxd's plain "
                 "'User: ... Assistant:' format",)  # fmt: skip
-    unseen = [t["function"]["name"] for t in tools or [] if t["function"]["name"] not in text]
+    names = [t["function"]["name"] for t in tools or []]
+    unseen = [name for name in names if name not in text]
+    if names and not unseen and not renders_tools():
+        unseen = names
     if unseen:
         return (f"the model's chat template does not render tools: the model cannot see "
                 f"{', '.join(unseen)}",)  # fmt: skip

@@ -17,7 +17,13 @@ router.include_router(responses_router)
 router.include_router(openai_router)
 
 
-@router.get("/health")
+@router.api_route("/", methods=["GET", "HEAD"])
+async def root() -> Response:
+    """Where things are, for a client checking that the server answers (HEAD: no body)."""
+    return JSONResponse({"server": "mlxd", "api": "/v1", "health": "/health"})
+
+
+@router.api_route("/health", methods=["GET", "HEAD"])
 async def health(request: Request) -> Response:
     """Reads engine.health() only (never blocks), so it answers during long prefills."""
     st = _state(request)

@@ -199,3 +199,28 @@ def test_openai_streams_send_comments_while_prefilling(claude: anthropic.Anthrop
         "response.completed",
         "response.incomplete",
     )
+
+
+def test_head_and_get_root(cc_server: ServerProcess) -> None:
+    """A client checking the server is there (HEAD / or GET /) gets a 200, without a key."""
+    head = httpx.head(cc_server.url + "/", timeout=30)
+    assert head.status_code == 200 and head.content == b""
+    got = httpx.get(cc_server.url + "/", timeout=30)
+    assert got.status_code == 200 and got.json()["api"] == "/v1"
+    assert httpx.head(cc_server.url + "/health", timeout=30).status_code == 200
+
+
+def test_mcp_servers_are_refused_not_ignored(claude: anthropic.Anthropic) -> None:
+    servers = [{"type": "url", "url": "https://example.com/sse", "name": "example"}]
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        claude.messages.create(
+            model="claude-sonnet-4-5",
+            max_tokens=4,
+            messages=USER,
+            extra_body={"mcp_servers": servers},
+        )
+    assert "mcp_servers" in refused.value.message and "MCP" in refused.value.message
+    ok = claude.messages.create(
+        model="claude-sonnet-4-5", max_tokens=2, messages=USER, extra_body={"mcp_servers": []}
+    )
+    assert ok.usage.output_tokens >= 1

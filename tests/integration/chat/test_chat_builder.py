@@ -10,6 +10,7 @@ import pytest
 
 from mlxd.chat.builder import build_chat_prompt, build_text_prompt
 from mlxd.errors import InvalidRequest, TemplateError
+from tests.checkpoints import CHATML_TEMPLATE
 from tests.integration.chat.conftest import TOOLS
 
 MESSAGES = [
@@ -183,3 +184,23 @@ def test_chat_builder_rich_template_matches_transformers(tiny_chat_model, tmp_pa
     assert built.text == expected
     assert "<U loud>HELLO</U>" in built.text and "<think>plan</think>" in built.text
     assert "[TOOLS]get_weather|" in built.text and built.text.endswith("<A><think></think>")
+
+
+NO_TOOLS_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_chat_builder_warns_of_tools_named_only_in_the_prose(tiny_chat_model, tmp_path):
+    """A template that shows no tools, a user who names the tool: still a warning (the name
+    in the prompt is the user's, not the template's); tiny-chat's template shows them."""
+    plain = _with_template(tiny_chat_model, tmp_path / "plain", NO_TOOLS_TEMPLATE)
+    asks = [{"role": "user", "content": "Use get_weather for Paris."}]
+    built = build_chat_prompt(plain, asks, TOOLS)
+    assert "get_weather" in built.text
+    assert built.warnings == (
+        "the model's chat template does not render tools: the model cannot see get_weather",
+    )
+    shown = _with_template(tiny_chat_model, tmp_path / "shown", CHATML_TEMPLATE)
+    assert build_chat_prompt(shown, asks, TOOLS).warnings == ()

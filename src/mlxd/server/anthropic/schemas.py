@@ -14,7 +14,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictStr,
+    field_validator,
+    model_validator,
+)
 
 from mlxd.chat.messages import join_text
 from mlxd.chat.tool_choice import ToolChoice, ToolChoiceMode
@@ -128,6 +136,17 @@ class CountTokensRequest(WireModel):
     tools: Annotated[list[ToolParam], Field(max_length=MAX_TOOLS)] | None = None
     tool_choice: ToolChoiceParam | None = None
     thinking: ThinkingParam | None = None
+    mcp_servers: list[Any] | None = None  # Anthropic's MCP connector: refused, never ignored
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _no_mcp_servers(cls, servers: list[Any] | None) -> list[Any] | None:
+        if servers:
+            raise ValueError(
+                "mlxd does not connect to MCP servers; connect them in the client (Claude "
+                "Code's --mcp-config / `claude mcp add` do) and send their tools in 'tools'"
+            )
+        return servers
 
     @model_validator(mode="after")
     def _tool_choice_names_a_tool(self) -> CountTokensRequest:

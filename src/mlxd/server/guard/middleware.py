@@ -28,7 +28,7 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
-OPEN_PATHS = frozenset({"/health"})  # no auth: load balancers and probes
+OPEN_PATHS = frozenset({"/", "/health"})  # no auth: load balancers, probes, reachability
 ROUTES = frozenset(
     {
         "/v1/chat/completions",
@@ -37,6 +37,7 @@ ROUTES = frozenset(
         "/v1/messages/count_tokens",
         "/v1/responses",
         "/v1/models",
+        "/",
         "/health",
         "/metrics",
     }
