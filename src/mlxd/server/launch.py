@@ -25,6 +25,8 @@ from mlxd.server.lifecycle import Lifecycle
 from mlxd.server.settings import ServerSettings
 
 if TYPE_CHECKING:
+    from fastapi import FastAPI
+
     from mlxd.engine import Engine, ModelInfo
     from mlxd.store.model_ref import ModelRef
     from mlxd.types import DraftKind
@@ -183,26 +185,11 @@ def serve(
         # The default is never unloaded; its draft model is loaded and kept with it.
         info = engine.load_model(ref.path, name, pin=True, draft=draft)
         app = create_app(engine, settings, default_model=info)
-        config = uvicorn.Config(
-            app,
-            loop="asyncio",
-            http=guarded_protocol(settings.header_timeout, settings.max_connections),
-            ws="none",
-            lifespan="off",
-            backlog=BACKLOG,
-            # Connections + tasks; above our own cap, which evicts idle connections first.
-            limit_concurrency=2 * settings.max_connections,
-            timeout_keep_alive=settings.keep_alive,  # type: ignore[arg-type]
-            log_level="warning",
-            access_log=False,
-            server_header=False,
+        cluster = f" ({leader.describe()})" if leader is not None else ""
+        banner = _banner(sock, info.name, _draft_note(engine, info) + cluster)
+        server = MlxdServer(
+            _uvicorn_config(app, settings), app.state.mlxd.lifecycle, settings.drain_seconds, banner
         )
-        host, port = sock.getsockname()[:2]
-        shown = f"[{host}]" if ":" in host else host
-        banner = f"mlxd serve: {info.name} on http://{shown}:{port}/v1{_draft_note(engine, info)}"
-        if leader is not None:
-            banner += f" ({leader.describe()})"
-        server = MlxdServer(config, app.state.mlxd.lifecycle, settings.drain_seconds, banner)
         server.run(sockets=[sock])
     finally:
         sock.close()
@@ -213,6 +200,30 @@ def serve(
             sys.stderr.flush()
             os._exit(1)
     return 0
+
+
+def _uvicorn_config(app: FastAPI, settings: ServerSettings) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,
+        loop="asyncio",
+        http=guarded_protocol(settings.header_timeout, settings.max_connections),
+        ws="none",
+        lifespan="off",
+        backlog=BACKLOG,
+        # Connections + tasks; above our own cap, which evicts idle connections first.
+        limit_concurrency=2 * settings.max_connections,
+        timeout_keep_alive=settings.keep_alive,  # type: ignore[arg-type]
+        log_level="warning",
+        access_log=False,
+        server_header=False,
+    )
+
+
+def _banner(sock: socket.socket, name: str, notes: str) -> str:
+    """The one line `serve` prints when it is ready (tests and scripts wait for it)."""
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    return f"mlxd serve: {name} on http://{shown}:{port}/v1{notes}"
 
 
 def _draft_note(engine: Engine, info: ModelInfo) -> str:
