@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -219,7 +220,7 @@ CASES: list[tuple[str, object, int, str | None]] = [
         400,
         "input.0.function_call.arguments",
     ),
-    ("web-search-tool", {"input": "x", "tools": [{"type": "web_search"}]}, 400, "tools.0.type"),
+    ("unknown-tool-type", {"input": "x", "tools": [{"type": "quantum_oracle"}]}, 400, None),
     ("xml-output", {"input": "x", "text": {"format": {"type": "xml"}}}, 400, "text.format.type"),
     (
         "schema-missing",
@@ -283,3 +284,27 @@ def test_refusals_say_why(client: openai.OpenAI) -> None:
         client.responses.create(model="default", input="x", previous_response_id="resp_1")
     with pytest.raises(openai.NotFoundError):
         client.responses.create(model="no-such-model", input="x")
+
+
+CODEX = json.loads((Path(__file__).parent / "recordings" / "codex_0_171_default.json").read_text())[
+    "request"
+]
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_codex_default_request_is_served(client: openai.OpenAI, stream: bool) -> None:
+    """Codex 0.171's first request (its namespace, custom and hosted web_search tools; the
+        recording says where its shape comes from), replayed through the SDK's Responses client
+    (on tiny-long: the tiny tokenizer spells Codex's prompt in ~3.8k tokens)."""
+    body = {**CODEX, "stream": stream, "max_output_tokens": 8, "model": "tiny-long"}
+    known = {k: v for k, v in body.items() if k != "text"}
+    if stream:
+        with client.responses.create(**known, extra_body={"text": body["text"]}) as events:
+            kinds = [e.type for e in events]
+        assert kinds[0] == "response.created" and kinds[-1] in (
+            "response.completed",
+            "response.incomplete",
+        )
+    else:
+        r = client.responses.create(**known, extra_body={"text": body["text"]})
+        assert r.status in ("completed", "incomplete") and r.usage.input_tokens > 500

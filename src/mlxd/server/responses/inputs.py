@@ -1,31 +1,41 @@
 """Responses `instructions` and `input` items -> the chat layer's chat messages.
 
-A reasoning item goes to the next assistant turn as reasoning_content, function_call items
-to its tool_calls, each function_call_output is a `tool` message.
+A reasoning item goes to the next assistant turn as reasoning_content, function_call and
+custom_tool_call items to its tool_calls (named as the model saw them: responses.tools), each
+function_call_output or custom_tool_call_output is a `tool` message.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from typing import TYPE_CHECKING, Any
 
 from mlxd.errors import InvalidRequest
 from mlxd.server.responses.items import (
+    CustomToolCallItem,
     FunctionCallItem,
     FunctionCallOutputItem,
     MessageItem,
     ReasoningItem,
 )
+from mlxd.server.responses.tools import CUSTOM_INPUT
+
+if TYPE_CHECKING:
+    from mlxd.server.responses.tools import FlatTools
 
 
-def chat_messages(instructions: str | None, items: str | list[Any]) -> list[dict[str, Any]]:
-    """`instructions` and `input` as the chat layer's messages."""
+def chat_messages(
+    instructions: str | None, items: str | list[Any], tools: FlatTools | None = None
+) -> list[dict[str, Any]]:
+    """`instructions` and `input` as the chat layer's messages (`tools`: the request's,
+    to name earlier calls as the model sees them)."""
     messages: list[dict[str, Any]] = []
     if instructions is not None:
         messages.append({"role": "system", "content": instructions})
     if isinstance(items, str):
         messages.append({"role": "user", "content": items})
     else:
-        _ItemsToMessages(messages).add_all(items)
+        _ItemsToMessages(messages, tools).add_all(items)
     return messages
 
 
@@ -33,8 +43,9 @@ class _ItemsToMessages:
     """Folds input items into chat messages: consecutive assistant items (reasoning, text,
     function calls) are one assistant turn."""
 
-    def __init__(self, messages: list[dict[str, Any]]) -> None:
+    def __init__(self, messages: list[dict[str, Any]], tools: FlatTools | None) -> None:
         self.messages = messages
+        self.tools = tools
         self.reasoning: list[str] = []  # waits for the next assistant turn
         self.call_ids: set[str] = set()
 
@@ -47,13 +58,23 @@ class _ItemsToMessages:
                 turn["content"] += item.parts()
             elif isinstance(item, MessageItem):
                 self.messages.append({"role": item.role, "content": item.parts()})
-            elif isinstance(item, FunctionCallItem):
-                self.call_ids.add(item.call_id)
-                fn = {"name": item.name, "arguments": item.arguments}
-                call = {"id": item.call_id, "type": "function", "function": fn}
-                self._assistant_turn(accepts_text=False).setdefault("tool_calls", []).append(call)
+            elif isinstance(item, FunctionCallItem | CustomToolCallItem):
+                self._call(item)
             elif isinstance(item, FunctionCallOutputItem):
                 self._tool_output(item, f"input.{i}.call_id")
+
+    def _call(self, item: FunctionCallItem | CustomToolCallItem) -> None:
+        self.call_ids.add(item.call_id)
+        name = item.name
+        if self.tools is not None:
+            name = self.tools.flat_name(item.name, item.namespace)
+        if isinstance(item, CustomToolCallItem):  # as the model wrote it: {"input": ...}
+            arguments = json.dumps({CUSTOM_INPUT: item.input}, ensure_ascii=False)
+        else:
+            arguments = item.arguments
+        fn = {"name": name, "arguments": arguments}
+        call = {"id": item.call_id, "type": "function", "function": fn}
+        self._assistant_turn(accepts_text=False).setdefault("tool_calls", []).append(call)
 
     def _assistant_turn(self, *, accepts_text: bool) -> dict[str, Any]:
         """The assistant message being built, or a new one (text never follows its calls)."""

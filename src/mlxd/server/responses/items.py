@@ -93,6 +93,7 @@ class FunctionCallItem(WireModel):
     call_id: CallId
     name: FunctionName
     arguments: StrictStr
+    namespace: FunctionName | None = None  # Codex: the namespace tool the function is in
 
     @field_validator("arguments")
     @classmethod
@@ -109,13 +110,23 @@ class FunctionCallItem(WireModel):
 
 
 class FunctionCallOutputItem(WireModel):
-    type: Literal["function_call_output"]
+    type: Literal["function_call_output", "custom_tool_call_output"]
     call_id: CallId
     output: StrictStr | Annotated[list[InputText], Field(max_length=MAX_PARTS)]
 
     def text(self) -> str:
         out = self.output
         return out if isinstance(out, str) else join_text(p.text for p in out)
+
+
+class CustomToolCallItem(WireModel):
+    """A call of a freeform (custom) tool the model made earlier: its raw input text."""
+
+    type: Literal["custom_tool_call"]
+    call_id: CallId
+    name: FunctionName
+    input: StrictStr
+    namespace: FunctionName | None = None
 
 
 class ReasoningPart(WireModel):
@@ -145,11 +156,13 @@ InputItem = Annotated[
     Annotated[MessageItem, Tag("message")]
     | Annotated[FunctionCallItem, Tag("function_call")]
     | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
+    | Annotated[CustomToolCallItem, Tag("custom_tool_call")]
+    | Annotated[FunctionCallOutputItem, Tag("custom_tool_call_output")]
     | Annotated[ReasoningItem, Tag("reasoning")],
     Discriminator(
         _item_kind,
         custom_error_type="invalid_item",
-        custom_error_message="input items must be message, function_call, function_call_output "
-        "or reasoning items",
+        custom_error_message="input items must be message, function_call, function_call_output, "
+        "custom_tool_call, custom_tool_call_output or reasoning items",
     ),
 ]

@@ -2,8 +2,10 @@
 
 Strict like mlxd.server.openai.schemas. mlxd keeps no response state, so what needs it is refused
 with a 400 that says so (`previous_response_id`, `store: true`, `background`, `conversation`,
-`prompt`, uploaded `file_id`s), as are files, audio and tools other than functions. Images
-(`input_image` by URL) go to the chat layer, which checks them (for a vision model).
+`prompt`, uploaded `file_id`s), as are files and audio; tools the provider would run
+(web_search, ...) are dropped, Codex's namespace and custom tools flattened
+(responses.tools). Images (`input_image` by URL) go to the chat layer, which checks them
+(for a vision model).
 `text.format` (json_schema, json_object) and a forced `tool_choice` are enforced by the chat
 layer's grammar, as on /v1/chat/completions. Unknown fields (`include`, `user`, ...) are
 ignored.
@@ -39,24 +41,11 @@ from mlxd.server.fields import (
 )
 from mlxd.server.responses import inputs
 from mlxd.server.responses.items import MAX_ITEMS, NO_STATE, InputItem
-
-
-class FunctionTool(WireModel):
-    type: Literal["function"]
-    name: FunctionName
-    description: StrictStr | None = None
-    parameters: dict[StrictStr, Any] | None = None
-    strict: StrictBool | None = None
-
-    def to_chat(self) -> dict[str, Any]:
-        fn: dict[str, Any] = {"name": self.name, "parameters": self.parameters or {}}
-        if self.description is not None:
-            fn["description"] = self.description
-        return {"type": "function", "function": fn}
+from mlxd.server.responses.tools import AnyTool, FlatTools, flatten_tools
 
 
 class ToolChoiceFunction(WireModel):
-    type: Literal["function"]
+    type: Literal["function", "custom"]
     name: FunctionName
 
 
@@ -102,7 +91,7 @@ class ResponsesRequest(WireModel):
     model: ModelName | None = None
     input: StrictStr | Annotated[list[InputItem], Field(min_length=1, max_length=MAX_ITEMS)]
     instructions: StrictStr | None = None
-    tools: Annotated[list[FunctionTool], Field(max_length=MAX_TOOLS)] | None = None
+    tools: Annotated[list[AnyTool], Field(max_length=MAX_TOOLS)] | None = None
     tool_choice: Literal["none", "auto", "required"] | ToolChoiceFunction | None = None
     parallel_tool_calls: StrictBool | None = None
     max_output_tokens: MaxTokens | None = None
@@ -144,7 +133,7 @@ class ResponsesRequest(WireModel):
 
     @model_validator(mode="after")
     def _tool_choice_names_a_tool(self) -> ResponsesRequest:
-        names = {t.name for t in self.tools or []}
+        names = set(self.flat_tools().origins)
         if isinstance(self.tool_choice, ToolChoiceFunction) and self.tool_choice.name not in names:
             raise ValueError(f"tool_choice names '{self.tool_choice.name}', which is not in tools")
         if self.tool_choice == "required" and not names:
@@ -165,11 +154,15 @@ class ResponsesRequest(WireModel):
             opts["response_format"] = fmt.option()
         return opts
 
+    def flat_tools(self) -> FlatTools:
+        """The tools as the model sees them (responses.tools), and where each comes from."""
+        return flatten_tools(self.tools or [])
+
     def chat_messages(self) -> list[dict[str, Any]]:
-        return inputs.chat_messages(self.instructions, self.input)
+        return inputs.chat_messages(self.instructions, self.input, self.flat_tools())
 
     def chat_tools(self) -> list[dict[str, Any]] | None:
-        return [t.to_chat() for t in self.tools] if self.tools else None
+        return self.flat_tools().functions or None
 
     def chat_tool_choice(self) -> ToolChoice:
         choice = self.tool_choice

@@ -2,10 +2,11 @@
 
 Output items follow the events in order: reasoning is a `reasoning` item (its text as one
 `reasoning_text` part), answer text a `message` item (one `output_text` part), each tool call
-a `function_call` item. The stream is response.created and response.in_progress, then per
-item output_item.added, its part and text or argument deltas and their `.done` events,
-output_item.done, and last response.completed (response.incomplete when max_output_tokens
-cut it); every event names its type in an `event:` line and carries a sequence_number.
+a `function_call` item (`custom_tool_call` for a custom tool). The stream is response.created
+and response.in_progress, then per item output_item.added, its part and text or argument
+deltas and their `.done` events, output_item.done, and last response.completed
+(response.incomplete when max_output_tokens cut it); every event names its type in an
+`event:` line and carries a sequence_number.
 Streaming and one body share the same item state, so both give the same output.
 """
 
@@ -17,8 +18,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from mlxd.chat.json_text import loads_json
 from mlxd.errors import MlxdError
 from mlxd.server.responses.schemas import ResponsesRequest, ToolChoiceFunction
+from mlxd.server.responses.tools import CUSTOM_INPUT, ToolOrigin
 from mlxd.server.sse import COMMENT_KEEP_ALIVE, named_event
 from mlxd.types import (
     ChatEvent,
@@ -43,6 +46,15 @@ def usage_body(usage: Usage) -> dict[str, Any]:
     }
 
 
+def _custom_input(arguments: str) -> str:
+    """A custom tool's raw input from the call's {"input": ...} arguments."""
+    try:
+        value = loads_json(arguments).get(CUSTOM_INPUT)
+    except (ValueError, AttributeError):
+        value = None
+    return value if isinstance(value, str) else arguments
+
+
 def _new_id(prefix: str) -> str:
     return prefix + secrets.token_hex(12)
 
@@ -56,6 +68,7 @@ class ResponsesWire:
     output: list[dict[str, Any]] = field(default_factory=list)
     open_kind: str | None = None  # "message" or "reasoning": the item text goes to
     sequence: int = 0
+    origins: dict[str, ToolOrigin] | None = None  # the request's tools, once a call comes
 
     # ---- generation.Wire ------------------------------------------------------------
 
@@ -114,23 +127,35 @@ class ResponsesWire:
         return []  # empty deltas; Warning: logged by the caller, not sent
 
     def _call(self, ev: ToolCall) -> list[Event]:
-        item = {
-            "id": _new_id("fc_"),
-            "type": "function_call",
+        """A function_call item, or a custom_tool_call for a custom tool; a namespaced
+        function's call names its namespace (responses.tools)."""
+        if self.origins is None:
+            self.origins = self.request.flat_tools().origins
+        origin = self.origins.get(ev.name, ToolOrigin(ev.name))
+        custom = origin.custom
+        field, text = "arguments", ev.arguments
+        if custom:
+            field, text = "input", _custom_input(ev.arguments)
+        item: dict[str, Any] = {
+            "id": _new_id("ctc_" if custom else "fc_"),
+            "type": "custom_tool_call" if custom else "function_call",
             "status": "in_progress",
             "call_id": ev.id,
-            "name": ev.name,
-            "arguments": "",
+            "name": origin.name,
+            field: "",
         }
+        if origin.namespace is not None:
+            item["namespace"] = origin.namespace
         self.output.append(item)
         index = len(self.output) - 1
         added = {"type": "response.output_item.added", "output_index": index, "item": dict(item)}
-        item.update(arguments=ev.arguments, status="completed")
+        item.update({field: text, "status": "completed"})
         where = {"item_id": item["id"], "output_index": index}
+        kind = "custom_tool_call_input" if custom else "function_call_arguments"
         return [
             added,
-            {"type": "response.function_call_arguments.delta", **where, "delta": ev.arguments},
-            {"type": "response.function_call_arguments.done", **where, "arguments": ev.arguments},
+            {"type": f"response.{kind}.delta", **where, "delta": text},
+            {"type": f"response.{kind}.done", **where, field: text},
             {"type": "response.output_item.done", "output_index": index, "item": dict(item)},
         ]
 
