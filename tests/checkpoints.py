@@ -13,6 +13,8 @@ make_checkpoint(path, kind) writes one of:
              cache) per global layer, ChatML template
   "hybrid"   lfm2: short-convolution layers (a recurrent ArraysCache) and attention layers
   "gated"    qwen3_next: gated delta-net layers (recurrent) and attention layers, dense MLPs
+  "plain"    llama, a ChatML template without tools and no tool tokens (like SmolLM2's): a
+             model with no tool-call format of its own
 `dtype` ("float32", "float16", "bfloat16") is the weights' type; tests use float32.
 `size` ("tiny", "small", "medium", "big", "xl", "xxl") overrides the kind's size (benchmarks use
 bigger models).
@@ -72,6 +74,16 @@ THINKING_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}"
 )
 
+# ChatML without tools (SmolLM2-like): the template never renders them.
+PLAIN_TEMPLATE = (
+    "{% for message in messages %}"
+    "<|im_start|>{{ message.role }}\n"
+    "{% if message.content is string %}{{ message.content }}{% endif %}<|im_end|>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+TOOL_TOKENS = ("<tool_call>", "</tool_call>")
+
 SLIDING_WINDOW = 16  # smaller than the tests' prompts: the rotating cache wraps
 
 _CORPUS = """
@@ -128,7 +140,7 @@ SIZES = {
 }
 
 
-def train_tokenizer(vocab_size: int = 512):
+def train_tokenizer(vocab_size: int = 512, special: list[str] | None = None):
     """A byte-level BPE tokenizer (like GPT-2/SmolLM2) trained on a small corpus."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -137,7 +149,7 @@ def train_tokenizer(vocab_size: int = 512):
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=SPECIAL_TOKENS,
+        special_tokens=SPECIAL_TOKENS if special is None else special,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -145,9 +157,12 @@ def train_tokenizer(vocab_size: int = 512):
     return tok
 
 
-def write_tokenizer(path: Path, template: str | None, vocab_size: int = 512) -> int:
+def write_tokenizer(
+    path: Path, template: str | None, vocab_size: int = 512, special: list[str] | None = None
+) -> int:
     """Write tokenizer.json + tokenizer_config.json; return the vocabulary size."""
-    tok = train_tokenizer(vocab_size)
+    special = SPECIAL_TOKENS if special is None else special
+    tok = train_tokenizer(vocab_size, special)
     tok.save(str(path / "tokenizer.json"))
     config: dict = {
         "tokenizer_class": "PreTrainedTokenizerFast",
@@ -157,7 +172,7 @@ def write_tokenizer(path: Path, template: str | None, vocab_size: int = 512) -> 
         "unk_token": None,
         "model_max_length": 2048,
         "added_tokens_decoder": {
-            str(tok.token_to_id(t)): {"content": t, "special": True} for t in SPECIAL_TOKENS
+            str(tok.token_to_id(t)): {"content": t, "special": True} for t in special
         },
     }
     if template:
@@ -183,7 +198,8 @@ def make_checkpoint(
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     template = _TEMPLATES.get(kind, CHATML_TEMPLATE)
-    vocab = write_tokenizer(path, template, vocab_size)
+    special = [t for t in SPECIAL_TOKENS if t not in TOOL_TOKENS] if kind == "plain" else None
+    vocab = write_tokenizer(path, template, vocab_size, special)
     dims = SIZES[size or (kind if kind in SIZES else "tiny")]
     model_type, arch = _ARCHS.get(kind, _ARCHS["chat"])
     config: dict = {
@@ -286,7 +302,7 @@ _ARCHS = {
     "hybrid": ("lfm2", _lfm2),
     "gated": ("qwen3_next", _qwen3_next),
 }
-_TEMPLATES = {"base": None, "thinking": THINKING_TEMPLATE}
+_TEMPLATES = {"base": None, "thinking": THINKING_TEMPLATE, "plain": PLAIN_TEMPLATE}
 
 
 def _eos_id(path: Path, template: str | None) -> int:

@@ -69,6 +69,12 @@ def tiny_thinking_model(checkpoints_dir: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_plain_model(checkpoints_dir: Path) -> Path:
+    """ChatML without tools and no tool tokens: a model with no tool-call format."""
+    return make_checkpoint(checkpoints_dir / "tiny-plain", "plain")
+
+
+@pytest.fixture(scope="session")
 def tiny_sliding_model(checkpoints_dir: Path) -> Path:
     """gemma3_text: sliding-window layers (rotating caches, window 16) and a global layer."""
     return make_checkpoint(checkpoints_dir / "tiny-sliding", "sliding")

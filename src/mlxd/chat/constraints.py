@@ -7,22 +7,24 @@ mlxd.backend.structured.grammar compiles it).
     response_format {"type": "json_object"}  -> any JSON object
     tool_choice "required" / {"type": "function", "function": {"name": N}}
                     -> one call (of N) whose arguments are valid against its parameters,
-                       e.g. Hermes: <tool_call>\\n{"name": N, "arguments": {...}}\\n</tool_call>
+                       e.g. Hermes: <tool_call>\\n{"name": N, "arguments": {...}}\\n</tool_call>;
+                       a model with no tool-call format writes the bare JSON object
+                       (formats.GENERIC_JSON), the tools and that shape in its system prompt
 
 A forced call wins over a response_format: the answer is then the call. Reasoning is left
 free: the constraint starts after the model's reasoning block, whether the prompt opened it
-or the model opens it with its first token; a prompt that closed it (enable_thinking false)
-is answered at once.
+or the model opens it with its first token (the turn cannot end inside it: the answer always
+comes); a prompt that closed it (enable_thinking false) is answered at once.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from mlxd.chat.formats import Formats, ToolFormat
+from mlxd.chat.formats import GENERIC_JSON, Formats, ToolFormat
 from mlxd.errors import InvalidRequest
 from mlxd.types import OutputConstraint
 
@@ -30,6 +32,8 @@ __all__ = [
     "JSON_OBJECT",
     "ToolCallShape",
     "chat_constraint",
+    "forced_format",
+    "generic_call_hint",
     "response_schema",
     "tool_call_shape",
 ]
@@ -99,11 +103,33 @@ _SHAPES = {
     "hermes": ToolCallShape("<tool_call>\n", "\n</tool_call>", "arguments", as_list=False),
     "mistral": ToolCallShape("[TOOL_CALLS]", "", "arguments", as_list=True),
     "llama3": ToolCallShape("", "", "parameters", as_list=False),
+    "json": ToolCallShape("", "", "arguments", as_list=False),  # formats.GENERIC_JSON
 }
 
 
 def tool_call_shape(tool: ToolFormat | None) -> ToolCallShape | None:
     return _SHAPES.get(tool.name) if tool is not None else None
+
+
+def forced_format(formats: Formats, forced: list[dict[str, Any]]) -> Formats:
+    """The formats a forced call is written in: the model's own, or GENERIC_JSON for a
+    model with no tool-call format (harmony models keep theirs)."""
+    if forced and formats.tool is None and not formats.harmony:
+        return replace(formats, tool=GENERIC_JSON)
+    return formats
+
+
+def generic_call_hint(forced: list[dict[str, Any]]) -> str:
+    """The system prompt's instruction for GENERIC_JSON: the call's shape and the tools."""
+    lines = [
+        'Answer with exactly one JSON object {"name": TOOL, "arguments": {...}} that calls '
+        "one of these tools, its arguments valid against the tool's parameters:"
+    ]
+    for tool in forced:
+        fn = tool["function"]
+        spec = {k: fn[k] for k in ("name", "description", "parameters") if k in fn}
+        lines.append(json.dumps(spec, ensure_ascii=False))
+    return "\n".join(lines)
 
 
 def chat_constraint(

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from mlxd.chat.formats import detect_formats
+from mlxd.chat.formats import ToolFormat, detect_formats
 from mlxd.chat.parser import OutputParser, merge_events
 from mlxd.types import (
     ChatEvent,
@@ -68,7 +68,8 @@ class StreamFilter:
 
     tools: truthy enables tool-call parsing (a list of tool schemas is passed to mlx-lm
     parsers that need it). reasoning: "auto" (detect from vocab/template), None (no split)
-    or a (start, end) marker pair.
+    or a (start, end) marker pair. tool_format: the format calls are read in, instead of the
+    detected one (a forced call on a model without one: formats.GENERIC_JSON).
     """
 
     def __init__(
@@ -78,9 +79,12 @@ class StreamFilter:
         reasoning_open: bool = False,
         tools: bool | list[dict[str, Any]] = False,
         reasoning: object = "auto",
+        tool_format: ToolFormat | None = None,
     ) -> None:
         schemas = tools if isinstance(tools, list) else None
         formats = detect_formats(tokenizer, reasoning=reasoning, tools=schemas)
+        if tool_format is not None:
+            formats = replace(formats, tool=tool_format)
         self.parser = OutputParser(
             formats, stop=stop, reasoning_open=reasoning_open, tools=bool(tools)
         )

@@ -29,6 +29,7 @@ __all__ = [
     "parse_json_call",
     "parse_llama3",
     "parse_mistral",
+    "GENERIC_JSON",
     "HERMES",
     "LLAMA3",
     "MISTRAL",
@@ -42,7 +43,8 @@ Parser = Callable[[str], list[dict[str, Any]]]  # raises ValueError when the tex
 
 @dataclass(frozen=True, slots=True)
 class ToolFormat:
-    """How tool calls look in the output. A None `end` means the call runs to the output's end."""
+    """How tool calls look in the output. A None `end` means the call runs to the output's end;
+    an empty `start` (GENERIC_JSON) means only a JSON object opening the answer is a call."""
 
     name: str
     start: str
@@ -189,6 +191,9 @@ def _wrap_mlx_parser(
 HERMES = ToolFormat("hermes", "<tool_call>", "</tool_call>", parse_json_call)
 MISTRAL = ToolFormat("mistral", "[TOOL_CALLS]", None, parse_mistral)
 LLAMA3 = ToolFormat("llama3", "<|python_tag|>", None, parse_llama3, json_at_start=True)
+# A model with no tool-call format of its own, made to call a tool (a forced tool_choice): the
+# whole answer is {"name": ..., "arguments": {...}} (chat.constraints enforces it), no markers.
+GENERIC_JSON = ToolFormat("json", "", None, parse_json_call, json_at_start=True)
 
 
 # ---- tokenizer access ------------------------------------------------------------------

@@ -204,7 +204,7 @@ class OutputParser:
         markers = []
         if self.formats.reasoning is not None:
             markers.append(self.formats.reasoning[0])
-        if self.tool is not None:
+        if self.tool is not None and self.tool.start:
             markers.append(self.tool.start)
         return tuple(markers)
 

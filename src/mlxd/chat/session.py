@@ -21,12 +21,13 @@ from mlxd.chat.builder import (
     ends_in_reasoning,
 )
 from mlxd.chat.chat_request import ChatRequest, MaxTokensPolicy
-from mlxd.chat.constraints import chat_constraint
+from mlxd.chat.constraints import chat_constraint, forced_format, generic_call_hint
 from mlxd.chat.filter import StreamFilter
 from mlxd.chat.formats import Formats, detect_formats, explicit_markers
 from mlxd.chat.images import load_images
 from mlxd.chat.messages import image_refs, normalize_tools
 from mlxd.chat.options import ChatOptions, response_schema, sampling_params
+from mlxd.chat.tool_choice import with_system_hint
 from mlxd.types import (
     ChatEvent,
     EngineEvent,
@@ -165,7 +166,7 @@ def start_chat(engine: Engine, info: ModelInfo, request: ChatRequest) -> ChatStr
     by a grammar where the model's tool format allows. Images (image_url content parts) are
     read, checked and preprocessed here (chat.images).
     """
-    messages, tools, forced = _inputs(request)
+    messages, tools, forced, formats = _inputs(info, request)
     prompt = _prompt(info, request, messages, tools)
     reasoning = request.reasoning
     reasoning_open = prompt.reasoning_open
@@ -180,8 +181,8 @@ def start_chat(engine: Engine, info: ModelInfo, request: ChatRequest) -> ChatStr
         reasoning_open=reasoning_open,
         tools=tools or False,
         reasoning=reasoning,
+        tool_format=formats.tool if forced else None,
     )
-    formats = detect_formats(info.tokenizer, reasoning=reasoning, tools=tools)
     end = formats.reasoning[1] if formats.reasoning else None
     constraint, warning = chat_constraint(
         formats,
@@ -198,19 +199,24 @@ def start_chat(engine: Engine, info: ModelInfo, request: ChatRequest) -> ChatStr
 def chat_prompt(info: ModelInfo, request: ChatRequest) -> BuiltPrompt:
     """The prompt start_chat prefills for `request` (images read and expanded), without
     submitting it: what a token count counts."""
-    messages, tools, _ = _inputs(request)
+    messages, tools, _, _ = _inputs(info, request)
     return _prompt(info, request, messages, tools)
 
 
 def _inputs(
-    request: ChatRequest,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, list[dict[str, Any]]]:
-    """(messages, the tools the template sees, the tools one of which must be called) under
-    the request's tool choice."""
+    info: ModelInfo, request: ChatRequest
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, list[dict[str, Any]], Formats]:
+    """(messages, the tools the template sees, the tools one of which must be called, the
+    formats the answer is read in) under the request's tool choice. A forced call on a model
+    with no tool-call format is asked for in GENERIC_JSON, in the system prompt."""
     tools = normalize_tools(request.tools)
     forced = request.tool_choice.forced(tools)
     messages, visible = request.tool_choice.apply(request.messages, tools)
-    return messages, visible, forced
+    detected = detect_formats(info.tokenizer, reasoning=request.reasoning, tools=visible)
+    formats = forced_format(detected, forced)
+    if formats is not detected:
+        messages = with_system_hint(messages, generic_call_hint(forced))
+    return messages, visible, forced, formats
 
 
 def _prompt(

@@ -14,7 +14,7 @@ from typing import Any
 
 from mlxd.errors import InvalidRequest
 
-__all__ = ["REQUIRED_HINT", "NAMED_HINT", "ToolChoice", "ToolChoiceMode"]
+__all__ = ["REQUIRED_HINT", "NAMED_HINT", "ToolChoice", "ToolChoiceMode", "with_system_hint"]
 
 REQUIRED_HINT = "You must answer by calling one of the provided tools."
 NAMED_HINT = "You must answer by calling the tool `{name}`."
@@ -86,16 +86,19 @@ class ToolChoice:
         if self.mode is ToolChoiceMode.NONE:
             return out, None
         if self.mode is ToolChoiceMode.REQUIRED:
-            _add_system_hint(out, REQUIRED_HINT)
+            out = with_system_hint(out, REQUIRED_HINT)
         elif self.mode is ToolChoiceMode.NAMED and tools:
             tools = [t for t in tools if t["function"]["name"] == self.name]
-            _add_system_hint(out, NAMED_HINT.format(name=self.name))
+            out = with_system_hint(out, NAMED_HINT.format(name=self.name))
         return out, tools
 
 
-def _add_system_hint(messages: list[dict[str, Any]], hint: str) -> None:
-    if messages and messages[0]["role"] in ("system", "developer"):
-        first = messages[0]
-        messages[0] = {**first, "content": f"{first.get('content', '')}\n\n{hint}".strip()}
+def with_system_hint(messages: Sequence[dict[str, Any]], hint: str) -> list[dict[str, Any]]:
+    """`messages` with `hint` at the end of the first system message (or in a new one)."""
+    out = list(messages)
+    if out and out[0]["role"] in ("system", "developer"):
+        first = out[0]
+        out[0] = {**first, "content": f"{first.get('content', '')}\n\n{hint}".strip()}
     else:
-        messages.insert(0, {"role": "system", "content": hint})
+        out.insert(0, {"role": "system", "content": hint})
+    return out

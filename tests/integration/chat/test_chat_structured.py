@@ -12,6 +12,7 @@ from mlxd.errors import InvalidRequest
 from mlxd.types import FinishEvent, FinishReason, ReasoningDelta, TextDelta, ToolCall, Warning
 from tests.chat_requests import chat_request
 from tests.integration.chat.conftest import TOOLS
+from tests.integration.chat.scripted import make_scripted_checkpoint
 from tests.json_schemas import check
 
 USER = [{"role": "user", "content": "What is the weather in Paris?"}]
@@ -90,3 +91,34 @@ def test_response_format_on_a_harmony_model_is_refused(engine, scripted_harmony_
     with pytest.raises(InvalidRequest) as err:
         start_chat(engine, info, chat_request(USER, {"response_format": FORMAT}))
     assert err.value.param == "response_format" and "harmony" in err.value.message
+
+
+def test_a_forced_call_on_a_model_without_a_tool_format_is_generic_json(engine, tiny_plain_model):
+    """No tool-call format (random weights, a template without tools): the tools and the
+    generic JSON shape are in the system prompt and the grammar makes the answer that call."""
+    info = engine.load_model(tiny_plain_model)
+    tools = [{**TOOLS[0], "function": {**TOOLS[0]["function"], "parameters": SCHEMA}}]
+    for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
+        request = chat_request(USER, {"max_tokens": 200}, tools=tools, tool_choice=choice)
+        stream = start_chat(engine, info, request)
+        assert "get_weather" in stream.prompt.text and '"arguments"' in stream.prompt.text
+        reasoning, text, calls, finish = split(list(stream))
+        assert text == "" and [c.name for c in calls] == ["get_weather"]
+        check(json.loads(calls[0].arguments), SCHEMA)
+        assert finish.reason == FinishReason.TOOL_CALLS
+
+
+def test_a_forced_call_comes_even_when_the_model_would_end_inside_its_reasoning(
+    engine, checkpoints_dir
+):
+    """The model's script thinks and then ends the turn (EOS) inside the open reasoning
+    block: under a forced call EOS closes the reasoning instead, and the call follows."""
+    model = make_scripted_checkpoint(checkpoints_dir / "scripted-early-end", ["<think>", "Hmm."])
+    info = engine.load_model(model)
+    tools = [{**TOOLS[0], "function": {**TOOLS[0]["function"], "parameters": SCHEMA}}]
+    request = chat_request(USER, {"max_tokens": 200}, tools=tools, tool_choice="required")
+    reasoning, text, calls, finish = split(list(start_chat(engine, info, request)))
+    assert reasoning == "Hmm." and text == ""
+    assert [c.name for c in calls] == ["get_weather"]
+    check(json.loads(calls[0].arguments), SCHEMA)
+    assert finish.reason == FinishReason.TOOL_CALLS

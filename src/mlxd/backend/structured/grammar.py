@@ -74,6 +74,8 @@ class CompiledGrammar:
     reasoning_end: bytes  # the text that closes it ("" when the model has no reasoning)
     reasoning_open: bool  # the prompt opened a reasoning block: start free
     param: str
+    end_tokens: tuple[int, ...] = ()  # EOS ids: never while reasoning (the answer must come)
+    reasoning_close: int | None = None  # the one token that closes reasoning, if it is one
 
     def new_matcher(self) -> llguidance.LLMatcher:
         return self.matcher.deep_copy()
@@ -165,7 +167,7 @@ def compile_constraint(
     if matcher is None:
         matcher = _compile(grammar, models.tokenizer, param)
         models.put(grammar, matcher)
-    start, end = _reasoning(constraint, models.tokenizer)
+    start, end, close = _reasoning(constraint, models.tokenizer)
     return CompiledGrammar(
         matcher=matcher,
         tokenizer=models.tokenizer,
@@ -174,6 +176,8 @@ def compile_constraint(
         reasoning_end=end,
         reasoning_open=constraint.reasoning_open and bool(end),
         param=param,
+        end_tokens=tuple(sorted(eos_token_ids)),
+        reasoning_close=close,
     )
 
 
@@ -312,9 +316,13 @@ def _first_line(error: str) -> str:
 
 def _reasoning(
     constraint: OutputConstraint, tokenizer: llguidance.LLTokenizer
-) -> tuple[int | None, bytes]:
+) -> tuple[int | None, bytes, int | None]:
+    """(the token opening reasoning, the text closing it, the token closing it), each token
+    None unless the marker is one token."""
     if constraint.reasoning is None:
-        return None, b""
+        return None, b"", None
     start, end = constraint.reasoning
     opener = tokenizer.tokenize_str(start, parse_special=True)
-    return (opener[0] if len(opener) == 1 else None), end.encode()
+    closer = tokenizer.tokenize_str(end, parse_special=True)
+    one = (opener[0] if len(opener) == 1 else None), (closer[0] if len(closer) == 1 else None)
+    return one[0], end.encode(), one[1]

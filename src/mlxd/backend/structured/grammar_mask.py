@@ -33,7 +33,8 @@ class Phase(Enum):
 
 
 class GrammarMask:
-    """Masks a row's logits with its grammar; reasoning before the answer is left free."""
+    """Masks a row's logits with its grammar; reasoning before the answer is left free, but
+    for ending the turn."""
 
     def __init__(self, grammar: CompiledGrammar) -> None:
         self.grammar = grammar
@@ -48,6 +49,9 @@ class GrammarMask:
         self._neg_inf: mx.array | None = None  # -inf in the logits' dtype (keeps the batch's)
         self._tail = b""  # the end of the reasoning so far, to spot its end marker
         self._started = False
+        # While reasoning: where the EOS ids are, and the token that closes reasoning.
+        self._ends: mx.array | None = None
+        self._close: mx.array | None = None
 
     def __call__(self, tokens: mx.array, logits: mx.array) -> mx.array:
         # Reading the token waits for the previous step. Starting this step's forward pass
@@ -58,10 +62,39 @@ class GrammarMask:
             self._advance(cast(int, tokens[-1].item()))
         self._started = True
         if self.phase is Phase.REASONING:
-            return logits
+            return self._without_end(logits)
         if self._neg_inf is None:
             self._neg_inf = mx.array(-mx.inf, dtype=logits.dtype)
         return mx.where(self._allowed(logits.shape[-1]), logits, self._neg_inf)
+
+    def _without_end(self, logits: mx.array) -> mx.array:
+        """Reasoning is free but for EOS: where the model would end the turn it closes its
+        reasoning instead (the closing token gets EOS's best logit), so the answer comes."""
+        width = logits.shape[-1]
+        if self._ends is None or self._ends.shape[-1] != width:
+            self._ends, self._close = self._reasoning_masks(width)
+        if self._ends is None:
+            return logits
+        if self._neg_inf is None:
+            self._neg_inf = mx.array(-mx.inf, dtype=logits.dtype)
+        out = logits
+        if self._close is not None:
+            best_end = mx.max(mx.where(self._ends, logits, self._neg_inf), axis=-1, keepdims=True)
+            out = mx.where(self._close, mx.maximum(out, best_end), out)
+        return mx.where(self._ends, self._neg_inf, out)
+
+    def _reasoning_masks(self, width: int) -> tuple[mx.array | None, mx.array | None]:
+        ends = [t for t in self.grammar.end_tokens if t < width]
+        if not ends:
+            return None, None
+        end_mask = np.zeros(width, dtype=np.bool_)
+        end_mask[ends] = True
+        close = self.grammar.reasoning_close
+        if close is None or close >= width:
+            return mx.array(end_mask), None
+        close_mask = np.zeros(width, dtype=np.bool_)
+        close_mask[close] = True
+        return mx.array(end_mask), mx.array(close_mask)
 
     def _advance(self, token: int) -> None:
         """Feed the token sampled at the previous step."""
