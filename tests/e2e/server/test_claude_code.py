@@ -224,3 +224,22 @@ def test_mcp_servers_are_refused_not_ignored(claude: anthropic.Anthropic) -> Non
         model="claude-sonnet-4-5", max_tokens=2, messages=USER, extra_body={"mcp_servers": []}
     )
     assert ok.usage.output_tokens >= 1
+
+
+def test_a_system_turn_in_messages(claude: anthropic.Anthropic) -> None:
+    """Claude Code 2.1.332 sends its environment as a `system` turn after the first user
+    turn, the last message (seen when `claude -p` ran against mlxd serve, 2026-12-01): it is
+    rendered in place, and count_tokens agrees."""
+    body = recorded()
+    user = body["messages"][0]
+    reminder = {"role": "system", "content": [{"type": "text", "text": "# Environment\nlinux"}]}
+    body["messages"] = [user, reminder]
+    answer = send(claude, body)
+    assert answer.stop_reason in ("end_turn", "max_tokens")
+    counted = claude.messages.count_tokens(
+        model="claude-sonnet-4-5", system=body["system"], messages=body["messages"]
+    ).input_tokens
+    alone = claude.messages.count_tokens(
+        model="claude-sonnet-4-5", system=body["system"], messages=[user]
+    ).input_tokens
+    assert counted > alone

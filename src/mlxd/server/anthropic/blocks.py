@@ -117,7 +117,8 @@ ContentBlock = Annotated[
 
 
 class MessageParam(WireModel):
-    role: Literal["user", "assistant"]
+    # "system": instructions mid-conversation, as Claude Code sends them (text blocks only)
+    role: Literal["user", "assistant", "system"]
     content: StrictStr | Annotated[list[ContentBlock], Field(max_length=MAX_BLOCKS)]
 
     def blocks(self) -> list[ContentBlock]:

@@ -1,13 +1,15 @@
 """Anthropic messages -> the chat layer's OpenAI-shaped chat messages.
 
-System first; thinking blocks become the assistant's reasoning_content, tool_use blocks its
-tool_calls, each tool_result a `tool` message ahead of the user's text.
+System first (a `system` turn in `messages` stays where it is); thinking blocks become the
+assistant's reasoning_content, tool_use blocks its tool_calls, each tool_result a `tool`
+message ahead of the user's text.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from mlxd.chat.messages import join_text
 from mlxd.errors import InvalidRequest
 from mlxd.server.anthropic.blocks import (
     ContentBlock,
@@ -37,6 +39,8 @@ def chat_messages(system: str | None, turns: list[MessageParam]) -> list[dict[st
         if m.role == "assistant":
             messages.append(_assistant(m, f"messages.{i}.content", used))
             called = {b.id for b in m.blocks() if isinstance(b, ToolUseBlock)}
+        elif m.role == "system":  # in place: the model's template decides how it shows
+            messages.append(_system(m, f"messages.{i}.content"))
         else:
             messages += _user(m, called, f"messages.{i}.content")
             called = set()
@@ -46,6 +50,15 @@ def chat_messages(system: str | None, turns: list[MessageParam]) -> list[dict[st
             param=f"messages.{len(turns) - 1}.role",
         )
     return messages
+
+
+def _system(m: MessageParam, where: str) -> dict[str, Any]:
+    texts = []
+    for j, b in enumerate(m.blocks()):
+        if not isinstance(b, TextBlock):
+            raise _misplaced(b, "system", f"{where}.{j}")
+        texts.append(b.text)
+    return {"role": "system", "content": join_text(texts)}
 
 
 def _assistant(m: MessageParam, where: str, used: set[str]) -> dict[str, Any]:
