@@ -86,6 +86,7 @@ def build_chat_prompt(
     template: str | None = None,
     images: ImageInputs | None = None,
     window: int | None = None,
+    continue_final: bool = False,
 ) -> BuiltPrompt:
     """Validate, render and tokenize a chat request. `template`: a Jinja chat template to use
     instead of the model's (the server allows it only when its operator does). `images`: the
@@ -104,7 +105,9 @@ def build_chat_prompt(
     shield = Shield()
     if not setting_flag("content_control_tokens"):  # content tokenizes as text (the default)
         msgs, shield = shield_messages(tokenizer, msgs, detect_reasoning(tokenizer) or ())
-    rendered = render_chat_text(tokenizer, msgs, tool_list, kwargs, template)
+    rendered = render_chat_text(tokenizer, msgs, tool_list, kwargs, template, not continue_final)
+    if continue_final:
+        rendered = _inside_final_message(rendered, msgs)
     if window is not None:
         check_fits(tokenizer, rendered, window)
     fallback = template is None and _uses_fallback(tokenizer)
@@ -139,6 +142,22 @@ def build_chat_prompt(
         boundaries=boundaries,
         images=images,
     )
+
+
+def _inside_final_message(rendered: str, msgs: list[dict[str, Any]]) -> str:
+    """The prompt cut right after the final (assistant) message's text, so generation
+    continues that message (a prefill), as HF's continue_final_message does."""
+    content = msgs[-1]["content"]
+    if isinstance(content, list):
+        content = join_text(p["text"] for p in content if p.get("type") == "text")
+    at = rendered.rfind(content) if content else -1
+    if at < 0:
+        raise InvalidRequest(
+            "the model's chat template does not show the final assistant message as "
+            "written, so it cannot be continued",
+            param="messages",
+        )
+    return rendered[: at + len(content)]
 
 
 def _past_images(

@@ -37,7 +37,8 @@ class MaxTokensPolicy(StrEnum):
 class ChatRequest:
     """Messages are OpenAI-shaped (chat.messages validates them), tools OpenAI function
     tools. `template` replaces the model's chat template; `allow_image_urls` lets images be
-    http(s) URLs fetched here (else data: URLs only)."""
+    http(s) URLs fetched here (else data: URLs only). `continue_final`: the answer continues
+    the last message, the assistant's (Anthropic's prefill), instead of starting a turn."""
 
     messages: list[dict[str, Any]]
     options: ChatOptions = field(default_factory=ChatOptions)
@@ -48,3 +49,4 @@ class ChatRequest:
     max_tokens_policy: MaxTokensPolicy = MaxTokensPolicy.WINDOW
     template: str | None = None
     allow_image_urls: bool = False
+    continue_final: bool = False  # the last message is the assistant's: continue it

@@ -237,6 +237,7 @@ def _prompt(
         request.template,
         images=images,
         window=info.context_window,
+        continue_final=request.continue_final,
     )
 
 

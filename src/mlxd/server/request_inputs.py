@@ -30,6 +30,13 @@ class StopStrings(Protocol):
     def stop_list(self) -> list[str]: ...
 
 
+@runtime_checkable
+class ContinuesFinalTurn(Protocol):
+    """A conversation whose last message may be the assistant's, to be continued."""
+
+    def continues_final_turn(self) -> bool: ...
+
+
 class ApiConversation(Protocol):
     """What any API's parsed request holds of a conversation, in the chat layer's shapes."""
 
@@ -91,6 +98,7 @@ def chat_request(
         max_tokens_policy=MaxTokensPolicy.HALF_WINDOW,
         template=template,
         allow_image_urls=settings.allow_image_urls,
+        continue_final=isinstance(req, ContinuesFinalTurn) and req.continues_final_turn(),
     )
 
 

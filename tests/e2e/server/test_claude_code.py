@@ -243,3 +243,24 @@ def test_a_system_turn_in_messages(claude: anthropic.Anthropic) -> None:
         model="claude-sonnet-4-5", system=body["system"], messages=[user]
     ).input_tokens
     assert counted > alone
+
+
+def test_assistant_prefill_is_continued(claude: anthropic.Anthropic) -> None:
+    """A final assistant turn is the start of the answer (Anthropic's prefill): the prompt
+    ends inside it, so it counts its text and no new turn; the answer holds only what
+    follows. An empty final turn is as if absent."""
+    ask: list[Any] = [{"role": "user", "content": "Capital of France?"}]
+    prefill = [*ask, {"role": "assistant", "content": "The capital is"}]
+    answer = claude.messages.create(model="claude-sonnet-4-5", max_tokens=3, messages=prefill)
+    assert answer.role == "assistant" and answer.usage.output_tokens >= 1
+    count = claude.messages.count_tokens
+    plain = count(model="claude-sonnet-4-5", messages=ask).input_tokens
+    assert count(model="claude-sonnet-4-5", messages=prefill).input_tokens > plain
+    empty = [*ask, {"role": "assistant", "content": ""}]
+    assert count(model="claude-sonnet-4-5", messages=empty).input_tokens == plain
+    tool_only = [*ask, {"role": "assistant", "content": [TOOL_USE]}]
+    with pytest.raises(anthropic.BadRequestError, match="continued from its text only"):
+        claude.messages.create(model="claude-sonnet-4-5", max_tokens=3, messages=tool_only)
+
+
+TOOL_USE = {"type": "tool_use", "id": "toolu_1", "name": "get_time", "input": {}}

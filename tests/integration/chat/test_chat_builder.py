@@ -204,3 +204,18 @@ def test_chat_builder_warns_of_tools_named_only_in_the_prose(tiny_chat_model, tm
     )
     shown = _with_template(tiny_chat_model, tmp_path / "shown", CHATML_TEMPLATE)
     assert build_chat_prompt(shown, asks, TOOLS).warnings == ()
+
+
+def test_chat_builder_continues_the_final_assistant_message(chat_tokenizer):
+    """A prefill: the prompt stops right after the assistant's text (no end of turn, no new
+    generation prompt), and its history is the same as the plain prompt's."""
+    asks = [{"role": "user", "content": "Capital of France?"}]
+    prefill = [*asks, {"role": "assistant", "content": "The capital is"}]
+    continued = build_chat_prompt(chat_tokenizer, prefill, continue_final=True)
+    assert continued.text.endswith("<|im_start|>assistant\nThe capital is")
+    plain = build_chat_prompt(chat_tokenizer, asks)
+    assert continued.text.startswith(plain.text)
+    with pytest.raises(InvalidRequest, match="cannot be continued"):
+        build_chat_prompt(
+            chat_tokenizer, [*asks, {"role": "assistant", "content": ""}], continue_final=True
+        )

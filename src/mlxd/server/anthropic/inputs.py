@@ -23,7 +23,8 @@ from mlxd.server.anthropic.blocks import (
 
 
 def chat_messages(system: str | None, turns: list[MessageParam]) -> list[dict[str, Any]]:
-    """The conversation as the chat layer's messages (the last turn must be the user's)."""
+    """The conversation as the chat layer's messages; a last assistant turn with text is
+    kept for the answer to continue (`prefilled`), an empty one dropped."""
     messages: list[dict[str, Any]] = []
     if system is not None:
         messages.append({"role": "system", "content": system})
@@ -44,12 +45,23 @@ def chat_messages(system: str | None, turns: list[MessageParam]) -> list[dict[st
         else:
             messages += _user(m, called, f"messages.{i}.content")
             called = set()
-    if turns[-1].role == "assistant":
-        raise InvalidRequest(
-            "the last message must be a user turn (continuing an assistant turn is not supported)",
-            param=f"messages.{len(turns) - 1}.role",
-        )
+    last = turns[-1]
+    if last.role == "assistant" and not prefilled(turns):
+        if last.content:  # tool calls or thinking without text: nothing to continue
+            raise InvalidRequest(
+                "a final assistant message can be continued from its text only",
+                param=f"messages.{len(turns) - 1}.content",
+            )
+        messages.pop()  # an empty final assistant turn: the answer starts the turn
     return messages
+
+
+def prefilled(turns: list[MessageParam]) -> bool:
+    """The last turn is the assistant's, with text the answer continues (a prefill)."""
+    last = turns[-1]
+    return last.role == "assistant" and any(
+        isinstance(b, TextBlock) and b.text for b in last.blocks()
+    )
 
 
 def _system(m: MessageParam, where: str) -> dict[str, Any]:

@@ -174,6 +174,10 @@ class CountTokensRequest(WireModel):
     def chat_messages(self) -> list[dict[str, Any]]:
         return inputs.chat_messages(self.system_text(), self.messages)
 
+    def continues_final_turn(self) -> bool:
+        """A last assistant turn with content is a prefill: the answer continues it."""
+        return inputs.prefilled(self.messages)
+
     def chat_tools(self) -> list[dict[str, Any]] | None:
         return [t.to_chat() for t in self.tools] if self.tools else None
 
