@@ -285,9 +285,18 @@ CASES: list[tuple[str, object, int, str]] = [
         400,
         "invalid_request_error",
     ),
-    (
-        "ends-in-assistant",
-        {"messages": [*USER, {"role": "assistant", "content": "The"}], "max_tokens": 4},
+    (  # a last assistant turn with text is a prefill (test_claude_code); without, a 400
+        "ends-in-assistant-tool-use",
+        {
+            "messages": [
+                *USER,
+                {
+                    "role": "assistant",
+                    "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}],
+                },
+            ],
+            "max_tokens": 4,
+        },
         400,
         "invalid_request_error",
     ),
