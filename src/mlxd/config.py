@@ -113,6 +113,12 @@ SETTINGS: dict[str, Setting[Any]] = {
         "other Origin header gets 403 ('*': any origin)",
         _text,
     ),
+    "web": Setting(
+        "MLXD_WEB",
+        "1",
+        "1: `mlxd serve` answers GET / with its chat page (`--no-web`: 0, / answers JSON)",
+        _flag,
+    ),
     "load_memory_fraction": Setting(
         "MLXD_LOAD_MEMORY_FRACTION",
         "0.9",

@@ -37,6 +37,11 @@ def _add_network_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--api-key", help=f"require 'Authorization: Bearer KEY' ({_env('api_key')})")
     p.add_argument(
+        "--no-web",
+        action="store_true",
+        help=f"no chat page at / (GET / answers JSON; {_env('web')}=0)",
+    )
+    p.add_argument(
         "--allowed-origins",
         nargs="+",
         metavar="ORIGIN",
@@ -142,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
         trust_remote_code=args.trust_remote_code or None,
         allow_image_urls=args.allow_image_urls or None,
         aliases=parse_aliases(args.alias or ()) or None,
+        web=False if args.no_web else None,
     )
     overrides: dict[str, Any] = {"trust_remote_code": args.trust_remote_code}
     for name in ("max_batch", "max_queue", "max_tokens_ceiling", "max_models"):

@@ -8,6 +8,7 @@ no `Origin` and are not affected.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 
 from mlxd.errors import MlxdError
@@ -42,3 +43,27 @@ def refusal(origin: str) -> OriginNotAllowed:
         f"cross-site request from origin '{shown}' refused; allow it with "
         "--allowed-origins or MLXD_ALLOWED_ORIGINS"
     )
+
+
+def same_origin(origin: str, scheme: str, host: str) -> bool:
+    """True when `origin` is this server's own (`scheme://host` of the request), as for the
+    chat page at /, and the host is an IP address or `localhost`.
+
+    A DNS name is never trusted this way: another site can rebind its own name to this
+    server's address, and its pages would then look same-origin (allow such names with
+    --allowed-origins). A loopback server also refuses non-loopback Host headers first.
+    """
+    name = host_name(host.strip().lower())
+    if name != "localhost":
+        try:
+            ipaddress.ip_address(name)
+        except ValueError:
+            return False
+    return normalize(origin) == f"{scheme.lower()}://{host.strip().lower()}"
+
+
+def host_name(host: str) -> str:
+    """A Host header without its port ('[::1]:80' -> '::1', 'a:80' -> 'a')."""
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host

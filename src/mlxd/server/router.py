@@ -1,4 +1,4 @@
-"""The app's routes: each API's own router, then /health and /metrics."""
+"""The app's routes: each API's own router, the chat page, then /, /health and /metrics."""
 
 from __future__ import annotations
 
@@ -10,16 +10,22 @@ from mlxd.server.anthropic.routes import router as anthropic_router
 from mlxd.server.openai.routes import router as openai_router
 from mlxd.server.responses.routes import router as responses_router
 from mlxd.server.state import server_state as _state
+from mlxd.server.web.page import page_file
+from mlxd.server.web.page import router as web_router
 
 router = APIRouter()
 router.include_router(anthropic_router)
 router.include_router(responses_router)
 router.include_router(openai_router)
+router.include_router(web_router)
 
 
 @router.api_route("/", methods=["GET", "HEAD"])
-async def root() -> Response:
-    """Where things are, for a client checking that the server answers (HEAD: no body)."""
+async def root(request: Request) -> Response:
+    """GET: the chat page (unless --no-web). Else where things are, for a client checking
+    that the server answers (HEAD: no body)."""
+    if request.method == "GET" and _state(request).settings.web:
+        return page_file("/")
     return JSONResponse({"server": "mlxd", "api": "/v1", "health": "/health"})
 
 

@@ -31,6 +31,7 @@ class ServerSettings:
     trust_remote_code: bool = False
     request_chat_template: bool = setting_field("request_chat_template")
     allow_image_urls: bool = setting_field("allow_image_urls")  # fetch http(s) image URLs
+    web: bool = setting_field("web")  # the chat page at /
     aliases: tuple[tuple[str, str], ...] = ()  # (name pattern, model): --alias NAME=MODEL
 
     @classmethod

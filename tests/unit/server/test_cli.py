@@ -65,3 +65,11 @@ def test_settings_from_env_and_flags(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLXD_PORT", "8080")
     with pytest.raises(InvalidRequest):
         ServerSettings.from_config(port=70000)
+
+
+def test_web_page_setting_and_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert ServerSettings.from_config().web
+    assert build_parser().parse_args(["serve", "--no-web"]).no_web
+    assert not build_parser().parse_args(["serve"]).no_web
+    monkeypatch.setenv("MLXD_WEB", "0")
+    assert not ServerSettings.from_config().web

@@ -17,9 +17,10 @@ from mlxd.server.error_responses import HostNotAllowed, PayloadTooLarge, error_b
 from mlxd.server.guard.connections import RequestTimeout
 from mlxd.server.lifecycle import Lifecycle
 from mlxd.server.metrics import Metrics
-from mlxd.server.origin import normalize, origin_allowed, refusal
+from mlxd.server.origin import host_name, normalize, origin_allowed, refusal, same_origin
 from mlxd.server.settings import LOOPBACK_NAMES, ServerSettings
 from mlxd.server.sse import dumps
+from mlxd.server.web.page import PAGE_ASSETS
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -28,7 +29,8 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
-OPEN_PATHS = frozenset({"/", "/health"})  # no auth: load balancers, probes, reachability
+# No auth: load balancers, probes, reachability, and the chat page (its API calls need the key).
+OPEN_PATHS = frozenset({"/", "/health", *PAGE_ASSETS})
 ROUTES = frozenset(
     {
         "/v1/chat/completions",
@@ -40,6 +42,7 @@ ROUTES = frozenset(
         "/",
         "/health",
         "/metrics",
+        *PAGE_ASSETS,
     }
 )
 
@@ -55,12 +58,7 @@ def route_label(path: str) -> str:
 
 def host_is_loopback(host_header: str) -> bool:
     """'localhost', '127.0.0.1', '[::1]', each with or without ':port'."""
-    host = host_header.strip().lower()
-    if host.startswith("["):
-        name, _, _rest = host[1:].partition("]")
-    else:
-        name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
-    return name in LOOPBACK_NAMES
+    return host_name(host_header.strip().lower()) in LOOPBACK_NAMES
 
 
 class Guard:
@@ -107,7 +105,7 @@ class Guard:
             if not host_is_loopback(host):
                 return HostNotAllowed(f"Host '{host}' is not allowed on a loopback server")
         origin = headers.get(b"origin")
-        if origin is not None and not origin_allowed(origin.decode("latin-1"), self.origins):
+        if origin is not None and not self._origin_ok(origin.decode("latin-1"), scope, headers):
             return refusal(origin.decode("latin-1"))
         path = scope["path"]
         if self.key and path not in OPEN_PATHS and not self._authorized(headers):
@@ -117,6 +115,13 @@ class Guard:
         if self.lifecycle.draining and path not in OPEN_PATHS and path != "/metrics":
             return EngineUnavailable("server is shutting down")
         return None
+
+    def _origin_ok(self, origin: str, scope: Scope, headers: dict[bytes, bytes]) -> bool:
+        """An allowed origin, or the server's own (its chat page's fetches send Origin)."""
+        if origin_allowed(origin, self.origins):
+            return True
+        host = headers.get(b"host", b"").decode("latin-1")
+        return bool(host) and same_origin(origin, str(scope.get("scheme", "http")), host)
 
     def _authorized(self, headers: dict[bytes, bytes]) -> bool:
         """`Authorization: Bearer KEY` (OpenAI clients) or `x-api-key: KEY` (Anthropic's)."""
