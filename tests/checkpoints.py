@@ -13,8 +13,8 @@ make_checkpoint(path, kind) writes one of:
              cache) per global layer, ChatML template
   "hybrid"   lfm2: short-convolution layers (a recurrent ArraysCache) and attention layers
   "gated"    qwen3_next: gated delta-net layers (recurrent) and attention layers, dense MLPs
-  "plain"    llama, a ChatML template without tools and no tool tokens (like SmolLM2's): a
-             model with no tool-call format of its own
+  "plain"    llama, a ChatML template without tools and no tool or think tokens (like
+             SmolLM2's): a model with no tool-call format and no reasoning markers
 `dtype` ("float32", "float16", "bfloat16") is the weights' type; tests use float32.
 `size` ("tiny", "small", "medium", "big", "xl", "xxl") overrides the kind's size (benchmarks use
 bigger models).
@@ -82,7 +82,7 @@ PLAIN_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
-TOOL_TOKENS = ("<tool_call>", "</tool_call>")
+PLAIN_ABSENT = ("<tool_call>", "</tool_call>", "<think>", "</think>")  # not in "plain"
 
 SLIDING_WINDOW = 16  # smaller than the tests' prompts: the rotating cache wraps
 
@@ -198,7 +198,7 @@ def make_checkpoint(
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     template = _TEMPLATES.get(kind, CHATML_TEMPLATE)
-    special = [t for t in SPECIAL_TOKENS if t not in TOOL_TOKENS] if kind == "plain" else None
+    special = [t for t in SPECIAL_TOKENS if t not in PLAIN_ABSENT] if kind == "plain" else None
     vocab = write_tokenizer(path, template, vocab_size, special)
     dims = SIZES[size or (kind if kind in SIZES else "tiny")]
     model_type, arch = _ARCHS.get(kind, _ARCHS["chat"])

@@ -70,7 +70,7 @@ def tiny_thinking_model(checkpoints_dir: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_plain_model(checkpoints_dir: Path) -> Path:
-    """ChatML without tools and no tool tokens: a model with no tool-call format."""
+    """ChatML without tools, no tool or think tokens: no tool-call format, no reasoning."""
     return make_checkpoint(checkpoints_dir / "tiny-plain", "plain")
 
 
