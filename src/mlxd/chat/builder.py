@@ -270,9 +270,10 @@ def render_chat_text(
         **_special_tokens(tokenizer),
         **template_kwargs,
         "messages": messages,
-        "tools": tools,
         "add_generation_prompt": add_generation_prompt,
     }
+    if tools:  # unsent stays undefined: some templates iterate `tools` whenever it is defined
+        context["tools"] = tools
     # The size budget bounds what a template adds: a long prompt is the window's business.
     budget = setting_int("template_bytes") + len(json.dumps([messages, tools], default=str))
     text = render_template(source, context, max_bytes=budget)

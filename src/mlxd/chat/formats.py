@@ -2,9 +2,11 @@
 
 Detection looks only at the vocabulary and the chat template text (never the model's
 directory name). Tool formats reuse mlx_lm.tool_parsers where one fits: when mlx-lm inferred
-a parser for the tokenizer (qwen3_coder, gemma, glm, ...), we use its start/end markers and
-its parse function; Hermes, Llama 3 JSON and Mistral are parsed here because mlx-lm's
-json_tools parser requires a template spelling ("tool_call.name") many templates lack.
+a family parser for the tokenizer (qwen3_coder, gemma, glm47, ...), we use its start/end
+markers and its parse function, even when its start marker is Hermes' <tool_call>; Hermes,
+Llama 3 JSON and Mistral are parsed here because mlx-lm's json_tools parser requires a
+template spelling ("tool_call.name") many templates lack. Kimi-K2's section token is looked
+up in the vocabulary (its instruct template never spells it).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ __all__ = [
 
 THINK = ("<think>", "</think>")
 HARMONY_MARKERS = ("<|channel|>", "<|message|>")
+KIMI_SECTION = "<|tool_calls_section_begin|>"
 
 Parser = Callable[[str], list[dict[str, Any]]]  # raises ValueError when the text is no call
 
@@ -101,17 +104,18 @@ def detect_tool_format(
     template: str,
     tools: list[dict[str, Any]] | None = None,
 ) -> ToolFormat | None:
+    """The tool-call format: mlx-lm's inferred parser unless it is its generic JSON one (then
+    ours, which needs no template spelling), else markers in the vocabulary or template."""
     start = getattr(tokenizer, "tool_call_start", None) if _is_wrapper(tokenizer) else None
     mlx_parser = getattr(tokenizer, "tool_parser", None) if _is_wrapper(tokenizer) else None
-    if isinstance(start, str) and start and mlx_parser is not None and start != "<tool_call>":
-        end = getattr(tokenizer, "tool_call_end", None) or None
+    if isinstance(start, str) and start and mlx_parser is not None:
         name = str(getattr(mlx_parser, "__module__", "mlx_lm")).rsplit(".", 1)[-1]
-        return ToolFormat(name, start, end, _wrap_mlx_parser(mlx_parser, tools))
+        if name != "json_tools":  # a family parser (glm47, qwen3_coder, ...) is never replaced
+            end = getattr(tokenizer, "tool_call_end", None) or None
+            return ToolFormat(name, start, end, _wrap_mlx_parser(mlx_parser, tools))
+    if KIMI_SECTION in vocab:  # Kimi-K2 instruct: its template never spells the section tokens
+        return _mlx_format("kimi_k2", tools)
     if _mentions(vocab, template, "<tool_call>"):
-        if "<function=" in template and start == "<tool_call>" and mlx_parser is not None:
-            return ToolFormat(
-                "qwen3_coder", "<tool_call>", "</tool_call>", _wrap_mlx_parser(mlx_parser, tools)
-            )
         return HERMES
     if _mentions(vocab, template, "[TOOL_CALLS]"):
         return MISTRAL
@@ -188,6 +192,15 @@ def _wrap_mlx_parser(
     return parse
 
 
+def _mlx_format(module: str, tools: list[dict[str, Any]] | None) -> ToolFormat:
+    """The format of mlx-lm's parser `module` (mlx_lm.tool_parsers.<module>)."""
+    import importlib
+
+    mod = importlib.import_module(f"mlx_lm.tool_parsers.{module}")
+    parse = _wrap_mlx_parser(mod.parse_tool_call, tools)
+    return ToolFormat(module, mod.tool_call_start, mod.tool_call_end or None, parse)
+
+
 HERMES = ToolFormat("hermes", "<tool_call>", "</tool_call>", parse_json_call)
 MISTRAL = ToolFormat("mistral", "[TOOL_CALLS]", None, parse_mistral)
 LLAMA3 = ToolFormat("llama3", "<|python_tag|>", None, parse_llama3, json_at_start=True)
@@ -205,7 +218,8 @@ def _is_wrapper(tokenizer: Tokenizer) -> bool:
 
 # Every vocabulary entry detection asks about; only these are kept per tokenizer.
 _MARKERS = frozenset(
-    {*THINK, *HARMONY_MARKERS, "<tool_call>", "[TOOL_CALLS]", "<|python_tag|>", "<|eot_id|>"}
+    {*THINK, *HARMONY_MARKERS, KIMI_SECTION, "<tool_call>", "[TOOL_CALLS]", "<|python_tag|>"}
+    | {"<|eot_id|>"}
 )
 _VOCAB_CACHE: weakref.WeakKeyDictionary[Tokenizer, frozenset[str]] = weakref.WeakKeyDictionary()
 

@@ -1,8 +1,9 @@
 """Render chat templates in a sandbox with a time and an output-size budget.
 
 Templates ship with models, so they are untrusted code. We render them ourselves (not through
-transformers' apply_chat_template) in jinja2's ImmutableSandboxedEnvironment with the globals and
-filters HF provides (raise_exception, tojson, strftime_now, namespace), and add budgets the
+transformers' apply_chat_template) in jinja2's ImmutableSandboxedEnvironment with what HF's
+templating adds to jinja (raise_exception, tojson, strftime_now, namespace, loop controls, the
+`{% generation %}` tag), and add budgets the
 sandbox lacks: every loop over `range`, attribute lookup, call, filter and string-building
 operator checks a per-render deadline and refuses results larger than the byte budget.
 """
@@ -20,7 +21,9 @@ from typing import Any
 
 import jinja2
 import jinja2.ext
+from jinja2 import nodes
 from jinja2.exceptions import SecurityError, TemplateSyntaxError
+from jinja2.parser import Parser as JinjaParser
 from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import Namespace
@@ -226,9 +229,26 @@ class _SafeNamespace(Namespace):
         super().__setitem__(name, value)
 
 
+class _GenerationTag(jinja2.ext.Extension):
+    """`{% generation %}...{% endgeneration %}`: HF marks the assistant's own text with it (for
+    training masks); rendering a prompt keeps the body as is. Like HF, the body is a call block,
+    so its `set`s stay inside it."""
+
+    tags = {"generation"}
+
+    def parse(self, parser: JinjaParser) -> nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        block = nodes.CallBlock(self.call_method("_body"), [], [], body)
+        return block.set_lineno(lineno)
+
+    def _body(self, caller: Callable[[], str]) -> str:
+        return caller()
+
+
 def _make_env() -> _BudgetedEnvironment:
     env = _BudgetedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols]
+        trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols, _GenerationTag]
     )
     env.filters["tojson"] = _tojson
     env.filters = {name: _budgeted_filter(f) for name, f in env.filters.items()}

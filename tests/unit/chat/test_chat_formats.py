@@ -34,6 +34,8 @@ CASES = [
     (["<|python_tag|>", "<|eot_id|>"], None, (None, False, "llama3")),
     (["<|eot_id|>"], '{"name": x, "parameters": y}', (None, False, "llama3")),
     (["hello"], "{{ messages }}", (None, False, None)),
+    # Kimi-K2 instruct: the section token is in the vocabulary only, never in the template.
+    (["<|tool_calls_section_begin|>"], "{{ messages }}", (None, False, "kimi_k2")),
 ]
 
 
@@ -42,6 +44,33 @@ def test_chat_formats_detection(vocab, template, expected):
     formats = detect_formats(Tok(vocab, template, name="Qwen3-harmony-mistral-llama"))
     tool = formats.tool.name if formats.tool else None
     assert (formats.reasoning, formats.harmony, tool) == expected
+
+
+class Wrapped(Tok):
+    """mlx-lm's TokenizerWrapper as detection sees it: the parser mlx-lm inferred."""
+
+    detokenizer = None
+
+    def __init__(self, template: str, module: str) -> None:
+        import importlib
+
+        super().__init__(["<tool_call>", "</tool_call>"], template)
+        mod = importlib.import_module(f"mlx_lm.tool_parsers.{module}")
+        self.tool_call_start, self.tool_call_end = mod.tool_call_start, mod.tool_call_end
+        self.tool_parser = mod.parse_tool_call
+
+
+def test_chat_formats_mlx_lm_family_parser_is_never_replaced_by_hermes():
+    glm = detect_formats(Wrapped("<tool_call>{{ name }}<arg_key>k</arg_key>", "glm47")).tool
+    assert glm is not None and (glm.name, glm.start, glm.end) == (
+        "glm47", "<tool_call>", "</tool_call>"
+    )  # fmt: skip
+    assert glm.parse("get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>") == [
+        {"name": "get_weather", "arguments": {"city": "Paris"}}
+    ]
+    # mlx-lm's generic JSON parser is the one we replace: ours needs no template spelling.
+    hermes = detect_formats(Wrapped("<tool_call>{{ tool_call.name }}", "json_tools")).tool
+    assert hermes is not None and hermes.name == "hermes"
 
 
 def test_chat_formats_explicit_reasoning_markers():

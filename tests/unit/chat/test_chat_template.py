@@ -107,3 +107,17 @@ def test_chat_template_budget_is_configurable(monkeypatch):
     with pytest.raises(TemplateError, match="10 bytes"):
         render_template("{{ 'A' * 11 }}", {})
     assert render_template("{{ 'A' * 10 }}", {}) == "A" * 10
+
+
+def test_chat_template_generation_tag_renders_its_body_within_budgets():
+    # HF's {% generation %} marks assistant text for training masks; a prompt keeps the body,
+    # its `set`s stay inside the block (a call block, as in HF), and the budgets still hold.
+    source = (
+        "{% set x = 'outer' %}{% for m in messages %}{%- generation -%}{% set x = m %}"
+        "[{{ m }}:{{ loop.index }}]{%- endgeneration -%}{% endfor %}{{ x }}"
+    )
+    assert render_template(source, {"messages": ["a", "b"]}) == "[a:1][b:2]outer"
+    with pytest.raises(TemplateError, match="size budget"):
+        render_template("{% generation %}{{ 'x' * 10**7 }}{% endgeneration %}", {}, **SMALL)
+    with pytest.raises(TemplateError, match="syntax error"):
+        render_template("{% generation %}unclosed", {})
