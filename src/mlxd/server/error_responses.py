@@ -1,6 +1,6 @@
 """Errors in each API's own shape: OpenAI's `{"error": {"message", "type", "param", "code"}}`
 on every path but Anthropic's `/v1/messages`, which gets `{"type": "error", "error": {"type",
-"message"}}` with the same status."""
+"message"}}` with the same status, and Ollama's `/api/` paths, which get `{"error": "..."}`."""
 
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ class HttpError(E.MlxdError):
 
 RETRY_AFTER_SECONDS = "1"
 ANTHROPIC_PATH = "/v1/messages"  # and everything under it (count_tokens)
+OLLAMA_PREFIX = "/api/"
 
 # HTTP status -> Anthropic's error type; any other 4xx is an invalid_request_error, 5xx api_error.
 ANTHROPIC_ERROR_TYPES = {
@@ -74,6 +75,8 @@ def error_body(err: E.MlxdError, path: str = "") -> dict[str, Any]:
     """The error in the shape of the API that `path` belongs to."""
     if is_anthropic_path(path):
         return anthropic_error_body(err)
+    if path.startswith(OLLAMA_PREFIX):
+        return {"error": err.message}
     body = err.to_dict()
     if isinstance(err, E.ContextOverflow) and err.prompt_tokens is not None and err.window:
         # OpenAI's words (code context_length_exceeded), which clients such as litellm match.

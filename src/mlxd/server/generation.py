@@ -134,9 +134,11 @@ async def chat_endpoint(
     read: Callable[[bytes, ServerSettings], R],
     wire: Callable[[R, ModelInfo, ChatStream, ServerState], Wire],
     template: Callable[[R, ServerSettings], str | None] | None = None,
+    media_type: str = "text/event-stream",
 ) -> Response:
     """One chat request of any API: `read` parses the body (refusals before any model
-    load), then the same prompt, start_chat and response driver; `wire` is the API's."""
+    load), then the same prompt, start_chat and response driver; `wire` is the API's (and
+    `media_type` its stream's)."""
     st = server_state(request)
     start = time.perf_counter()
     req = read(await request.body(), st.settings)
@@ -147,7 +149,8 @@ async def chat_endpoint(
         stream = await start_chat_stream(st, info, chat)
     except InvalidRequest as err:
         raise in_client_terms(err, req.OPTION_FIELDS) from None
-    return await respond(request, st, stream, wire(req, info, stream, st), req.stream, start)
+    wired = wire(req, info, stream, st)
+    return await respond(request, st, stream, wired, req.stream, start, media_type)
 
 
 async def respond(
@@ -157,8 +160,10 @@ async def respond(
     wire: Wire,
     streaming: bool,
     start: float,
+    media_type: str = "text/event-stream",
 ) -> Response:
-    """The HTTP response for a started ChatStream: SSE or one JSON body."""
+    """The HTTP response for a started ChatStream: a stream of the wire's frames (SSE, or
+    `media_type`'s) or one JSON body."""
     try:
         gen = st.lifecycle.begin(stream)
     except Exception:
@@ -178,7 +183,7 @@ async def respond(
 
     return StreamingResponse(
         sse_body(stream, wire, gen, st.lifecycle, meter, st.settings.stream_keepalive),
-        media_type="text/event-stream",
+        media_type=media_type,
         headers=SSE_HEADERS,
         background=BackgroundTask(cleanup),
     )

@@ -1,4 +1,5 @@
-"""The app's routes: each API's own router, the chat page, then /, /health and /metrics."""
+"""The app's routes: each API's own router (Ollama's under /api/), the chat page, then
+/, /health and /metrics."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from mlxd.engine import RankStatus
 from mlxd.server.anthropic.routes import router as anthropic_router
+from mlxd.server.ollama.routes import router as ollama_router
 from mlxd.server.openai.routes import router as openai_router
 from mlxd.server.responses.routes import router as responses_router
 from mlxd.server.state import server_state as _state
@@ -18,6 +20,7 @@ router.include_router(anthropic_router)
 router.include_router(responses_router)
 router.include_router(openai_router)
 router.include_router(web_router)
+router.include_router(ollama_router)
 
 
 @router.api_route("/", methods=["GET", "HEAD"])

@@ -1,0 +1,228 @@
+"""Wire schemas of Ollama's API (pydantic): /api/chat, /api/generate, /api/show.
+
+Field names are Ollama's (docs/api.md of ollama/ollama; the `ollama` Python client's
+_types.py). `options` go through one table (OLLAMA_OPTIONS) onto the chat layer's option
+names, so their bounds are chat.options.OPTIONS'; options that tune Ollama's runner (num_gpu,
+num_thread, mirostat...) are accepted and have no effect. A field mlxd cannot honour
+(`suffix`, `template`, `context`) is refused by name, never dropped. `stream` defaults to
+true, as in Ollama.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import (
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    field_validator,
+)
+
+from mlxd.chat.tool_choice import ToolChoice
+from mlxd.server.fields import (
+    MAX_MESSAGES,
+    MAX_TOOLS,
+    FunctionName,
+    ModelName,
+    StopList,
+    StopText,
+    WireModel,
+)
+from mlxd.server.ollama.inputs import chat_messages, format_option, generate_messages
+
+# Ollama's option name -> the chat layer's (chat.options.OPTIONS); values are checked there.
+OLLAMA_OPTIONS = {
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "min_p": "min_p",
+    "seed": "seed",
+    "stop": "stop",
+    "num_predict": "max_tokens",
+    "repeat_penalty": "repetition_penalty",
+    "repeat_last_n": "repetition_context_size",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+}
+# For errors: the chat option -> the field an Ollama client sent.
+OPTION_FIELDS: Mapping[str, str] = {
+    **{chat: f"options.{ollama}" for ollama, chat in OLLAMA_OPTIONS.items()},
+    "response_format": "format",
+}
+LATEST = ":latest"
+
+Number = StrictFloat | StrictInt
+Think = StrictBool | Literal["low", "medium", "high"]
+# "" or "json" or a JSON schema (an object); the schema is checked when it compiles.
+Format = Literal["", "json"] | dict[str, Any]
+KeepAlive = StrictStr | Number
+
+
+def served_name(name: str) -> str:
+    """An Ollama `name:tag` as the model the server knows: `:latest` is the default tag, so it
+    is dropped; other tags stay (an operator's `--alias 'qwen3:*=default'` can map them)."""
+    return name.removesuffix(LATEST)
+
+
+class OllamaOptions(WireModel):
+    """Ollama's `options`: the ones OLLAMA_OPTIONS maps, and num_ctx (the model's window is
+    always whole: a larger num_ctx is clamped to it, a smaller one does not shrink it)."""
+
+    temperature: Number | None = None
+    top_p: Number | None = None
+    top_k: StrictInt | None = None
+    min_p: Number | None = None
+    seed: StrictInt | None = None
+    stop: StopText | StopList | None = None
+    num_predict: StrictInt | None = None
+    repeat_penalty: Number | None = None
+    repeat_last_n: StrictInt | None = None
+    presence_penalty: Number | None = None
+    frequency_penalty: Number | None = None
+    num_ctx: Annotated[StrictInt, Field(ge=1)] | None = None
+
+    def chat_options(self) -> dict[str, Any]:
+        """The set options under the chat layer's names; num_predict < 0 (Ollama's "no
+        limit") leaves max_tokens to the server's policy."""
+        out: dict[str, Any] = {}
+        for name, option in OLLAMA_OPTIONS.items():
+            value = getattr(self, name)
+            if value is None or (name == "num_predict" and value < 0):
+                continue
+            out[option] = [value] if name == "stop" and isinstance(value, str) else value
+        return out
+
+
+class ToolFunctionCall(WireModel):
+    name: FunctionName
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class OllamaToolCall(WireModel):
+    function: ToolFunctionCall
+
+
+class OllamaMessage(WireModel):
+    """One message: text, base64 `images` (user turns, vision models), an assistant's
+    `thinking` and `tool_calls`, a tool result's `tool_name`."""
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: StrictStr = ""
+    images: Annotated[list[StrictStr], Field(max_length=64)] | None = None
+    thinking: StrictStr | None = None
+    tool_calls: list[OllamaToolCall] | None = None
+    tool_name: StrictStr | None = None
+
+
+class OllamaFunction(WireModel):
+    name: FunctionName
+    description: StrictStr | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class OllamaTool(WireModel):
+    type: Literal["function"] = "function"
+    function: OllamaFunction
+
+
+class OllamaRequest(WireModel):
+    """What /api/chat and /api/generate share."""
+
+    OPTION_FIELDS: ClassVar[Mapping[str, str]] = OPTION_FIELDS
+    model: ModelName
+    stream: StrictBool = True
+    format: Format | None = None
+    sampling: OllamaOptions | None = Field(default=None, alias="options")
+    think: Think | None = None
+    keep_alive: KeepAlive | None = None  # accepted; residency is the operator's (docs)
+
+    @field_validator("model")
+    @classmethod
+    def _served(cls, v: str) -> str:
+        return served_name(v)
+
+    def options(self) -> dict[str, Any]:
+        """`options` and `format` as the chat layer's options."""
+        opts = self.sampling.chat_options() if self.sampling is not None else {}
+        fmt = format_option(self.format)
+        if fmt is not None:
+            opts["response_format"] = fmt
+        return opts
+
+    def template_kwargs(self) -> dict[str, Any] | None:
+        """`think` as the template switch reasoning templates read."""
+        return None if self.think is None else {"enable_thinking": self.think is not False}
+
+    def chat_tool_choice(self) -> ToolChoice:
+        return ToolChoice()
+
+
+class OllamaChatRequest(OllamaRequest):
+    """/api/chat; no messages: load the model and answer done_reason "load" (as Ollama)."""
+
+    messages: Annotated[list[OllamaMessage], Field(max_length=MAX_MESSAGES)] = Field(
+        default_factory=list
+    )
+    tools: Annotated[list[OllamaTool], Field(max_length=MAX_TOOLS)] | None = None
+
+    def chat_messages(self) -> list[dict[str, Any]]:
+        return chat_messages([m.model_dump(exclude_none=True) for m in self.messages])
+
+    def chat_tools(self) -> list[dict[str, Any]] | None:
+        return [t.model_dump(exclude_none=True) for t in self.tools] if self.tools else None
+
+
+class OllamaGenerateRequest(OllamaRequest):
+    """/api/generate: `prompt` (+ `system`, `images`) through the chat template, or as is
+    with `raw`; no prompt: load the model (done_reason "load")."""
+
+    prompt: StrictStr = ""
+    system: StrictStr | None = None
+    raw: StrictBool = False
+    images: Annotated[list[StrictStr], Field(max_length=64)] | None = None
+    suffix: StrictStr | None = None
+    template: StrictStr | None = None
+    context: list[StrictInt] | None = None
+
+    @field_validator("suffix")
+    @classmethod
+    def _no_suffix(cls, v: str | None) -> str | None:
+        if v:
+            raise ValueError("suffix (fill-in-the-middle) is not supported")
+        return v
+
+    @field_validator("template")
+    @classmethod
+    def _no_template(cls, v: str | None) -> str | None:
+        if v:
+            raise ValueError("template is not supported (the model's own chat template is used)")
+        return v
+
+    @field_validator("context")
+    @classmethod
+    def _no_context(cls, v: list[int] | None) -> list[int] | None:
+        if v:
+            raise ValueError("context is not supported; send the conversation to /api/chat")
+        return v
+
+    def chat_messages(self) -> list[dict[str, Any]]:
+        return generate_messages(self.prompt, self.system, self.images)
+
+    def chat_tools(self) -> list[dict[str, Any]] | None:
+        return None
+
+
+class ShowRequest(WireModel):
+    """/api/show; `name` is the field's older spelling."""
+
+    model: ModelName | None = None
+    name: ModelName | None = None
+    verbose: StrictBool = False
+
+    def served(self) -> str | None:
+        name = self.model or self.name
+        return served_name(name) if name is not None else None
