@@ -12,7 +12,7 @@ import ollama
 import openai
 import pytest
 
-from tests.e2e.server.serverproc import ServerProcess, launch, server_env
+from tests.e2e.server.serverproc import ServerProcess, launch, metric, server_env, wait_for
 from tests.json_schemas import check
 
 USER = [{"role": "user", "content": "What is the capital of France?"}]
@@ -233,3 +233,33 @@ def test_demo_model_format_schema_gives_valid_json(tmp_path: Path) -> None:
         check(json.loads(r.message.content or ""), SCHEMA)
     finally:
         assert srv.stop(timeout=120) == 0
+
+
+def test_disconnect_mid_stream_cancels(server: ServerProcess, http: httpx.Client) -> None:
+    cancelled = 'mlxd_requests_finished_total{reason="cancelled"}'
+    before = metric(http.get("/../metrics").text, cancelled)
+    long = {"model": "tiny-long", "messages": USER,
+            "options": {"num_predict": 30000, "ignore_eos": True}}  # fmt: skip
+    with httpx.stream("POST", server.url + "/api/chat", json=long, timeout=120) as r:
+        lines = r.iter_lines()
+        assert [json.loads(next(lines))["done"] for _ in range(3)] == [False] * 3
+    wait_for(lambda: metric(http.get("/../metrics").text, "mlxd_running_requests") == 0, "idle")
+    assert metric(http.get("/../metrics").text, cancelled) == before + 1
+
+
+def test_api_key_host_and_origin_as_on_v1(tiny_chat_model: Path, server_home: Path) -> None:
+    srv = launch(["--model", str(tiny_chat_model), "--api-key", "s3cret"], server_env(server_home))
+    try:
+        body = {"model": "default", "messages": USER, "options": {"num_predict": 2}}
+        anon = httpx.post(srv.url + "/api/chat", json=body)
+        assert anon.status_code == 401 and set(anon.json()) == {"error"}
+        keyed = ollama.Client(host=srv.url, headers={"Authorization": "Bearer s3cret"})
+        assert keyed.chat(model="default", messages=USER, options={"num_predict": 2}).done
+        auth = {"Authorization": "Bearer s3cret"}
+        evil = httpx.post(srv.url + "/api/chat", json=body,
+                          headers={**auth, "Origin": "http://evil.example"})  # fmt: skip
+        assert evil.status_code == 403 and set(evil.json()) == {"error"}
+        rebound = httpx.get(srv.url + "/api/tags", headers={**auth, "Host": "evil.example"})
+        assert rebound.status_code == 403
+    finally:
+        assert srv.stop() == 0

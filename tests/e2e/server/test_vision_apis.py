@@ -171,3 +171,21 @@ def test_images_where_they_cannot_go(server: ServerProcess) -> None:
             "/messages", json={"max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}
         )
         assert ok.status_code == 200
+
+
+def test_ollama_images_equal_chat(client: openai.OpenAI, server: ServerProcess) -> None:
+    import ollama
+
+    text, prompt_tokens = chat_answer(client)
+    lama = ollama.Client(host=server.url, timeout=120)
+    message = {"role": "user", "content": QUESTION, "images": [PICTURE]}
+    r = lama.chat(
+        model="default", messages=[message], options={"temperature": 0, "num_predict": 12}
+    )
+    assert r.message.content == text and r.prompt_eval_count == prompt_tokens
+    g = lama.generate(model="default", prompt=QUESTION, images=[PICTURE],
+                      options={"temperature": 0, "num_predict": 12})  # fmt: skip
+    assert g.response == text
+    with pytest.raises(ollama.ResponseError) as text_only:
+        lama.chat(model="tiny-text", messages=[message])
+    assert text_only.value.status_code == 400 and "image" in text_only.value.error

@@ -41,7 +41,8 @@ def image_parts(images: Sequence[str], param: str) -> list[dict[str, Any]]:
 def _content(text: str, images: Sequence[str] | None, param: str) -> str | list[dict[str, Any]]:
     if not images:
         return text
-    return [{"type": "text", "text": text}, *image_parts(images, f"{param}.images")]
+    # The pictures first, then the question: where llava-style templates put them.
+    return [*image_parts(images, f"{param}.images"), {"type": "text", "text": text}]
 
 
 def chat_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -52,7 +53,7 @@ def chat_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     for i, m in enumerate(messages):
         msg: dict[str, Any] = {
             "role": m["role"],
-            "content": _content(m.get("content", ""), m.get("images"), f"messages.{i}"),
+            "content": _content(m.get("content") or "", m.get("images"), f"messages.{i}"),
         }
         if m.get("thinking") and m["role"] == "assistant":
             msg["reasoning_content"] = m["thinking"]

@@ -47,6 +47,7 @@ OLLAMA_OPTIONS = {
     "repeat_last_n": "repetition_context_size",
     "presence_penalty": "presence_penalty",
     "frequency_penalty": "frequency_penalty",
+    "ignore_eos": "ignore_eos",  # mlxd's extension, as on /v1
 }
 # For errors: the chat option -> the field an Ollama client sent.
 OPTION_FIELDS: Mapping[str, str] = {
@@ -83,6 +84,7 @@ class OllamaOptions(WireModel):
     repeat_last_n: StrictInt | None = None
     presence_penalty: Number | None = None
     frequency_penalty: Number | None = None
+    ignore_eos: StrictBool | None = None
     num_ctx: Annotated[StrictInt, Field(ge=1)] | None = None
 
     def chat_options(self) -> dict[str, Any]:
@@ -111,7 +113,7 @@ class OllamaMessage(WireModel):
     `thinking` and `tool_calls`, a tool result's `tool_name`."""
 
     role: Literal["system", "user", "assistant", "tool"]
-    content: StrictStr = ""
+    content: StrictStr | None = None  # none: "" (an assistant turn of tool calls only)
     images: Annotated[list[StrictStr], Field(max_length=64)] | None = None
     thinking: StrictStr | None = None
     tool_calls: list[OllamaToolCall] | None = None

@@ -56,7 +56,7 @@ def test_format_schema_and_none() -> None:
 def test_images_become_data_url_parts() -> None:
     encoded = base64.b64encode(PNG).decode()
     (msg,) = chat_messages([{"role": "user", "content": "what?", "images": [encoded]}])
-    text, image = msg["content"]
+    image, text = msg["content"]
     assert text == {"type": "text", "text": "what?"}
     assert image["image_url"]["url"].startswith("data:image/png;base64,")
     with pytest.raises(InvalidRequest) as bad:
