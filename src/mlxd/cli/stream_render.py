@@ -10,19 +10,14 @@ import json
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from mlxd import errors
 from mlxd.errors import MlxdError
-from mlxd.types import (
-    ChatEvent,
-    FinishEvent,
-    FinishReason,
-    ReasoningDelta,
-    TextDelta,
-    ToolCall,
-    Warning,
-)
+from mlxd.types import FinishEvent, FinishReason, ReasoningDelta, TextDelta, ToolCall, Warning
+
+if TYPE_CHECKING:  # annotations only
+    from mlxd.types import ChatEvent
 
 # Plain ANSI rather than rich: importing rich (~0.15 s) would sit on `run`'s start-up path.
 DIM, RESET = "\x1b[2m", "\x1b[0m"

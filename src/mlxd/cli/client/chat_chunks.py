@@ -12,18 +12,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlxd.errors import EngineFault, EngineUnavailable
-from mlxd.types import (
-    ChatEvent,
-    FinishEvent,
-    FinishReason,
-    ReasoningDelta,
-    TextDelta,
-    ToolCall,
-    Usage,
-)
+from mlxd.types import FinishEvent, FinishReason, ReasoningDelta, TextDelta, ToolCall, Usage
+
+if TYPE_CHECKING:  # annotations only
+    from mlxd.types import ChatEvent
 
 # The wire's finish_reason -> ours (OpenAI's content_filter / function_call included).
 FINISH_REASONS = {

@@ -16,21 +16,16 @@ import json
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlxd.chat.json_text import loads_json
 from mlxd.errors import MlxdError
 from mlxd.server.error_responses import anthropic_error_body
 from mlxd.server.sse import named_event
-from mlxd.types import (
-    ChatEvent,
-    FinishEvent,
-    FinishReason,
-    ReasoningDelta,
-    TextDelta,
-    ToolCall,
-    Usage,
-)
+from mlxd.types import FinishEvent, FinishReason, ReasoningDelta, TextDelta, ToolCall, Usage
+
+if TYPE_CHECKING:  # annotations only
+    from mlxd.types import ChatEvent
 
 PING = named_event("ping", {"type": "ping"})
 _STOP_REASONS = {

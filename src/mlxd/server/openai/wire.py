@@ -10,7 +10,7 @@ from __future__ import annotations
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from mlxd.errors import MlxdError
 from mlxd.server.error_responses import error_body
@@ -22,15 +22,10 @@ from mlxd.server.logprobs import (
     merge_completion_logprobs,
 )
 from mlxd.server.sse import COMMENT_KEEP_ALIVE, DONE, event
-from mlxd.types import (
-    ChatEvent,
-    FinishEvent,
-    FinishReason,
-    ReasoningDelta,
-    TextDelta,
-    ToolCall,
-    Usage,
-)
+from mlxd.types import FinishEvent, FinishReason, ReasoningDelta, TextDelta, ToolCall, Usage
+
+if TYPE_CHECKING:  # annotations only
+    from mlxd.types import ChatEvent
 
 _FINISH = {
     FinishReason.STOP: "stop",

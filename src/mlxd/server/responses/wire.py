@@ -16,22 +16,17 @@ import copy
 import secrets
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlxd.chat.json_text import loads_json
 from mlxd.errors import MlxdError
 from mlxd.server.responses.schemas import ResponsesRequest, ToolChoiceFunction
 from mlxd.server.responses.tools import CUSTOM_INPUT, ToolOrigin
 from mlxd.server.sse import COMMENT_KEEP_ALIVE, named_event
-from mlxd.types import (
-    ChatEvent,
-    FinishEvent,
-    FinishReason,
-    ReasoningDelta,
-    TextDelta,
-    ToolCall,
-    Usage,
-)
+from mlxd.types import FinishEvent, FinishReason, ReasoningDelta, TextDelta, ToolCall, Usage
+
+if TYPE_CHECKING:  # annotations only
+    from mlxd.types import ChatEvent
 
 Event = dict[str, Any]
 
