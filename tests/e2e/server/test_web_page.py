@@ -101,6 +101,16 @@ def test_stop_aborts_and_the_server_cancels(page: Any, server: ServerProcess) ->
     assert page.evaluate("turns.length") == 2  # the partial answer stays in the chat
 
 
+def test_a_refused_request_shows_the_server_message(page: Any, server: ServerProcess) -> None:
+    page.goto(server.url + "/")
+    ask(page, "word " * 400, "tiny-short")  # longer than its 128-token window: 400
+    wait_idle(page)
+    failed = page.locator(".msg.assistant.error")
+    assert failed.inner_text().startswith("Error 400: "), failed.inner_text()
+    assert "context" in failed.inner_text().lower()
+    assert page.evaluate("turns.length") == 0  # the failed turn can be sent again
+
+
 def test_model_text_cannot_inject_markup(page: Any, server: ServerProcess) -> None:
     page.goto(server.url + "/")
     page.wait_for_selector("#model option", state="attached")

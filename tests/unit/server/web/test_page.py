@@ -72,6 +72,14 @@ def test_the_page_own_origin_may_post(base: str) -> None:
     assert r.status_code != 403, r.text
 
 
+def test_the_page_own_origin_passes_beside_allowed_origins() -> None:
+    settings = ServerSettings(allowed_origins=("https://ui.example",))
+    own = {"Origin": "http://127.0.0.1:8080"}
+    assert call(settings, "POST", "/v1/chat/completions", json={}, headers=own).status_code != 403
+    other = {"Origin": "https://other.example"}
+    assert call(settings, "POST", "/v1/models", json={}, headers=other).status_code == 403
+
+
 @pytest.mark.parametrize(
     "origin", ["http://127.0.0.1:9090", "https://127.0.0.1:8080", "http://localhost:8080", "null"]
 )
