@@ -67,8 +67,12 @@ async function loadModels() {
 // Text with ``` fences becomes text runs and <pre><code> blocks, all as textContent.
 function renderText(target, text) {
   target.replaceChildren();
-  text.split("```").forEach((part, i) => {
+  const parts = text.split("```");
+  parts.forEach((part, i) => {
     if (i % 2 === 0) {
+      // The newlines next to a fence belong to the fence, not to the text around it.
+      if (i > 0) part = part.replace(/^\n/, "");
+      if (i < parts.length - 1) part = part.replace(/\n$/, "");
       if (part) target.append(document.createTextNode(part));
       return;
     }
@@ -261,7 +265,8 @@ function init() {
     $("stats").textContent = "";
   });
   $("image").addEventListener("change", (e) => attach(e.target.files));
-  $("keysave").addEventListener("click", () => {
+  $("keybox").addEventListener("submit", (e) => {
+    e.preventDefault(); // the key stays in this tab: nothing is submitted anywhere
     sessionStorage.setItem(KEY_SLOT, $("key").value.trim());
     $("key").value = "";
     $("keybox").hidden = true;
