@@ -111,6 +111,17 @@ def test_a_refused_request_shows_the_server_message(page: Any, server: ServerPro
     assert page.evaluate("turns.length") == 0  # the failed turn can be sent again
 
 
+def test_the_system_prompt_leads_every_request(page: Any, server: ServerProcess) -> None:
+    page.goto(server.url + "/")
+    page.wait_for_selector("#model option", state="attached")
+    page.click("#system-box summary")
+    page.fill("#system", "Answer in French.")
+    page.fill("#max-tokens", "3")
+    body = page.evaluate("JSON.parse(requestBody())")
+    assert body["messages"] == [{"role": "system", "content": "Answer in French."}]
+    assert body["max_tokens"] == 3 and body["stream"] and body["stream_options"]
+
+
 def test_model_text_cannot_inject_markup(page: Any, server: ServerProcess) -> None:
     page.goto(server.url + "/")
     page.wait_for_selector("#model option", state="attached")
