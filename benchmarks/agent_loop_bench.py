@@ -11,6 +11,7 @@ each server, and their ratio; then the median and minimum ratio from step 2 on.
 
     python -m benchmarks.agent_loop_bench                     # 10 steps, 3 rounds, demo model
     python -m benchmarks.agent_loop_bench --steps 10 --rounds 5 --model ./my-checkpoint
+    python -m benchmarks.agent_loop_bench --shape claude-code [--mlxd-src OTHER_CHECKOUT]
 """
 
 from __future__ import annotations
@@ -161,7 +162,24 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--model", help="a model to serve (default: the demo model)")
+    ap.add_argument(
+        "--shape",
+        choices=("loop", "claude-code"),
+        default="loop",
+        help="loop: cached vs uncached servers; claude-code: Claude Code sessions "
+        "(benchmarks/claude_code_sessions.py)",
+    )
+    ap.add_argument("--turns", type=int, default=10, help="claude-code: turns, two sessions")
+    ap.add_argument("--prompt-tokens", type=int, default=14000, help="claude-code: system+tools")
+    ap.add_argument("--mlxd-src", help="claude-code: serve this checkout's mlxd (its src/)")
     args = ap.parse_args()
+    if args.shape == "claude-code":
+        from benchmarks.claude_code_sessions import run
+
+        result = {"cpu_count": os.cpu_count(), **run(args)}
+        result["load_average"] = round(os.getloadavg()[0], 2)
+        emit(result, 1)
+        return
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as servers:
         urls = {}
         for name, extra in SERVERS.items():  # one after the other: the first imports
