@@ -247,14 +247,17 @@ def test_disconnect_mid_stream_cancels(server: ServerProcess, http: httpx.Client
     assert metric(http.get("/../metrics").text, cancelled) == before + 1
 
 
-def test_api_key_host_and_origin_as_on_v1(tiny_chat_model: Path, server_home: Path) -> None:
-    srv = launch(["--model", str(tiny_chat_model), "--api-key", "s3cret"], server_env(server_home))
+def test_api_key_host_origin_and_alias(tiny_chat_model: Path, server_home: Path) -> None:
+    args = ["--model", str(tiny_chat_model), "--api-key", "s3cret", "--alias", "llama3.2*=default"]
+    srv = launch(args, server_env(server_home))
     try:
         body = {"model": "default", "messages": USER, "options": {"num_predict": 2}}
         anon = httpx.post(srv.url + "/api/chat", json=body)
         assert anon.status_code == 401 and set(anon.json()) == {"error"}
         keyed = ollama.Client(host=srv.url, headers={"Authorization": "Bearer s3cret"})
         assert keyed.chat(model="default", messages=USER, options={"num_predict": 2}).done
+        aliased = keyed.chat(model="llama3.2:3b", messages=USER, options={"num_predict": 2})
+        assert aliased.model == srv.model  # --alias maps a name:tag onto the preloaded model
         auth = {"Authorization": "Bearer s3cret"}
         evil = httpx.post(srv.url + "/api/chat", json=body,
                           headers={**auth, "Origin": "http://evil.example"})  # fmt: skip
