@@ -7,7 +7,10 @@ Pure functions over parsed JSON: no I/O, no mlx, nothing raised.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
 # config.json keys that give the context length, in the order they are trusted.
 CONTEXT_KEYS = (
@@ -58,3 +61,12 @@ def sampling_defaults(generation_config: Mapping[str, object]) -> dict[str, int 
 
 def _positive_int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def read_json_object(path: Path) -> dict[str, Any]:
+    """A checkpoint's JSON object file, or {} when it is missing, unreadable or not an object."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

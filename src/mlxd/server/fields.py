@@ -75,3 +75,20 @@ class JsonSchemaFormat(BaseModel):
     description: StrictStr | None = None
     schema_: dict[str, Any] | StrictBool = Field(alias="schema")
     strict: StrictBool | None = None
+
+
+def refused_when_set(field: str, message: str) -> Any:
+    """A field validator (assign it in a request model) refusing `field` with `message` when the
+    client sets it to anything truthy: the fields an API defines and mlxd does not serve."""
+
+    from pydantic import field_validator
+
+    def refuse(value: Any) -> Any:
+        if value:
+            raise ValueError(message)
+        return value
+
+    return field_validator(field)(refuse)
+
+
+Number = StrictFloat | StrictInt  # a JSON number, an integer or not (never a bool or a string)

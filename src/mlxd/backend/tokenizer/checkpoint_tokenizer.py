@@ -13,12 +13,13 @@ Reads JSON only at import; `tokenizers` is imported when a tokenizer loads.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
+
+from mlxd.checkpoint import read_json_object
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -83,8 +84,8 @@ def _needs_transformers(path: Path, trust_remote_code: bool) -> str | None:
         return "no tokenizer.json"
     if trust_remote_code:
         return "trust_remote_code: the model's code may define its tokenizer"
-    config = _read_json(path / "tokenizer_config.json")
-    model_config = _read_json(path / "config.json")
+    config = read_json_object(path / "tokenizer_config.json")
+    model_config = read_json_object(path / "config.json")
     declared = config.get("tokenizer_class") or model_config.get("tokenizer_class")
     if "auto_map" in config:
         return "custom tokenizer code (auto_map)"
@@ -123,7 +124,7 @@ class CheckpointTokenizer:
         from tokenizers import Tokenizer
 
         path = Path(path)
-        config = _read_json(path / "tokenizer_config.json")
+        config = read_json_object(path / "tokenizer_config.json")
         self.name_or_path = str(path)
         self.init_kwargs: dict[str, Any] = dict(config)  # mlx-lm reads its own keys here
         self.chat_template = _chat_template(path, config)
@@ -263,7 +264,9 @@ def _add_tokens(backend: Tokenizer, path: Path, config: dict[str, Any]) -> dict[
     if "added_tokens_decoder" in config:
         entries = sorted((int(i), t) for i, t in config["added_tokens_decoder"].items())
     else:  # transformers then takes tokenizer.json's own list
-        entries = [(t.pop("id"), t) for t in _read_json(path / "tokenizer.json")["added_tokens"]]
+        entries = [
+            (t.pop("id"), t) for t in read_json_object(path / "tokenizer.json")["added_tokens"]
+        ]
     declared = [_added_token(entry) for _, entry in entries]
     special, extra = _special_tokens(config, {str(t): t for t in declared})
     # Every declared token is added again (transformers compares them with ids, never equal),
@@ -400,12 +403,4 @@ def _chat_template(path: Path, config: dict[str, Any]) -> str | dict[str, str] |
 
 
 def _model_type(path: Path) -> object:
-    return (_read_json(path / "tokenizer.json").get("model") or {}).get("type")
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    return (read_json_object(path / "tokenizer.json").get("model") or {}).get("type")

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mlxd.checkpoint import read_json_object
 from mlxd.server.ollama.schemas import LATEST
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ class ModelFacts:
         return datetime.fromtimestamp(self.modified, UTC).isoformat().replace("+00:00", "Z")
 
     def architecture(self) -> str:
-        config = _read_json(self.path / "config.json") if self.path else {}
+        config = read_json_object(self.path / "config.json") if self.path else {}
         arch = config.get("model_type")
         return arch if isinstance(arch, str) else "unknown"
 
@@ -138,13 +139,5 @@ def _template_text(path: Path | None) -> str:
     jinja = path / "chat_template.jinja"
     if jinja.is_file():
         return jinja.read_text(encoding="utf-8", errors="replace")
-    template = _read_json(path / "tokenizer_config.json").get("chat_template")
+    template = read_json_object(path / "tokenizer_config.json").get("chat_template")
     return json.dumps(template) if template else ""
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}

@@ -16,7 +16,6 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import (
     Field,
     StrictBool,
-    StrictFloat,
     StrictInt,
     StrictStr,
     field_validator,
@@ -28,9 +27,11 @@ from mlxd.server.fields import (
     MAX_TOOLS,
     FunctionName,
     ModelName,
+    Number,
     StopList,
     StopText,
     WireModel,
+    refused_when_set,
 )
 from mlxd.server.ollama.inputs import chat_messages, format_option, generate_messages
 
@@ -56,7 +57,6 @@ OPTION_FIELDS: Mapping[str, str] = {
 }
 LATEST = ":latest"
 
-Number = StrictFloat | StrictInt
 Think = StrictBool | Literal["low", "medium", "high"]
 # "" or "json" or a JSON schema (an object); the schema is checked when it compiles.
 Format = Literal["", "json"] | dict[str, Any]
@@ -190,26 +190,15 @@ class OllamaGenerateRequest(OllamaRequest):
     template: StrictStr | None = None
     context: list[StrictInt] | None = None
 
-    @field_validator("suffix")
-    @classmethod
-    def _no_suffix(cls, v: str | None) -> str | None:
-        if v:
-            raise ValueError("suffix (fill-in-the-middle) is not supported")
-        return v
+    _no_suffix = refused_when_set("suffix", "suffix (fill-in-the-middle) is not supported")
 
-    @field_validator("template")
-    @classmethod
-    def _no_template(cls, v: str | None) -> str | None:
-        if v:
-            raise ValueError("template is not supported (the model's own chat template is used)")
-        return v
+    _no_template = refused_when_set(
+        "template", "template is not supported (the model's own chat template is used)"
+    )
 
-    @field_validator("context")
-    @classmethod
-    def _no_context(cls, v: list[int] | None) -> list[int] | None:
-        if v:
-            raise ValueError("context is not supported; send the conversation to /api/chat")
-        return v
+    _no_context = refused_when_set(
+        "context", "context is not supported; send the conversation to /api/chat"
+    )
 
     def chat_messages(self) -> list[dict[str, Any]]:
         return generate_messages(self.prompt, self.system, self.images)

@@ -37,6 +37,7 @@ from mlxd.server.fields import (
     StopText,
     TopLogprobs,
     WireModel,
+    refused_when_set,
     within,
 )
 
@@ -305,19 +306,9 @@ class CompletionRequest(SamplingFields):
     echo: StrictBool = False
     suffix: StrictStr | None = None
 
-    @field_validator("echo")
-    @classmethod
-    def _no_echo(cls, v: bool) -> bool:
-        if v:
-            raise ValueError("echo is not supported")
-        return v
+    _no_echo = refused_when_set("echo", "echo is not supported")
 
-    @field_validator("suffix")
-    @classmethod
-    def _no_suffix(cls, v: str | None) -> str | None:
-        if v:
-            raise ValueError("suffix is not supported")
-        return v
+    _no_suffix = refused_when_set("suffix", "suffix is not supported")
 
     def prompt_text(self) -> str:
         return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
