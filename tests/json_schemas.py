@@ -15,6 +15,19 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+# The object schemas the API tests constrain with: a tool's arguments and an answer.
+ZONE_ARGS: dict[str, Any] = {
+    "type": "object",
+    "properties": {"zone": {"type": "string", "pattern": "^[A-Z]{3}$"}},
+    "required": ["zone"],
+    "additionalProperties": False,
+}
+ANSWER_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"answer": {"type": "integer"}},
+    "required": ["answer"],
+    "additionalProperties": False,
+}
 PATTERNS = ("^[a-z]{1,6}$", "^[0-9]{3}-[0-9]{2}$", "^(yes|no|maybe)$", "^[A-Z][a-z]{0,4}$")
 _NAMES = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=8)
 _WORDS = st.text(alphabet="abcdefghijklmnopqrstuvwxyz ", min_size=1, max_size=6)

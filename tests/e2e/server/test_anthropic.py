@@ -16,6 +16,7 @@ import pytest
 
 from tests.e2e.server.conftest import STOP_SCRIPT, TRIP_ARGS
 from tests.e2e.server.serverproc import ServerProcess, launch, server_env
+from tests.json_schemas import ANSWER_SCHEMA, ZONE_ARGS
 
 USER: list[Any] = [{"role": "user", "content": "What is the capital of France?"}]
 WEATHER = {
@@ -144,18 +145,7 @@ def test_tool_choice_tool_must_name_a_tool(claude: anthropic.Anthropic) -> None:
 
 CLOCK = {
     "name": "get_time",
-    "input_schema": {
-        "type": "object",
-        "properties": {"zone": {"type": "string", "pattern": "^[A-Z]{3}$"}},
-        "required": ["zone"],
-        "additionalProperties": False,
-    },
-}
-ANSWER_SCHEMA = {
-    "type": "object",
-    "properties": {"answer": {"type": "integer"}},
-    "required": ["answer"],
-    "additionalProperties": False,
+    "input_schema": ZONE_ARGS,
 }
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from mlxd.server.responses.schemas import MAX_ITEMS
 from tests.e2e.server.conftest import THINK_SCRIPT, TRIP_ARGS
+from tests.json_schemas import ANSWER_SCHEMA, ZONE_ARGS
 
 QUESTION = "What is the capital of France?"
 WEATHER = {
@@ -27,18 +28,7 @@ WEATHER = {
 CLOCK = {
     "type": "function",
     "name": "get_time",
-    "parameters": {
-        "type": "object",
-        "properties": {"zone": {"type": "string", "pattern": "^[A-Z]{3}$"}},
-        "required": ["zone"],
-        "additionalProperties": False,
-    },
-}
-ANSWER_SCHEMA = {
-    "type": "object",
-    "properties": {"answer": {"type": "integer"}},
-    "required": ["answer"],
-    "additionalProperties": False,
+    "parameters": ZONE_ARGS,
 }
 
 
