@@ -1,0 +1,33 @@
+"""Vision-language checkpoints through mlx-vlm: loading, image preprocessing, and the prefill
+that merges image features into a prompt's embeddings.
+
+Imported only for a checkpoint whose config has a `vision_config` (mlx-vlm imports
+transformers). The engine's batch stays mlx-lm's BatchGenerator: it runs `TextModel`, the
+checkpoint's language model behind mlx-lm's calling convention, so text and image requests
+decode side by side. An image request's prompt is prefilled here, with its image features in
+the embeddings, into a KV cache that BatchRunner hands the BatchGenerator at insert, as it
+does a prefix-cache hit; from then on the request is a text sequence like any other. The
+prefix cache keys such a prompt on `cache_key`: each image's run of positions carries its
+digest, so the same image at the same place hits and another image misses from its run on.
+
+Checked to batch (alone == batched, greedy): mlx-vlm's `llava` (CLIP tower, llama text
+model). Models whose language model takes position ids (M-RoPE: Qwen2-VL and its kin) are
+refused at load: their decode positions are not the KV offset, which the batch assumes.
+"""
+
+from mlxd.backend.vision.cache_key import cache_key, needs_image_prefill
+from mlxd.backend.vision.load import VisionParts, is_vision_config, load_vision
+from mlxd.backend.vision.prefill import prefill_images
+from mlxd.backend.vision.processor import VisionProcessor
+from mlxd.backend.vision.text_model import TextModel
+
+__all__ = [
+    "TextModel",
+    "VisionParts",
+    "VisionProcessor",
+    "cache_key",
+    "is_vision_config",
+    "load_vision",
+    "needs_image_prefill",
+    "prefill_images",
+]

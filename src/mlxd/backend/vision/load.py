@@ -1,0 +1,55 @@
+"""Loading a vision checkpoint with mlx-vlm: its whole model, its processor, and the language
+model the batch runs."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mlx.nn.layers.base import Module
+
+from mlxd.backend.vision.processor import VisionProcessor
+from mlxd.backend.vision.text_model import TextModel
+from mlxd.errors import ModelBroken
+
+__all__ = ["VisionParts", "is_vision_config", "load_vision"]
+
+
+def is_vision_config(config: dict[str, Any]) -> bool:
+    """A checkpoint mlxd serves through mlx-vlm: its config describes a vision tower."""
+    return isinstance(config.get("vision_config"), dict)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class VisionParts:
+    """What a vision checkpoint adds to a LoadedModel: the whole mlx-vlm model (vision tower,
+    projector, language model) and its image processor."""
+
+    model: Module
+    processor: VisionProcessor
+
+
+def load_vision(path: Path, *, trust_remote_code: bool) -> tuple[TextModel, VisionParts]:
+    """Load a vision checkpoint's model and processor with mlx-vlm (local files only)."""
+    try:
+        from mlx_vlm.utils import load_model, load_processor
+    except ImportError as exc:
+        raise ModelBroken(
+            f"{path.name} is a vision model: install mlx-vlm (pip install 'mlxd[vision]')"
+        ) from exc
+    vlm = load_model(path, lazy=False, trust_remote_code=trust_remote_code)
+    takes = inspect.signature(vlm.language_model.__call__).parameters
+    if "position_ids" in takes:
+        raise ModelBroken(
+            f"{path.name}: its language model needs multimodal position ids (M-RoPE), which "
+            f"mlxd's batch does not carry yet"
+        )
+    processor = load_processor(path, False, trust_remote_code=trust_remote_code)
+    token = getattr(processor, "image_token", None)
+    token_id = getattr(processor, "image_token_id", None)
+    if not isinstance(token, str) or not isinstance(token_id, int):
+        raise ModelBroken(f"{path.name}: its processor names no image token")
+    vlm.eval()
+    return TextModel(vlm), VisionParts(vlm, VisionProcessor(processor, token, token_id))
