@@ -15,7 +15,8 @@ Nothing else in mlxd reads or writes mlx-lm's private state. What we rely on:
 - `trim_prompt_cache` returns the number of tokens trimmed (annotated `List[Any]`).
 - `TokenizerWrapper._detokenizer` is the prototype `detokenizer` copies; the BPE one drops
   the first token's leading space in `_maybe_trim_space`: `keep_leading_space` turns that off,
-  so that streamed text equals `tokenizer.decode(ids)`.
+  so that streamed text equals `tokenizer.decode(ids)`; its `_decode_bytes(text)` turns the
+  byte-level alphabet back into bytes with `_byte_decoder()` (overridden to decode byte 0).
 - A sequence's logits processors are called once per decode step with its tokens so far: the
   first call's last token is the prompt's last token, each later call's last token is the
   one sampled at the previous call (backend/structured/grammar_mask.py feeds it to its grammar).
@@ -67,7 +68,7 @@ import mlx.core as mx
 from mlx_lm import tokenizer_utils, utils
 from mlx_lm.generate import BatchGenerator, GenerationBatch, StopSequences
 from mlx_lm.models.cache import BatchKVCache, trim_prompt_cache
-from mlx_lm.tokenizer_utils import BPEStreamingDetokenizer, TokenizerWrapper
+from mlx_lm.tokenizer_utils import BPEStreamingDetokenizer, TokenizerWrapper, _byte_decoder
 
 from mlxd.backend.sampling.logits_processing import BatchBias, process_rows
 from mlxd.backend.sampling.samplers import sample_rows
@@ -394,10 +395,23 @@ def load_tokenizer(
 
 
 class _ExactBPEDetokenizer(BPEStreamingDetokenizer):
-    """mlx-lm's BPE streaming detokenizer without the first token's space trim."""
+    """mlx-lm's BPE streaming detokenizer without the first token's space trim, and with the
+    byte 0x00 decoded: mlx-lm tests the byte map's value for truth, so the character of byte
+    0 ("\u0100") came out as itself instead of "\x00"."""
 
     def _maybe_trim_space(self, current_text: str) -> str:
         return current_text
+
+    def _decode_bytes(self, seq: str) -> str:
+        byte_of = _byte_decoder()
+        out = bytearray()
+        for char in seq:
+            byte = byte_of.get(char)
+            if byte is None:  # an added token's text (no byte mapping): its own UTF-8
+                out.extend(char.encode("utf-8"))
+            else:
+                out.append(byte)
+        return out.decode("utf-8", "replace")
 
 
 def keep_leading_space(tokenizer: TokenizerWrapper) -> None:

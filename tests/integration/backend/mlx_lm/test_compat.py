@@ -130,6 +130,21 @@ def test_streamed_text_keeps_the_first_tokens_leading_space(tiny_chat_model: Pat
     assert detok.text == tokenizer.decode(ids) == " the quick fox"
 
 
+def test_streamed_text_decodes_every_byte_token(tiny_chat_model: Path) -> None:
+    """Byte 0's token (the byte-level alphabet's "\u0100") streams as "\x00", like decode."""
+    tokenizer = load_checkpoint(tiny_chat_model).tokenizer
+    ids = tokenizer.encode("a\x00b\x01 \x7f", add_special_tokens=False)
+    assert tokenizer.convert_tokens_to_ids("\u0100") in ids
+    detok = tokenizer.detokenizer
+    streamed = ""
+    for token in ids:
+        detok.add_token(token)
+        streamed += detok.last_segment
+    detok.finalize()
+    streamed += detok.last_segment
+    assert streamed == detok.text == tokenizer.decode(ids) == "a\x00b\x01 \x7f"
+
+
 def test_draft_batch_cache_rows_merge_grow_rewind_and_shrink(tiny_chat_model: Path) -> None:
     """The draft model's batch cache (speculation/draft_model.py): rows built from single-row
     caches, appended, rewound per row and filtered give each row's logits as a lone cache."""
