@@ -1,7 +1,9 @@
 """Which reasoning markers and tool-call format a model speaks, read from its tokenizer.
 
 Detection looks only at the vocabulary and the chat template text (never the model's
-directory name). Tool formats reuse mlx_lm.tool_parsers where one fits: when mlx-lm inferred
+directory name). The vendor syntaxes mlx-lm cannot read (DeepSeek, Seed-OSS, Phi-4-mini,
+Nemotron, Command-R, Granite) are chat.tool_syntax's and come first; their markers are ones
+no mlx-lm parser reads. Otherwise tool formats reuse mlx_lm.tool_parsers: when mlx-lm inferred
 a family parser for the tokenizer (qwen3_coder, gemma, glm47, ...), we use its start/end
 markers and its parse function, even when its start marker is Hermes' <tool_call>; Hermes,
 Llama 3 JSON and Mistral are parsed here because mlx-lm's json_tools parser requires a
@@ -11,13 +13,18 @@ up in the vocabulary (its instruct template never spells it).
 
 from __future__ import annotations
 
-import json
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mlxd.chat.json_text import loads_json
+from mlxd.chat.tool_syntax.families import EVIDENCE, Syntax, vendor_syntax
+from mlxd.chat.tool_syntax.json_calls import (
+    call_from_object,
+    parse_json_call,
+    parse_llama3,
+    parse_mistral,
+)
 from mlxd.errors import InvalidRequest
 from mlxd.types import Tokenizer
 
@@ -38,6 +45,8 @@ __all__ = [
 ]
 
 THINK = ("<think>", "</think>")
+# Other families' reasoning markers, looked for after <think>: Seed-OSS, Command-R7B.
+OTHER_THINK = (("<seed:think>", "</seed:think>"), ("<|START_THINKING|>", "<|END_THINKING|>"))
 HARMONY_MARKERS = ("<|channel|>", "<|message|>")
 KIMI_SECTION = "<|tool_calls_section_begin|>"
 
@@ -86,15 +95,17 @@ def detect_formats(
 def detect_reasoning(
     tokenizer: Tokenizer, vocab: frozenset[str] | None = None, template: str | None = None
 ) -> tuple[str, str] | None:
-    """Think markers: mlx-lm's inference from the vocabulary, else <think> in vocab/template."""
+    """Think markers: mlx-lm's inference from the vocabulary, else <think> (then the other
+    families' markers) in the vocabulary or the template."""
     start = getattr(tokenizer, "think_start", None) if _is_wrapper(tokenizer) else None
     end = getattr(tokenizer, "think_end", None) if _is_wrapper(tokenizer) else None
     if isinstance(start, str) and isinstance(end, str):
         return (start, end)
     vocab = _vocab(tokenizer) if vocab is None else vocab
     template = _template_text(tokenizer) if template is None else template
-    if all(m in vocab for m in THINK) or all(m in template for m in THINK):
-        return THINK
+    for pair in (THINK, *OTHER_THINK):
+        if all(m in vocab for m in pair) or all(m in template for m in pair):
+            return pair
     return None
 
 
@@ -104,8 +115,12 @@ def detect_tool_format(
     template: str,
     tools: list[dict[str, Any]] | None = None,
 ) -> ToolFormat | None:
-    """The tool-call format: mlx-lm's inferred parser unless it is its generic JSON one (then
-    ours, which needs no template spelling), else markers in the vocabulary or template."""
+    """The tool-call format: a vendor syntax mlx-lm has no parser for (tool_syntax), else
+    mlx-lm's inferred parser unless it is its generic JSON one (then ours, which needs no
+    template spelling), else markers in the vocabulary or template."""
+    vendor = vendor_syntax(vocab, template)
+    if vendor is not None:
+        return _vendor_format(vendor, tools)
     start = getattr(tokenizer, "tool_call_start", None) if _is_wrapper(tokenizer) else None
     mlx_parser = getattr(tokenizer, "tool_parser", None) if _is_wrapper(tokenizer) else None
     if isinstance(start, str) and start and mlx_parser is not None:
@@ -124,58 +139,7 @@ def detect_tool_format(
     return None
 
 
-# ---- parsers ---------------------------------------------------------------------------
-
-
-def parse_json_call(text: str) -> list[dict[str, Any]]:
-    """One {"name": ..., "arguments"|"parameters": {...}} object, or a list of them."""
-    try:
-        payload = loads_json(text.strip())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"tool call is not valid JSON: {e.msg}") from None
-    items = payload if isinstance(payload, list) else [payload]
-    if not items:
-        raise ValueError("empty tool call list")
-    return [_call_from_object(item) for item in items]
-
-
-def parse_mistral(text: str) -> list[dict[str, Any]]:
-    from mlx_lm.tool_parsers import mistral  # mlx-lm's parser handles both Mistral spellings
-
-    try:
-        result = mistral.parse_tool_call(text.strip())
-    except RecursionError:
-        raise ValueError("tool call is nested too deeply") from None
-    return [_call_from_object(c) for c in (result if isinstance(result, list) else [result])]
-
-
-def parse_llama3(text: str) -> list[dict[str, Any]]:
-    # Llama 3.1 may separate several calls with ';'.
-    body = text.strip()
-    try:
-        return parse_json_call(body)
-    except ValueError:
-        parts = [p for p in body.split(";") if p.strip()]
-        if len(parts) < 2:
-            raise
-        return [c for p in parts for c in parse_json_call(p)]
-
-
-def _call_from_object(item: object) -> dict[str, Any]:
-    if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-        raise ValueError("tool call needs a string 'name'")
-    args = item.get("arguments", item.get("parameters", {}))
-    if isinstance(args, str):
-        try:
-            args = loads_json(args)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"tool call arguments are not JSON: {e.msg}") from None
-    if not isinstance(args, dict):
-        raise ValueError("tool call arguments must be an object")
-    call: dict[str, Any] = {"name": item["name"], "arguments": args}
-    if isinstance(item.get("id"), str):
-        call["id"] = item["id"]
-    return call
+# ---- parsers ----------------------------------------------------------------------
 
 
 def _wrap_mlx_parser(
@@ -187,9 +151,13 @@ def _wrap_mlx_parser(
             result = parser(text, tools)
         except Exception as e:  # mlx-lm parsers raise assorted errors on bad text
             raise ValueError(f"tool call did not parse: {e}") from None
-        return [_call_from_object(c) for c in (result if isinstance(result, list) else [result])]
+        return [call_from_object(c) for c in (result if isinstance(result, list) else [result])]
 
     return parse
+
+
+def _vendor_format(syntax: Syntax, tools: list[dict[str, Any]] | None) -> ToolFormat:
+    return ToolFormat(syntax.name, syntax.start, syntax.end, lambda text: syntax.parse(text, tools))
 
 
 def _mlx_format(module: str, tools: list[dict[str, Any]] | None) -> ToolFormat:
@@ -218,8 +186,17 @@ def _is_wrapper(tokenizer: Tokenizer) -> bool:
 
 # Every vocabulary entry detection asks about; only these are kept per tokenizer.
 _MARKERS = frozenset(
-    {*THINK, *HARMONY_MARKERS, KIMI_SECTION, "<tool_call>", "[TOOL_CALLS]", "<|python_tag|>"}
+    {
+        *THINK,
+        *(m for pair in OTHER_THINK for m in pair),
+        *HARMONY_MARKERS,
+        KIMI_SECTION,
+        "<tool_call>",
+        "[TOOL_CALLS]",
+        "<|python_tag|>",
+    }
     | {"<|eot_id|>"}
+    | EVIDENCE
 )
 _VOCAB_CACHE: weakref.WeakKeyDictionary[Tokenizer, frozenset[str]] = weakref.WeakKeyDictionary()
 

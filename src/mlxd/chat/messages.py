@@ -3,7 +3,8 @@
 Text content parts are joined into one string (templates differ in what they accept; every
 template accepts a string); a message with images keeps its parts, each image as
 `{"type": "image"}` (what vision templates iterate). Tool-call arguments become objects (HF
-templates apply `tojson` to them), and `developer` becomes `system` (few templates know the
+templates apply `tojson` to them; `ToolArguments` also joins strings as its JSON text, which
+DeepSeek's template writes), and `developer` becomes `system` (few templates know the
 developer role).
 """
 
@@ -21,6 +22,7 @@ from mlxd.errors import InvalidRequest
 __all__ = [
     "TEMPLATE_KWARGS_ALLOWED",
     "IMAGE_PART_TYPES",
+    "ToolArguments",
     "check_template_kwargs",
     "image_refs",
     "join_text",
@@ -179,6 +181,24 @@ def join_text(parts: Iterable[str]) -> str:
     return "\n".join(parts)
 
 
+class ToolArguments(dict[str, Any]):
+    """A tool call's arguments as a template sees them: an object, and its compact JSON text
+    where a template adds it to a string (DeepSeek V3.1: `name + sep + arguments`)."""
+
+    def __add__(self, other: object) -> str:
+        if not isinstance(other, str):
+            return NotImplemented
+        return self.json_text() + other
+
+    def __radd__(self, other: object) -> str:
+        if not isinstance(other, str):
+            return NotImplemented
+        return other + self.json_text()
+
+    def json_text(self) -> str:
+        return json.dumps(self, ensure_ascii=False)
+
+
 def _tool_calls(calls: object, where: str) -> list[dict[str, Any]]:
     if not isinstance(calls, list):
         raise InvalidRequest("tool_calls must be a list", param=where)
@@ -206,7 +226,7 @@ def _tool_calls(calls: object, where: str) -> list[dict[str, Any]]:
             )
         entry: dict[str, Any] = {
             "type": "function",
-            "function": {"name": fn["name"], "arguments": dict(args)},
+            "function": {"name": fn["name"], "arguments": ToolArguments(args)},
         }
         if isinstance(call.get("id"), str):
             entry["id"] = call["id"]
