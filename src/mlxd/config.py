@@ -91,6 +91,13 @@ SETTINGS: dict[str, Setting[Any]] = {
     ),
     "host": Setting("MLXD_HOST", "127.0.0.1", "address `mlxd serve` binds", _text),
     "port": Setting("MLXD_PORT", "8080", "port `mlxd serve` listens on", int),
+    "ollama_port": Setting(
+        "MLXD_OLLAMA_PORT",
+        "0",
+        "a second port `mlxd serve` also listens on, for clients that expect Ollama's "
+        "(11434); 0: none",
+        int,
+    ),
     "api_key": Setting(
         "MLXD_API_KEY",
         "",

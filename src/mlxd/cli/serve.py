@@ -35,6 +35,13 @@ def _add_network_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--port", type=int, help=f"port (default {default('port')}, 0 picks one; {_env('port')})"
     )
+    p.add_argument(
+        "--ollama-port",
+        type=int,
+        metavar="PORT",
+        help="also listen on PORT (Ollama's is 11434), for clients that only know Ollama's "
+        f"address; the same server and checks ({_env('ollama_port')})",
+    )
     p.add_argument("--api-key", help=f"require 'Authorization: Bearer KEY' ({_env('api_key')})")
     p.add_argument(
         "--no-web",
@@ -141,6 +148,7 @@ def run(args: argparse.Namespace) -> int:
     settings = ServerSettings.from_config(
         host=args.host,
         port=args.port,
+        ollama_port=args.ollama_port,
         api_key=args.api_key,
         allowed_origins=_origins(args.allowed_origins),
         drain_seconds=args.drain_seconds,

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from mlxd.backend.api import Backend, DraftCount, NewSequence, Runner, StepResult
 from mlxd.engine.collector import Collector, StreamWaker
 from mlxd.engine.engine_config import EngineConfig
-from mlxd.engine.inbox import Cancel, LoadModel, Message, Submit
+from mlxd.engine.inbox import Cancel, KeepAlive, LoadModel, Message, Submit
 from mlxd.engine.loaded_models import LoadedModels, ModelEntry
 from mlxd.engine.request import Request, RequestStatus
 from mlxd.engine.residency import Residency
@@ -106,6 +106,8 @@ class EngineCore:
             self._cancel(msg.request_id)
         elif isinstance(msg, LoadModel):
             self._load(msg)
+        elif isinstance(msg, KeepAlive) and self.models.keep_alive(msg.name, msg.seconds):
+            self.residency.used(msg.name)  # re-arms the TTL check with the new limit
 
     def _cancel(self, request_id: str) -> None:
         request = self.live.get(request_id)

@@ -26,7 +26,7 @@ from mlxd.engine.collector import Collector
 from mlxd.engine.core import EngineCore, LiveRequests
 from mlxd.engine.engine_config import EngineConfig
 from mlxd.engine.handle import RequestHandle
-from mlxd.engine.inbox import Cancel, LoadModel, Message, Shutdown, Submit
+from mlxd.engine.inbox import Cancel, KeepAlive, LoadModel, Message, Shutdown, Submit
 from mlxd.engine.loaded_models import AttachedDraft, DraftInfo, LoadedModels, ModelInfo
 from mlxd.engine.request import EngineRequest, Request, budget, validate
 from mlxd.engine.stats import EngineHealth, EngineState, EngineStats
@@ -139,6 +139,13 @@ class Engine:
         if entry is None:
             raise ModelNotFound(f"model {name!r} is not loaded")
         return entry.info
+
+    def keep_alive(self, name: str, seconds: float | None) -> None:
+        """Keep the loaded model `name` for `seconds` after its last use instead of the TTL
+        (math.inf: no TTL; 0: unload it as soon as it is idle; None: the TTL again), as
+        Ollama's `keep_alive` asks. A pin outranks it; a model not loaded is left alone."""
+        self._check_open()
+        self._post(KeepAlive(name, seconds))
 
     # ---- requests -------------------------------------------------------------------
 

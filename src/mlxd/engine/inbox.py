@@ -29,8 +29,16 @@ class LoadModel:
 
 
 @dataclass(frozen=True, slots=True)
+class KeepAlive:
+    """A client's keep-alive for a loaded model (see ModelUse.keep_alive); counts as a use."""
+
+    name: str
+    seconds: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class Shutdown:
     """Fail whatever is pending and stop the thread."""
 
 
-Message = Submit | Cancel | LoadModel | Shutdown
+Message = Submit | Cancel | LoadModel | KeepAlive | Shutdown

@@ -65,6 +65,9 @@ class ModelUse:
     pending: int = 0  # submits accepted on a caller thread, not yet seen by the engine thread
     reserved: int = 0  # reservations (see LoadedModels.reserve) not yet used by a submit
     held_until: float = 0.0  # when the latest reservation lapses
+    # A client's keep-alive: seconds it may stay idle, replacing the TTL (math.inf: no
+    # TTL, 0: unload once idle); None: the engine's TTL.
+    keep_alive: float | None = None
 
     def in_use(self, busy: set[str], now: float) -> bool:
         """Requests waiting or running (`busy`), a submit in flight, or a live reservation."""
@@ -142,6 +145,14 @@ class LoadedModels:
             entry = self._entries.get(name)
             if entry is not None:
                 entry.use.pinned = True
+
+    def keep_alive(self, name: str, seconds: float | None) -> bool:
+        """Set `name`'s keep-alive (see ModelUse.keep_alive); False if it is not loaded."""
+        with self._lock:
+            entry = self._entries.get(name)
+            if entry is not None:
+                entry.use.keep_alive = seconds
+            return entry is not None
 
     def touch(self, name: str) -> ModelEntry | None:
         """Mark `name` used now; returns its entry, or None if it is not loaded."""

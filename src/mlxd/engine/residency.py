@@ -6,8 +6,10 @@ checked again under the table's lock (`remove_if_idle`), so a model a submit acq
 the snapshot stays. The policy, in order: unpinned models idle (not in use, see
 `ModelUse.in_use`) for more than the TTL go; then, while more than `max_models` are loaded,
 the least recently used unpinned ones, except the model loaded last (its caller is about to
-submit to it). A chosen model that is in use is not swapped for an idle one: it is marked
-(`doomed`), stays first in line, and goes as soon as it is idle.
+submit to it). A model's own keep-alive (`ModelUse.keep_alive`, set by a client such as
+Ollama's `keep_alive`) replaces the TTL for that model. A chosen model that is in use is not
+swapped for an idle one: it is marked (`doomed`), stays first in line, and goes as soon as it
+is idle.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ def choose_unloads(
     expired = {
         u.name
         for u in candidates
-        if ttl > 0 and now - u.last_used > ttl and not u.in_use(busy, now)
+        if now - u.last_used > idle_limit(u, ttl) and not u.in_use(busy, now)
     }
     surplus = len(uses) - len(expired) - max_models
     ranked = sorted(
@@ -51,6 +53,13 @@ def choose_unloads(
     return unload, still_doomed
 
 
+def idle_limit(use: ModelUse, ttl: float) -> float:
+    """Seconds `use`'s model may stay idle: its own keep-alive, else the TTL (0: forever)."""
+    if use.keep_alive is not None:
+        return use.keep_alive
+    return ttl if ttl > 0 else math.inf
+
+
 def next_check(
     uses: Sequence[ModelUse], busy: set[str], now: float, ttl: float, doomed: Collection[str]
 ) -> float:
@@ -59,10 +68,13 @@ def next_check(
     again `ttl` from now, its finish touches it anyway) and the end of the reservation of a
     model chosen to go."""
     times = [u.held_until for u in uses if u.name in doomed and u.reserved and u.held_until > now]
-    if ttl > 0:
-        times += [
-            now + ttl if u.in_use(busy, now) else u.last_used + ttl for u in uses if not u.pinned
-        ]
+    for u in uses:
+        limit = idle_limit(u, ttl)
+        if u.pinned or limit == math.inf:
+            continue
+        # In use: look again later (at least a second on, for a keep-alive of 0; the finish
+        # touches it anyway).
+        times.append(now + max(limit, 1.0) if u.in_use(busy, now) else u.last_used + limit)
     return min(times, default=math.inf)
 
 
@@ -90,14 +102,14 @@ class Residency:
 
     def loaded(self, name: str) -> None:
         """`name` was just loaded (or asked for again): make room now, never by unloading it."""
-        self._note_use()
+        self._note_use(name)
         self.last_loaded = name
         self.evict()
 
     def used(self, name: str) -> None:
         """A request for `name` finished: it is the most recently used, others may be idle."""
         self.models.touch(name)
-        self._note_use()
+        self._note_use(name)
 
     def maintain(self) -> None:
         """Between steps: unload what the limits let go. Costs a flag test and a clock read
@@ -133,7 +145,9 @@ class Residency:
                 self._unload(name)
         self.next_check = next_check(self.models.usage(), busy, now, self.ttl, self._doomed)
 
-    def _note_use(self) -> None:
+    def _note_use(self, name: str) -> None:
         self._recheck_limit = True
-        if self.ttl > 0:
-            self.next_check = min(self.next_check, time.monotonic() + self.ttl)
+        use = next((u for u in self.models.usage() if u.name == name), None)
+        limit = idle_limit(use, self.ttl) if use is not None else self.ttl or math.inf
+        if limit < math.inf:
+            self.next_check = min(self.next_check, time.monotonic() + limit)

@@ -171,7 +171,10 @@ def serve(
         return follow_leader(cfg, role)
     warn_if_exposed(settings)
     sock = bind_socket(settings.host, settings.port)
+    socks = [sock]
     try:
+        if settings.ollama_port:  # Ollama's address too: the same app behind a second socket
+            socks.append(bind_socket(settings.host, settings.ollama_port))
         ref, name = resolve_default(model, settings.trust_remote_code)
         draft = resolve_draft(draft_model, cfg.draft_kind, settings.trust_remote_code)
         leader = leader_backend(cfg, role) if role is not None else None
@@ -179,20 +182,22 @@ def serve(
         if leader is not None:
             leader.watch_ranks(lambda detail: _rank_failed(engine, detail), _rank_stall_seconds())
     except BaseException:
-        sock.close()
+        for s in socks:
+            s.close()
         raise
     try:
         # The default is never unloaded; its draft model is loaded and kept with it.
         info = engine.load_model(ref.path, name, pin=True, draft=draft)
         app = create_app(engine, settings, default_model=info)
         cluster = f" ({leader.describe()})" if leader is not None else ""
-        banner = _banner(sock, info.name, _draft_note(engine, info) + cluster)
+        banner = _banner(socks, info.name, _draft_note(engine, info) + cluster)
         server = MlxdServer(
             _uvicorn_config(app, settings), app.state.mlxd.lifecycle, settings.drain_seconds, banner
         )
-        server.run(sockets=[sock])
+        server.run(sockets=socks)
     finally:
-        sock.close()
+        for s in socks:
+            s.close()
         engine.close()
         if leader is not None and leader.fault is not None:
             # A collective on the broken ring never returns: MLX's teardown would wait for
@@ -219,11 +224,17 @@ def _uvicorn_config(app: FastAPI, settings: ServerSettings) -> uvicorn.Config:
     )
 
 
-def _banner(sock: socket.socket, name: str, notes: str) -> str:
+def _banner(socks: list[socket.socket], name: str, notes: str) -> str:
     """The one line `serve` prints when it is ready (tests and scripts wait for it)."""
+    main, *more = (_address(s) for s in socks)
+    also = "".join(f", Ollama clients on {url}" for url in more)
+    return f"mlxd serve: {name} on {main}/v1{notes}{also}"
+
+
+def _address(sock: socket.socket) -> str:
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
-    return f"mlxd serve: {name} on http://{shown}:{port}/v1{notes}"
+    return f"http://{shown}:{port}"
 
 
 def _draft_note(engine: Engine, info: ModelInfo) -> str:

@@ -19,6 +19,7 @@ class ServerSettings:
 
     host: str = setting_field("host")
     port: int = setting_field("port")
+    ollama_port: int = setting_field("ollama_port")  # a second listener (0: none)
     api_key: str = setting_field("api_key")
     allowed_origins: tuple[str, ...] = setting_field("allowed_origins", parse_origins)
     max_body_bytes: int = setting_field("max_body_bytes")
@@ -43,8 +44,11 @@ class ServerSettings:
             raise InvalidRequest(f"bad server setting in the environment: {exc}") from None
         values.update({k: v for k, v in overrides.items() if v is not None})
         settings = cls(**values)
-        if not 0 <= settings.port <= 65535:
-            raise InvalidRequest(f"port {settings.port} is not in 0..65535", param="port")
+        for name in ("port", "ollama_port"):
+            if not 0 <= getattr(settings, name) <= 65535:
+                raise InvalidRequest(
+                    f"{name} {getattr(settings, name)} is not in 0..65535", param=name
+                )
         return settings
 
     @property

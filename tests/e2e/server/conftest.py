@@ -48,13 +48,17 @@ TRIP_SCRIPT = [
 STOP_SCRIPT = ["Yes", " fine", ".", " It", " is", " forty", "-two", " now", "!"]
 # Reasons in 4 tokens, then answers in 2 (then EOS: 9 completion tokens).
 THINK_SCRIPT = ["<think>", "First", " I", " think", ".", "</think>", "Answer", "!"]
+FIM_MIDDLE = "    return a + b"
+# Greedy continues the script from the prompt's last token: FIM_MIDDLE only after <|fim_middle|>.
+FIM_SCRIPT = ["<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", FIM_MIDDLE]
 
 
 @pytest.fixture(scope="package")
 def server_home(tmp_path_factory: pytest.TempPathFactory, tiny_chat_model: Path) -> Path:
     """An MLXD_HOME whose store holds 'scripted' (thinks, then calls get_weather),
     'scripted-trip' (calls plan_trip with TRIP_ARGS), 'scripted-stop' (says STOP_SCRIPT),
-    'scripted-think' (says THINK_SCRIPT),
+    'scripted-think' (says THINK_SCRIPT), 'scripted-fim' (a fill-in-the-middle model: after
+    <|fim_middle|> it says FIM_MIDDLE),
     'tiny-long' (tiny-chat with a 64k window, so one request can decode for seconds) and
     'tiny-short' (a 128-token window)."""
     home = tmp_path_factory.mktemp("serve-home")
@@ -63,6 +67,7 @@ def server_home(tmp_path_factory: pytest.TempPathFactory, tiny_chat_model: Path)
     make_scripted_checkpoint(store / "scripted-trip", TRIP_SCRIPT)
     make_scripted_checkpoint(store / "scripted-stop", STOP_SCRIPT)
     make_scripted_checkpoint(store / "scripted-think", THINK_SCRIPT)
+    make_scripted_checkpoint(store / "scripted-fim", FIM_SCRIPT)
     shutil.copytree(tiny_chat_model, store / "tiny-long")
     config = json.loads((store / "tiny-long" / "config.json").read_text())
     config["max_position_embeddings"] = 65536

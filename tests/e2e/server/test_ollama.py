@@ -5,6 +5,7 @@ version, errors in Ollama's shape, the NDJSON stream's fields, and parity with /
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import httpx
@@ -12,6 +13,7 @@ import ollama
 import openai
 import pytest
 
+from tests.e2e.server.conftest import FIM_MIDDLE
 from tests.e2e.server.serverproc import ServerProcess, launch, metric, server_env, wait_for
 from tests.json_schemas import check
 
@@ -170,7 +172,10 @@ def test_errors_in_ollama_shape(lama: ollama.Client, server: ServerProcess) -> N
     assert bad.status_code == 400 and set(bad.json()) == {"error"}
     fim = httpx.post(server.url + "/api/generate",
                      json={"model": "default", "prompt": "a", "suffix": "b"})  # fmt: skip
-    assert fim.status_code == 400 and "suffix" in fim.json()["error"]
+    assert fim.status_code == 400 and "fill-in-the-middle" in fim.json()["error"]
+    duration = httpx.post(server.url + "/api/generate",
+                          json={"model": "default", "keep_alive": "5 parsecs"})  # fmt: skip
+    assert duration.status_code == 400 and "keep_alive" in duration.json()["error"]
     opt = httpx.post(server.url + "/api/chat", json={
         "model": "default", "messages": USER, "options": {"temperature": -1}})  # fmt: skip
     assert opt.status_code == 400 and "options.temperature" in opt.json()["error"]
@@ -248,9 +253,19 @@ def test_disconnect_mid_stream_cancels(server: ServerProcess, http: httpx.Client
 
 
 def test_api_key_host_origin_and_alias(tiny_chat_model: Path, server_home: Path) -> None:
-    args = ["--model", str(tiny_chat_model), "--api-key", "s3cret", "--alias", "llama3.2*=default"]
+    port = free_port()  # --ollama-port: the same server on a second port, checks and all
+    args = ["--model", str(tiny_chat_model), "--api-key", "s3cret", "--alias", "llama3.2*=default",
+            "--ollama-port", str(port)]  # fmt: skip
     srv = launch(args, server_env(server_home))
+    second = f"http://127.0.0.1:{port}"
     try:
+        assert f"Ollama clients on {second}" in "".join(srv.stderr)
+        assert httpx.get(second + "/api/tags").status_code == 401
+        on_second = ollama.Client(host=second, headers={"Authorization": "Bearer s3cret"})
+        assert srv.model + ":latest" in [m.model for m in on_second.list().models]
+        foreign = httpx.get(second + "/api/tags", headers={
+            "Authorization": "Bearer s3cret", "Origin": "http://evil.example"})  # fmt: skip
+        assert foreign.status_code == 403
         body = {"model": "default", "messages": USER, "options": {"num_predict": 2}}
         anon = httpx.post(srv.url + "/api/chat", json=body)
         assert anon.status_code == 401 and set(anon.json()) == {"error"}
@@ -266,3 +281,30 @@ def test_api_key_host_origin_and_alias(tiny_chat_model: Path, server_home: Path)
         assert rebound.status_code == 403
     finally:
         assert srv.stop() == 0
+
+
+def test_suffix_fills_in_the_middle_on_a_model_with_fim_tokens(lama: ollama.Client) -> None:
+    r = lama.generate(model="scripted-fim", prompt="def add(a, b):\n", suffix="\n", stream=False)
+    assert r.response == FIM_MIDDLE and r.done_reason == "stop"
+    assert r.prompt_eval_count is not None and r.prompt_eval_count >= 3  # the three FIM tokens
+
+
+def test_keep_alive_zero_unloads_and_a_duration_keeps(lama: ollama.Client) -> None:
+    lama.chat(model="scripted-think", messages=USER, keep_alive="10m", stream=False)
+    assert "scripted-think:latest" in resident(lama)
+    gone = lama.generate(model="scripted-think", keep_alive=0)
+    assert gone.done_reason == "unload"
+    wait_for(lambda: "scripted-think:latest" not in resident(lama), "the unload")
+    # a model that is not loaded is not loaded to be unloaded
+    assert lama.generate(model="scripted-think", keep_alive=0).done_reason == "unload"
+    assert "scripted-think:latest" not in resident(lama)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def resident(lama: ollama.Client) -> list[str | None]:
+    return [m.model for m in lama.ps().models]

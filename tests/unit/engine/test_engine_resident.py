@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -145,6 +146,21 @@ def test_ttl_choice_comes_first_and_counts_toward_the_limit() -> None:
     assert next_check(reg.usage(), set(), 104.5, 3.0, ()) == float("inf")
 
 
+def test_a_models_keep_alive_replaces_the_ttl() -> None:
+    reg = table_with("a", "b", "c")
+    reg.keep_alive("a", 0.0)  # unload once idle, even with no TTL
+    reg.keep_alive("b", math.inf)  # never by TTL
+    assert evictable(reg, set(), 104.5, max_models=3, ttl=0) == ["a"]
+    assert evictable(reg, {"a"}, 104.5, max_models=3, ttl=0) == []  # in use: it stays
+    assert evictable(reg, set(), 104.5, max_models=3, ttl=3.0) == ["a"]  # b kept, c not due
+    assert evictable(reg, set(), 110.0, max_models=3, ttl=3.0) == ["a", "c"]
+    assert evictable(reg, set(), 110.0, max_models=1, ttl=0) == ["a", "b"]  # LRU still binds
+    assert next_check(reg.usage(), set(), 104.5, 0, ()) == 100.0  # a is due
+    assert next_check(reg.usage(), {"a"}, 104.5, 0, ()) == 105.5  # in use: a second on
+    reg.keep_alive("a", None)
+    assert next_check(reg.usage(), set(), 104.5, 0, ()) == math.inf
+
+
 def test_a_chosen_model_is_looked_at_again_when_its_reservation_ends() -> None:
     reg = table_with("a", "b")
     reg.reserve("a", seconds=50.0)
@@ -274,6 +290,21 @@ def test_ttl_unloads_an_idle_model_but_not_one_in_use() -> None:
         assert handle.collect()[0] == [11, 12, 13]
         assert wait_until(lambda: loaded(engine) == ())
         assert backend.unloaded == ["a"] and engine.health().ok
+
+
+def test_keep_alive_zero_unloads_an_idle_model_and_a_long_one_outlives_the_ttl() -> None:
+    backend = ResidentBackend()
+    with make(backend) as engine:  # no TTL
+        engine.load_model("/fake/a", name="a")
+        engine.keep_alive("a", 0)
+        assert wait_until(lambda: loaded(engine) == ())
+        engine.keep_alive("nothing-loaded", 0)  # a model not loaded: nothing happens
+        assert engine.health().ok
+    with make(ResidentBackend(), model_ttl_seconds=0.5) as engine:
+        engine.load_model("/fake/a", name="a")
+        engine.keep_alive("a", math.inf)
+        engine.load_model("/fake/b", name="b")
+        assert wait_until(lambda: loaded(engine) == ("a",))  # b went by the TTL, a stays
 
 
 def test_a_refused_submit_does_not_keep_its_model_loaded() -> None:

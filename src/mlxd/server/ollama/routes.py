@@ -1,6 +1,8 @@
 """Ollama's API under /api/: chat and generate on the same chat layer as /v1 (NDJSON
 streams), the model list, show, ps and version; embeddings and model management refused
-with 501 and what to do instead (requests never download: `mlxd pull`)."""
+with 501 and what to do instead (requests never download: `mlxd pull`). `keep_alive` sets
+how long the engine keeps the model after the request (engine.Engine.keep_alive); the
+operator's `--max-models` still bounds what stays loaded, and the preloaded model stays."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from mlxd.chat.chat_request import MaxTokensPolicy
 from mlxd.chat.options import ChatOptions
 from mlxd.errors import InvalidRequest, MlxdError, ModelNotFound
 from mlxd.server.generation import chat_endpoint, respond
+from mlxd.server.ollama.fill_in import fill_in_prompt
 from mlxd.server.ollama.model_cards import ModelFacts, ps_entry, show_body, tag_entry
 from mlxd.server.ollama.schemas import (
     OllamaChatRequest,
@@ -65,9 +68,9 @@ async def generate(request: Request) -> Response:
     received = time.perf_counter_ns()
     st = _state(request)
     req = parse(OllamaGenerateRequest, await request.body(), st.settings)
-    if not req.prompt and not req.images:
+    if not req.prompt and not req.images and req.suffix is None:
         return await _load(st, req, chat=False)
-    if req.raw:
+    if req.raw or req.suffix is not None:
         return await _raw_generate(request, st, req, received)
     return await chat_endpoint(
         request, partial(_parsed, req), partial(_wire, received, False), media_type=NDJSON
@@ -86,32 +89,56 @@ def _wire(
     stream: ChatStream,
     st: ServerState,
 ) -> OllamaWire:
+    _keep_alive(st, info.name, req)
     return OllamaWire(model=info.name, received_ns=received, chat=chat)
 
 
+def _keep_alive(st: ServerState, name: str, req: OllamaRequest) -> None:
+    if req.keep_alive is not None:
+        st.engine.keep_alive(name, req.keep_alive)
+
+
 async def _load(st: ServerState, req: OllamaRequest, chat: bool) -> Response:
-    """Ollama's way to load a model: a request without a prompt (keep_alive is ignored)."""
+    """Ollama's way to load a model (a request without a prompt), or with keep_alive 0 to
+    unload it (a model not loaded is not loaded for that)."""
+    if req.keep_alive == 0:
+        name = st.models.aliased(req.model or "default")
+        default = st.models.default
+        if name in ("", "default") and default is not None:
+            name = default.name
+        if name in st.engine.stats().models_loaded:
+            st.engine.keep_alive(name, 0)
+        return JSONResponse(loaded(name, chat, reason="unload"))
     info = await st.models.get(req.model)
+    _keep_alive(st, info.name, req)
     return JSONResponse(loaded(info.name, chat))
 
 
 async def _raw_generate(
     request: Request, st: ServerState, req: OllamaGenerateRequest, received: int
 ) -> Response:
-    """`raw`: the prompt as is, no chat template (so no images, no reasoning split)."""
+    """`raw`: the prompt as is, no chat template (so no images, no reasoning split);
+    `suffix`: the fill-in-the-middle prompt of `prompt` and `suffix`, raw as well."""
     from mlxd.chat.session import start_completion
 
     if req.images:
-        raise InvalidRequest("images need the chat template: they cannot go with raw", param="raw")
+        field = "suffix" if req.suffix is not None else "raw"
+        raise InvalidRequest(
+            f"images need the chat template: they cannot go with {field}", param=field
+        )
     start = time.perf_counter()
     info = await st.models.get(req.model)
+    prompt = req.prompt
+    if req.suffix is not None:
+        prompt = fill_in_prompt(info.tokenizer, req.prompt, req.suffix)
     try:
         options = ChatOptions.parse(req.options())
         stream = await asyncio.to_thread(
-            start_completion, st.engine, info, req.prompt, options, MaxTokensPolicy.HALF_WINDOW
+            start_completion, st.engine, info, prompt, options, MaxTokensPolicy.HALF_WINDOW
         )
     except InvalidRequest as err:
         raise in_client_terms(err, req.OPTION_FIELDS) from None
+    _keep_alive(st, info.name, req)
     wire = OllamaWire(model=info.name, received_ns=received, chat=False)
     return await respond(request, st, stream, wire, req.stream, start, NDJSON)
 

@@ -4,12 +4,14 @@ Field names are Ollama's (docs/api.md of ollama/ollama; the `ollama` Python clie
 _types.py). `options` go through one table (OLLAMA_OPTIONS) onto the chat layer's option
 names, so their bounds are chat.options.OPTIONS'; options that tune Ollama's runner (num_gpu,
 num_thread, mirostat...) are accepted and have no effect. A field mlxd cannot honour
-(`suffix`, `template`, `context`) is refused by name, never dropped. `stream` defaults to
+(`template`, `context`) is refused by name, never dropped; `suffix` needs a model with
+fill-in-the-middle tokens (server/ollama/fill_in.py). `stream` defaults to
 true, as in Ollama.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -22,6 +24,7 @@ from pydantic import (
 )
 
 from mlxd.chat.tool_choice import ToolChoice
+from mlxd.config import parse_duration
 from mlxd.server.fields import (
     MAX_MESSAGES,
     MAX_TOOLS,
@@ -60,13 +63,29 @@ LATEST = ":latest"
 Think = StrictBool | Literal["low", "medium", "high"]
 # "" or "json" or a JSON schema (an object); the schema is checked when it compiles.
 Format = Literal["", "json"] | dict[str, Any]
-KeepAlive = StrictStr | Number
 
 
 def served_name(name: str) -> str:
     """An Ollama `name:tag` as the model the server knows: `:latest` is the default tag, so it
     is dropped; other tags stay (an operator's `--alias 'qwen3:*=default'` can map them)."""
     return name.removesuffix(LATEST)
+
+
+def keep_alive_seconds(value: object) -> float:
+    """Ollama's keep_alive in seconds: a number of seconds or a duration ("5m", "1h30m");
+    negative means forever (math.inf). Raises ValueError for anything else."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ValueError("keep_alive must be a number of seconds or a duration such as 5m")
+    if isinstance(value, str):
+        text = value.strip()
+        forever = text.startswith("-")
+        seconds = parse_duration(text[1:] if forever else text)
+    else:
+        seconds = float(value)
+        forever = seconds < 0
+    if not math.isfinite(seconds):
+        raise ValueError("keep_alive must be a number of seconds or a duration such as 5m")
+    return math.inf if forever else seconds
 
 
 class OllamaOptions(WireModel):
@@ -140,12 +159,19 @@ class OllamaRequest(WireModel):
     format: Format | None = None
     sampling: OllamaOptions | None = Field(default=None, alias="options")
     think: Think | None = None
-    keep_alive: KeepAlive | None = None  # accepted; residency is the operator's (docs)
+    # Seconds the model stays loaded after this request (math.inf: no TTL), as Ollama's
+    # keep_alive ("5m", "1h30m", 300, -1); None: the server's TTL.
+    keep_alive: float | None = Field(default=None, allow_inf_nan=True)
 
     @field_validator("model")
     @classmethod
     def _served(cls, v: str) -> str:
         return served_name(v)
+
+    @field_validator("keep_alive", mode="before")
+    @classmethod
+    def _duration(cls, v: object) -> float | None:
+        return None if v is None else keep_alive_seconds(v)
 
     def options(self) -> dict[str, Any]:
         """`options` and `format` as the chat layer's options."""
@@ -186,11 +212,9 @@ class OllamaGenerateRequest(OllamaRequest):
     system: StrictStr | None = None
     raw: StrictBool = False
     images: Annotated[list[StrictStr], Field(max_length=64)] | None = None
-    suffix: StrictStr | None = None
+    suffix: StrictStr | None = None  # fill-in-the-middle (with `prompt` before it)
     template: StrictStr | None = None
     context: list[StrictInt] | None = None
-
-    _no_suffix = refused_when_set("suffix", "suffix (fill-in-the-middle) is not supported")
 
     _no_template = refused_when_set(
         "template", "template is not supported (the model's own chat template is used)"

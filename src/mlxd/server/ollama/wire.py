@@ -137,11 +137,12 @@ class OllamaWire:
         return out
 
 
-def loaded(model: str, chat: bool) -> dict[str, Any]:
-    """The answer to a request without a prompt: Ollama's "load the model" request."""
+def loaded(model: str, chat: bool, reason: str = "load") -> dict[str, Any]:
+    """The answer to a request without a prompt: Ollama's "load the model" request (or,
+    with keep_alive 0, "unload")."""
     body: dict[str, Any] = {"model": model, "created_at": created_at()}
     if chat:
         body["message"] = {"role": "assistant", "content": ""}
     else:
         body["response"] = ""
-    return body | {"done": True, "done_reason": "load"}
+    return body | {"done": True, "done_reason": reason}

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import base64
+import json
+import math
 
 import pytest
 
 from mlxd.errors import InvalidRequest
+from mlxd.server.ollama.fill_in import fill_in_prompt
 from mlxd.server.ollama.inputs import chat_messages, format_option, generate_messages
 from mlxd.server.ollama.schemas import OllamaChatRequest, OllamaGenerateRequest, served_name
 from mlxd.server.request_inputs import parse
@@ -80,7 +83,7 @@ def test_tool_results_answer_their_calls_by_name() -> None:
 
 
 def test_generate_refuses_what_it_cannot_honour() -> None:
-    for field in ("suffix", "template"):
+    for field in ("context", "template"):
         with pytest.raises(InvalidRequest) as err:
             parse(OllamaGenerateRequest, f'{{"model": "m", "{field}": "x"}}'.encode(),
                   ServerSettings())  # fmt: skip
@@ -89,3 +92,49 @@ def test_generate_refuses_what_it_cannot_honour() -> None:
         {"role": "system", "content": "sys"},
         {"role": "user", "content": "hi"},
     ]
+
+
+@pytest.mark.parametrize(
+    ("sent", "seconds"),
+    [("5m", 300.0), ("1h30m", 5400.0), ("0", 0.0), (0, 0.0), (300, 300.0), (2.5, 2.5),
+     (-1, math.inf), ("-1", math.inf), ("-1m", math.inf)],
+)  # fmt: skip
+def test_keep_alive_spellings(sent: object, seconds: float) -> None:
+    body = json.dumps({"model": "m", "keep_alive": sent}).encode()
+    assert parse(OllamaGenerateRequest, body, ServerSettings()).keep_alive == seconds
+
+
+@pytest.mark.parametrize("sent", ["5 parsecs", "", "m", True, [1]])
+def test_bad_keep_alive_is_refused_by_name(sent: object) -> None:
+    body = json.dumps({"model": "m", "keep_alive": sent}).encode()
+    with pytest.raises(InvalidRequest) as err:
+        parse(OllamaChatRequest, body, ServerSettings())
+    assert err.value.param == "keep_alive"
+
+
+@pytest.mark.parametrize(
+    ("vocab", "prompt"),
+    [({"<|fim_prefix|>": 1, "<|fim_suffix|>": 2, "<|fim_middle|>": 3},
+      "<|fim_prefix|>AB<|fim_suffix|>CD<|fim_middle|>"),
+     ({"<fim_prefix>": 1, "<fim_suffix>": 2, "<fim_middle>": 3},
+      "<fim_prefix>AB<fim_suffix>CD<fim_middle>"),
+     ({"[PREFIX]": 1, "[SUFFIX]": 2}, "[SUFFIX]CD[PREFIX]AB")],
+)  # fmt: skip
+def test_fill_in_the_middle_prompts(vocab: dict[str, int], prompt: str) -> None:
+    assert fill_in_prompt(Vocab(vocab), "AB", "CD") == prompt  # type: ignore[arg-type]
+
+
+def test_fill_in_needs_all_of_a_familys_tokens() -> None:
+    with pytest.raises(InvalidRequest) as err:
+        fill_in_prompt(Vocab({"<|fim_prefix|>": 1, "<|fim_suffix|>": 2}), "a", "b")  # type: ignore[arg-type]
+    assert err.value.param == "suffix"
+
+
+class Vocab:
+    """The one Tokenizer method fill_in reads."""
+
+    def __init__(self, vocab: dict[str, int]) -> None:
+        self.vocab = vocab
+
+    def get_vocab(self) -> dict[str, int]:
+        return self.vocab
