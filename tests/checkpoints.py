@@ -308,3 +308,34 @@ _TEMPLATES = {"base": None, "thinking": THINKING_TEMPLATE, "plain": PLAIN_TEMPLA
 def _eos_id(path: Path, template: str | None) -> int:
     vocab = json.loads((path / "tokenizer.json").read_text())["model"]["vocab"]
     return vocab["<|im_end|>" if template else "<|endoftext|>"]
+
+
+def make_hf_checkpoint(
+    path: Path, dtype: str = "bfloat16", seed: int = 0, size: str | None = None
+) -> Path:
+    """A tiny llama checkpoint laid out as transformers saves one: weights in `dtype`, in two
+    shards with model.safetensors.index.json, "pt" metadata, the rotary inv_freq buffers
+    mlx-lm's sanitize drops, config.json with torch_dtype; tokenizer as make_checkpoint's."""
+    import mlx.core as mx
+
+    make_checkpoint(path, "chat", seed=seed, dtype=dtype, size=size)
+    weights = mx.load(str(path / "model.safetensors"))
+    assert isinstance(weights, dict)
+    (path / "model.safetensors").unlink()
+    config = json.loads((path / "config.json").read_text())
+    head_dim = config["hidden_size"] // config["num_attention_heads"]
+    for layer in range(config["num_hidden_layers"]):
+        key = f"model.layers.{layer}.self_attn.rotary_emb.inv_freq"
+        weights[key] = mx.arange(head_dim // 2, dtype=mx.float32)
+    names = sorted(weights)
+    shards = {f"model-0000{i + 1}-of-00002.safetensors": names[i::2] for i in range(2)}
+    weight_map = {}
+    for file, keys in shards.items():
+        mx.save_safetensors(str(path / file), {k: weights[k] for k in keys}, {"format": "pt"})
+        weight_map.update(dict.fromkeys(keys, file))
+    index = {"metadata": {"total_size": sum(v.nbytes for v in weights.values())},
+             "weight_map": weight_map}  # fmt: skip
+    (path / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    config |= {"torch_dtype": dtype, "transformers_version": "4.57.0"}
+    (path / "config.json").write_text(json.dumps(config, indent=2))
+    return path

@@ -6,13 +6,10 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from mlxd.cli.render import human_size, print_json
+from mlxd.cli.render import ProgressBar, human_size, print_json
 
 if TYPE_CHECKING:
-    from rich.progress import Progress, TaskID
-
     from mlxd.cli.main import Subparsers
-    from mlxd.store.gguf.weights import ProgressFn
 
 DTYPE_CHOICES = ("float32", "float16", "bfloat16")
 
@@ -49,14 +46,14 @@ def cmd_import(args: argparse.Namespace) -> int:
     from mlxd.store.gguf.importer import import_gguf
 
     show_bar = sys.stderr.isatty() and not args.json
-    with _progress(show_bar) as progress:
+    with ProgressBar("importing", show_bar) as bar:
         result = import_gguf(
             Path(args.file),
             args.name,
             dtype=args.dtype,
             replace=args.force,
             keep_quantized=args.keep_quantized,
-            progress=progress,
+            progress=bar.update if bar.enabled else None,
         )
     if args.json:
         print_json(result.to_dict())
@@ -69,38 +66,3 @@ def cmd_import(args: argparse.Namespace) -> int:
         f"{human_size(result.bytes)} in {result.seconds:.1f}s -> {result.path}"
     )
     return 0
-
-
-class _progress:
-    """A rich progress bar over tensors on a TTY; a no-op callback otherwise."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.enabled = enabled
-        self.bar: Progress | None = None
-        self.task: TaskID | None = None
-
-    def __enter__(self) -> ProgressFn | None:
-        if not self.enabled:
-            return None
-        from rich.console import Console
-        from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
-
-        self.bar = Progress(
-            TextColumn("importing"),
-            BarColumn(),
-            TaskProgressColumn(),
-            TextColumn("{task.description}"),
-            console=Console(stderr=True),
-            transient=True,
-        )
-        self.bar.start()
-        self.task = self.bar.add_task("", total=None)
-        return self.update
-
-    def update(self, done: int, total: int, name: str) -> None:
-        assert self.bar is not None and self.task is not None  # entered with a bar
-        self.bar.update(self.task, completed=done, total=total, description=name)
-
-    def __exit__(self, *exc: object) -> None:
-        if self.bar is not None:
-            self.bar.stop()

@@ -28,6 +28,8 @@ COMMANDS: dict[str, str] = {
     "pull": "pull",
     "rm": "store_cmds",
     "import": "import_cmd",
+    "convert": "convert_cmd",
+    "quantize": "convert_cmd",
     "run": "run",
     "chat": "chat",
     "serve": "serve",

@@ -1,11 +1,15 @@
-"""Rendering helpers shared by every command: errors, JSON, sizes."""
+"""Rendering helpers shared by every command: errors, JSON, sizes, a progress bar."""
 
 from __future__ import annotations
 
 import json
 import sys
+from typing import TYPE_CHECKING
 
 from mlxd.errors import MlxdError, one_line
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 
 def print_error(error: MlxdError | str, *, json_mode: bool = False) -> None:
@@ -35,3 +39,44 @@ def human_size(n: int | float | None) -> str:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1000
     return f"{size:.1f} TB"
+
+
+class ProgressBar:
+    """A transient rich bar on stderr when `enabled` (a TTY, not --json); every call is a
+    no-op otherwise. `update` reports counted work, `stage` names a step of unknown length."""
+
+    def __init__(self, label: str, enabled: bool) -> None:
+        self.label = label
+        self.enabled = enabled
+        self.bar: Progress | None = None
+        self.task: TaskID | None = None
+
+    def __enter__(self) -> ProgressBar:
+        if not self.enabled:
+            return self
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
+
+        self.bar = Progress(
+            TextColumn(self.label),
+            BarColumn(),
+            TaskProgressColumn(),
+            TextColumn("{task.description}"),
+            console=Console(stderr=True),
+            transient=True,
+        )
+        self.bar.start()
+        self.task = self.bar.add_task("", total=None)
+        return self
+
+    def update(self, done: int, total: int, name: str) -> None:
+        if self.bar is not None and self.task is not None:
+            self.bar.update(self.task, completed=done, total=total, description=name)
+
+    def stage(self, name: str) -> None:
+        if self.bar is not None and self.task is not None:
+            self.bar.update(self.task, description=name)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()

@@ -70,3 +70,11 @@ def mtime(path: Path, *, follow_links: bool = True) -> float:
         return (path.stat() if follow_links else path.lstat()).st_mtime
     except OSError:
         return 0.0
+
+
+def dir_size(path: Path) -> int:
+    """Bytes of a model directory's files (snapshot links followed); 0 if unreadable."""
+    try:
+        return sum(file_size(p) for p in model_files(path))
+    except OSError:
+        return 0

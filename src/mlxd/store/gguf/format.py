@@ -8,8 +8,6 @@ from typing import Any
 
 # Bumped when the produced checkpoint changes, so the default model is re-imported.
 IMPORT_FORMAT = 1
-# Hidden work dirs inside the store (store listings skip dot-names).
-TMP_PREFIX = ".import-"
 # config.json key recording where an imported checkpoint came from.
 INFO_KEY = "mlxd_import"
 

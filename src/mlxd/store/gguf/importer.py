@@ -8,10 +8,6 @@ never leaves a half model under a real name.
 from __future__ import annotations
 
 import json
-import os
-import re
-import secrets
-import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -19,7 +15,7 @@ from typing import Any
 
 from mlxd import config
 from mlxd.errors import InvalidRequest, MlxdError
-from mlxd.store.gguf.format import IMPORT_FORMAT, INFO_KEY, TMP_PREFIX
+from mlxd.store.gguf.format import IMPORT_FORMAT, INFO_KEY
 from mlxd.store.gguf.hparams import LlamaHParams, hf_config, read_hparams, sampling_defaults
 from mlxd.store.gguf.reader import GgufFile, open_gguf
 from mlxd.store.gguf.tokenizer_files import TokenizerFiles, build_tokenizer
@@ -32,8 +28,7 @@ from mlxd.store.gguf.weights import (
     quantization_config,
     write_safetensors,
 )
-
-_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+from mlxd.store.staging import Staging, check_free, check_name, check_space, slugify
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,22 +46,6 @@ class ImportResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self) | {"path": str(self.path), "source": str(self.source)}
-
-
-def slugify(text: str) -> str:
-    """'Smollm2 135M Instruct' -> 'smollm2-135m-instruct' (store-safe, lowercase)."""
-    slug = re.sub(r"[^a-z0-9.]+", "-", text.lower()).strip("-.")
-    return re.sub(r"\.{2,}", ".", slug)[:100].strip("-.") or "model"
-
-
-def check_name(name: str) -> str:
-    """A store entry name: one path segment of letters, digits, '.', '_' or '-'."""
-    if not _NAME_RE.fullmatch(name) or ".." in name:
-        raise InvalidRequest(
-            f"invalid model name {name!r}: use letters, digits, '.', '_' and '-' (max 100)",
-            param="name",
-        )
-    return name
 
 
 def import_gguf(
@@ -91,23 +70,17 @@ def import_gguf(
         raise InvalidRequest(f"unsupported dtype {dtype!r}: choose {', '.join(DTYPES)}")
     store = Path(store) if store is not None else config.store_dir()
     if name is not None:
-        _check_free(store, check_name(name), replace)  # fail before the slow parse
+        check_free(store, check_name(name), replace)  # fail before the slow parse
     source = Path(source).expanduser()
     plan = _Conversion.read(source, dtype, keep_quantized)
     name = name or slugify(str(plan.gguf.metadata.get("general.name") or source.stem))
-    target = _check_free(store, name, replace)
-    tmp = store / f"{TMP_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
     try:
-        store.mkdir(parents=True, exist_ok=True)
-        _check_space(store, planned_bytes(plan.weights, dtype, keep_quantized))
-        _remove_stale_temps(store)
-        tmp.mkdir()
-        size = plan.write(tmp, dtype, keep_quantized, progress)
-        _install(tmp, target, replace)
+        with Staging(store, name, replace) as staging:
+            check_space(store, planned_bytes(plan.weights, dtype, keep_quantized))
+            size = plan.write(staging.path, dtype, keep_quantized, progress)
+            target = staging.install()
     except OSError as e:  # unwritable store, disk full, ...: one line, not a traceback
         raise MlxdError(f"cannot write the model into {store}: {e.strerror or e}") from e
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return ImportResult(
         name=name,
         path=target,
@@ -163,60 +136,6 @@ class _Conversion:
         _write_json(folder / "generation_config.json", self.generation)
         (folder / "tokenizer.json").write_text(self.tokenizer.tokenizer_json, encoding="utf-8")
         return size
-
-
-def _check_free(store: Path, name: str, replace: bool) -> Path:
-    target = store / name
-    if target.exists() and not replace:
-        raise InvalidRequest(
-            f"model {name!r} already exists in the store: pass --force to replace it "
-            "or --name to choose another name",
-            param="name",
-        )
-    return target
-
-
-def _install(tmp: Path, target: Path, replace: bool) -> None:
-    """rename(2) into place; a directory rename never overwrites a non-empty target."""
-    old = None
-    if replace and target.exists():
-        old = target.with_name(f"{TMP_PREFIX}old-{os.getpid()}-{secrets.token_hex(4)}")
-        target.rename(old)
-    try:
-        tmp.rename(target)
-    except OSError as e:
-        if old is not None:
-            old.rename(target)
-        raise InvalidRequest(f"model {target.name!r} appeared in the store meanwhile") from e
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
-def _check_space(store: Path, needed: int) -> None:
-    free = shutil.disk_usage(store).free
-    if free < needed * 1.05:
-        raise MlxdError(
-            f"not enough disk space in {store}: the import needs {needed / 1e9:.2f} GB, "
-            f"{free / 1e9:.2f} GB free"
-        )
-
-
-def _remove_stale_temps(store: Path) -> None:
-    """Temp dirs left by imports that were killed (their process is gone)."""
-    for entry in store.glob(f"{TMP_PREFIX}*"):
-        pid = entry.name.removeprefix(TMP_PREFIX).removeprefix("old-").split("-")[0]
-        if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(entry, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _write_json(path: Path, obj: object) -> None:

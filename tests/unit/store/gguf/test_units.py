@@ -14,7 +14,6 @@ from safetensors.numpy import load_file
 
 from mlxd.errors import InvalidRequest, ModelBroken
 from mlxd.store.gguf.hparams import LlamaHParams, read_hparams
-from mlxd.store.gguf.importer import check_name, slugify
 from mlxd.store.gguf.reader import GgufFile, GgufTensor
 from mlxd.store.gguf.weights import (
     WeightPlan,
@@ -25,6 +24,7 @@ from mlxd.store.gguf.weights import (
     unpermute,
     write_safetensors,
 )
+from mlxd.store.staging import check_name, slugify
 
 LLAMA = {
     "general.architecture": "llama",
