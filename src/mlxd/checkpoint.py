@@ -1,14 +1,16 @@
 """Rules for reading a checkpoint's JSON files that more than one layer applies: its context
-window (the engine's limit, the store's listing) and the sampling defaults its
-generation_config.json supplies (the loader reads them, the option table merges them).
+window (the engine's limit, the store's listing), the sampling defaults its
+generation_config.json supplies (the loader reads them, the option table merges them), and
+whether it is an embedding model and how it pools (the loader runs it, the store lists it).
 
-Pure functions over parsed JSON: no I/O, no mlx, nothing raised.
+Pure functions over a checkpoint's JSON files: no mlx, nothing raised.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,3 +72,59 @@ def read_json_object(path: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+# Encoder families (BERT, XLM-R, ModernBERT, nomic): embedding models whatever their files say.
+ENCODER_TYPES = frozenset({"bert", "xlm-roberta", "roberta", "nomic_bert", "modernbert", "e5"})
+# sentence-transformers' pooling modes (1_Pooling/config.json keys), in the order trusted.
+_POOLING_KEYS = (
+    ("pooling_mode_lasttoken", "last"),
+    ("pooling_mode_cls_token", "cls"),
+    ("pooling_mode_mean_tokens", "mean"),
+    ("pooling_mode_max_tokens", "max"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingSpec:
+    """How an embedding checkpoint turns hidden states into one vector: `pooling` (cls,
+    mean, max or last token), then `normalize` (to unit length); `encoder`: a bidirectional
+    encoder (BERT family) rather than a decoder body (Qwen3-Embedding)."""
+
+    pooling: str
+    normalize: bool
+    encoder: bool
+
+
+def embedding_spec(root: Path, config: Mapping[str, object]) -> EmbeddingSpec | None:
+    """The checkpoint's embedding spec, or None for a generative model. An embedding model is
+    an encoder family, a sentence-transformers layout (modules.json), or a bare body
+    (`architectures` ending in Model). Pooling comes from modules.json's Pooling module
+    (1_Pooling/config.json), else cls for encoders (bge, the BERT pooler's token) and last
+    token for decoders; normalizing from its Normalize module, else on by default."""
+    model_type = str(config.get("model_type", ""))
+    archs = config.get("architectures")
+    names = [str(a) for a in archs] if isinstance(archs, list) else []
+    modules = _modules(root)
+    encoder = model_type in ENCODER_TYPES
+    bare = bool(names) and all(a.endswith("Model") for a in names)
+    if not (encoder or modules is not None or bare):
+        return None
+    if modules is None:
+        return EmbeddingSpec("cls" if encoder else "last", True, encoder)
+    kinds = {str(m.get("type", "")).rsplit(".", 1)[-1]: m for m in modules}
+    pooling = "cls" if encoder else "last"
+    if "Pooling" in kinds:
+        folder = str(kinds["Pooling"].get("path", "1_Pooling"))
+        pooled = read_json_object(root / folder / "config.json")
+        pooling = next((mode for key, mode in _POOLING_KEYS if pooled.get(key) is True), pooling)
+    return EmbeddingSpec(pooling, "Normalize" in kinds, encoder)
+
+
+def _modules(root: Path) -> list[dict[str, Any]] | None:
+    """sentence-transformers' modules.json (its list of modules), or None."""
+    try:
+        data = json.loads((root / "modules.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return [m for m in data if isinstance(m, dict)] if isinstance(data, list) else None

@@ -144,6 +144,16 @@ SETTINGS: dict[str, Setting[Any]] = {
     ),
     "max_queue": Setting("MLXD_MAX_QUEUE", "64", "most requests waiting; more get EngineBusy", int),
     "prefill_chunk": Setting("MLXD_PREFILL_CHUNK", "512", "prompt tokens prefilled per step", int),
+    "embed_step_tokens": Setting(
+        "MLXD_EMBED_STEP_TOKENS",
+        "2048",
+        "padded input tokens an engine step embeds beside its decode step (one longer input "
+        "runs alone)",
+        int,
+    ),
+    "embed_max_inputs": Setting(
+        "MLXD_EMBED_MAX_INPUTS", "2048", "most inputs in one embeddings request", int
+    ),
     "kv_budget_tokens": Setting(
         "MLXD_KV_BUDGET_TOKENS",
         "262144",

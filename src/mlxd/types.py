@@ -32,6 +32,13 @@ class DraftKind(StrEnum):
     MODEL = "model"  # a smaller model with the same vocabulary
 
 
+class ModelKind(StrEnum):
+    """What a loaded model serves: generation (chat, completions) or embeddings."""
+
+    GENERATION = "generation"
+    EMBEDDING = "embedding"
+
+
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
     """Per-request decoding options, built and validated by chat.options.sampling_params;

@@ -82,6 +82,16 @@ class LoadedModel:
     eos_token_ids: set[int] = field(default_factory=set)
     vision: VisionParts | None = None
     draft: LoadedModel | None = None  # the draft model speculation (kind `model`) runs
+    embedder: Embedder | None = None  # an embedding model's forward pass (no runner then)
+
+
+class Embedder(Protocol):
+    """An embedding model's batched forward pass (backend.embedding.MlxEmbedder)."""
+
+    @property
+    def dimensions(self) -> int: ...  # the length of each vector
+
+    def embed(self, rows: list[list[int]]) -> list[list[float]]: ...  # one vector per row
 
 
 @dataclass(frozen=True, slots=True)

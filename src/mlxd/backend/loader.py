@@ -1,5 +1,6 @@
 """Load an MLX checkpoint from a local directory into a `LoadedModel`.
 
+Embedding checkpoints (mlxd.checkpoint.embedding_spec) load through backend.embedding.
 Never downloads and never runs code shipped with a model unless `trust_remote_code` is set:
 `auto_map` (tokenizer or model code) and `model_file` are refused with `ModelRefused`.
 Every other failure becomes a one-line `ModelBroken`.
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlxd.backend.api import LoadedModel
-from mlxd.checkpoint import context_window, sampling_defaults
+from mlxd.checkpoint import context_window, embedding_spec, sampling_defaults
 from mlxd.errors import InvalidRequest, ModelBroken, ModelNotFound, ModelRefused, one_line
 
 if TYPE_CHECKING:
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 
 # The context window of a checkpoint whose files do not say.
 DEFAULT_CONTEXT_WINDOW = 4096
+EMBEDDING_CONTEXT_WINDOW = 512  # an embedding checkpoint's, likewise (BERT's positions)
 
 
 def load_checkpoint(
@@ -38,9 +40,16 @@ def load_checkpoint(
     config = _read_json(path / "config.json", required=True)
     if not trust_remote_code:
         _refuse_remote_code(path, config)
-    vision = None
+    spec = embedding_spec(path, config) if "vision_config" not in config else None
+    vision, embedder = None, None
     try:
-        if "vision_config" in config:
+        if spec is not None:
+            from mlxd.backend.embedding import load_embedding
+
+            model, tokenizer, embedder = load_embedding(
+                path, config, spec, trust_remote_code=trust_remote_code
+            )
+        elif "vision_config" in config:
             model, tokenizer, vision = _load_vision(path, config, trust_remote_code)
         else:
             from mlxd.backend.mlx_lm.compat import load
@@ -56,11 +65,12 @@ def load_checkpoint(
         tokenizer=tokenizer,
         config=config,
         context_window=context_window(config, getattr(tokenizer, "model_max_length", None))
-        or DEFAULT_CONTEXT_WINDOW,
+        or (EMBEDDING_CONTEXT_WINDOW if embedder is not None else DEFAULT_CONTEXT_WINDOW),
         vocab_size=vocab_size(config, tokenizer),
         generation_defaults=generation_defaults(path),
-        eos_token_ids=set(tokenizer.eos_token_ids or ()),
+        eos_token_ids={t for t in tokenizer.eos_token_ids or () if t is not None},
         vision=vision,
+        embedder=embedder,
     )
 
 

@@ -4,6 +4,7 @@ Speaks token ids only; see docs/ARCHITECTURE.md and docs/engine-design.md. Impor
 package does not import mlx: the backend loads when the first Engine is built.
 """
 
+from mlxd.engine.embedding import EmbedHandle, EmbedRequest, EmbedResult
 from mlxd.engine.engine import Engine
 from mlxd.engine.engine_config import EngineConfig
 from mlxd.engine.handle import RequestHandle
@@ -13,6 +14,9 @@ from mlxd.engine.stats import ClusterStats, EngineHealth, EngineState, EngineSta
 
 __all__ = [
     "ClusterStats",
+    "EmbedHandle",
+    "EmbedRequest",
+    "EmbedResult",
     "Engine",
     "EngineConfig",
     "EngineHealth",

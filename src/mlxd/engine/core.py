@@ -12,14 +12,15 @@ from collections.abc import Callable
 
 from mlxd.backend.api import Backend, DraftCount, NewSequence, Runner, StepResult
 from mlxd.engine.collector import Collector, StreamWaker
+from mlxd.engine.embedding import EmbedBatch, EmbedJob, EmbedQueue, fail_job
 from mlxd.engine.engine_config import EngineConfig
-from mlxd.engine.inbox import Cancel, KeepAlive, LoadModel, Message, Submit
+from mlxd.engine.inbox import Cancel, Embed, KeepAlive, LoadModel, Message, Submit
 from mlxd.engine.loaded_models import LoadedModels, ModelEntry
 from mlxd.engine.request import Request, RequestStatus
 from mlxd.engine.residency import Residency
 from mlxd.engine.scheduler import Scheduler
 from mlxd.engine.stats import Counters
-from mlxd.errors import EngineFault, MlxdError, ModelNotFound, one_line
+from mlxd.errors import EngineFault, EngineUnavailable, MlxdError, ModelNotFound, one_line
 from mlxd.types import FinishEvent, FinishReason
 
 
@@ -75,6 +76,7 @@ class EngineCore:
         self.live = live
         self.on_dequeue = on_dequeue  # a waiting request left the queue (admitted or ended)
         self.scheduler = Scheduler(cfg.max_batch, cfg.kv_budget_tokens)
+        self.embeds = EmbedQueue(cfg.embed_step_tokens)
         self.counters = Counters()
         self.model: str | None = None
         self.runner: Runner | None = None
@@ -85,13 +87,13 @@ class EngineCore:
             models,
             cfg.max_models,
             cfg.model_ttl_seconds,
-            busy=self.scheduler.models_in_use,
+            busy=lambda: self.scheduler.models_in_use() | self.embeds.models_in_use(),
             unload=self._release_model,
         )
 
     @property
     def has_work(self) -> bool:
-        return self.scheduler.has_work
+        return self.scheduler.has_work or self.embeds.has_work
 
     # ---- messages -------------------------------------------------------------------
 
@@ -102,6 +104,10 @@ class EngineCore:
             self.scheduler.add(msg.request)
             self.models.release(msg.request.model)  # busy now: the scheduler holds it
             self.counters.requests_total += 1
+        elif isinstance(msg, Embed):
+            self.embeds.add(msg.job)
+            self.models.release(msg.job.request.model)
+            self.counters.requests_total += 1
         elif isinstance(msg, Cancel):
             self._cancel(msg.request_id)
         elif isinstance(msg, LoadModel):
@@ -111,6 +117,10 @@ class EngineCore:
 
     def _cancel(self, request_id: str) -> None:
         request = self.live.get(request_id)
+        job = self.embeds.find(request_id) if request is None else None
+        if job is not None:
+            job.reply.cancel()
+            self._end_job(job, "cancelled")
         if request is None or request.finished:
             return
         self.finish(request, FinishReason.CANCELLED)
@@ -162,6 +172,8 @@ class EngineCore:
             result = self._run(runner)
             if result is not None:
                 self._postprocess(result)
+        if self.embeds.has_work:
+            self._embed(self.embeds.take())
         self.counters.steps_total += 1
         self.last_progress = time.monotonic()
 
@@ -283,6 +295,43 @@ class EngineCore:
             self.runner.close()
         self.runner, self.model = None, None
 
+    # ---- embeddings -----------------------------------------------------------------
+
+    def _embed(self, batch: EmbedBatch | None) -> None:
+        """Run one batch of embedding rows beside the decode step; answer the jobs it ends."""
+        if batch is None:
+            return
+        entry = self.models.get(batch.model)
+        try:
+            if entry is None or entry.loaded.embedder is None:
+                raise ModelNotFound(f"embedding model {batch.model} is not loaded")
+            vectors = entry.loaded.embedder.embed(batch.ids())
+        except Exception as exc:  # this batch's requests fail; the engine goes on
+            error = (
+                exc
+                if isinstance(exc, MlxdError)
+                else EngineFault(f"embedding failed: {one_line(exc)}")
+            )
+            for job in {id(j): j for j, _ in batch.rows}.values():
+                fail_job(job, error)
+                self._end_job(job, FinishReason.ERROR.value)
+            return
+        for (job, row), vector in zip(batch.rows, vectors, strict=True):
+            job.vectors[row] = vector
+        self.counters.embedded_tokens_total += sum(len(ids) for ids in batch.ids())
+        for job in {id(j): j for j, _ in batch.rows}.values():
+            if job.complete and not job.reply.done():
+                job.reply.set_result(job.result())
+                self._end_job(job, FinishReason.STOP.value)
+
+    def _end_job(self, job: EmbedJob, reason: str) -> None:
+        """`job` leaves the queue (answered, failed or cancelled)."""
+        if job in self.embeds.jobs():
+            self.embeds.remove(job)
+            self.on_dequeue()
+            self.residency.used(job.request.model)
+            self.counters.by_reason[reason] += 1
+
     # ---- endings --------------------------------------------------------------------
 
     def finish(
@@ -327,7 +376,10 @@ class EngineCore:
         self.backend.unload(name)
 
     def close(self) -> None:
-        """Engine thread, on exit: release the runner, then the backend's thread state."""
+        """Engine thread, on exit: fail waiting embeddings, release the runner, then the
+        backend's thread state."""
+        for job in self.embeds.jobs():
+            fail_job(job, EngineUnavailable("engine stopped"))
         try:
             if self.runner is not None:
                 self.runner.close()

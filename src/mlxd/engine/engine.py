@@ -24,9 +24,16 @@ from mlxd.backend import factory
 from mlxd.backend.api import Backend
 from mlxd.engine.collector import Collector
 from mlxd.engine.core import EngineCore, LiveRequests
+from mlxd.engine.embedding import (
+    EmbedHandle,
+    EmbedJob,
+    EmbedRequest,
+    fail_job,
+    validate_embed,
+)
 from mlxd.engine.engine_config import EngineConfig
 from mlxd.engine.handle import RequestHandle
-from mlxd.engine.inbox import Cancel, KeepAlive, LoadModel, Message, Shutdown, Submit
+from mlxd.engine.inbox import Cancel, Embed, KeepAlive, LoadModel, Message, Shutdown, Submit
 from mlxd.engine.loaded_models import AttachedDraft, DraftInfo, LoadedModels, ModelInfo
 from mlxd.engine.request import EngineRequest, Request, budget, validate
 from mlxd.engine.stats import EngineHealth, EngineState, EngineStats
@@ -36,9 +43,10 @@ from mlxd.errors import (
     EngineUnavailable,
     InvalidRequest,
     ModelNotFound,
+    from_code,
     one_line,
 )
-from mlxd.types import DraftKind, FinishEvent, FinishReason, SamplingParams
+from mlxd.types import DraftKind, FinishEvent, FinishReason, ModelKind, SamplingParams
 
 _ids = itertools.count(1)
 # Long enough for a chat template render (MLXD_TEMPLATE_SECONDS) and tokenization between a
@@ -82,6 +90,7 @@ class Engine:
         self._inbox: queue.SimpleQueue[Message] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._queued = 0  # submitted and not yet admitted: what max_queue bounds
+        self._embed_jobs: dict[str, EmbedJob] = {}  # unanswered embeddings, for _fail_all
         self._state = EngineState.READY
         self._detail: str | None = None
         self._core = EngineCore(self.cfg, self._backend, self._models, self._live, self._dequeued)
@@ -172,7 +181,32 @@ class Engine:
             raise
         return RequestHandle(request, self._cancel)
 
+    def embed(self, req: EmbedRequest) -> EmbedHandle:
+        """Queue an embedding request (batched with others by the engine thread). Raises at
+        once: InvalidRequest (not an embedding model; no, too many, empty or too long inputs),
+        EngineBusy, ModelNotFound, EngineUnavailable."""
+        self._check_open()
+        entry = self._models.acquire(req.model)
+        if entry is None:
+            raise ModelNotFound(f"model {req.model!r} is not loaded")
+        try:
+            validate_embed(req, entry.info, self.cfg.embed_max_inputs)
+            job = EmbedJob(f"emb-{next(_ids)}", req, Future())
+            with self._lock:
+                self._check_open()
+                if self._queued >= self.cfg.max_queue:
+                    raise EngineBusy(f"engine queue is full ({self.cfg.max_queue} waiting)")
+                self._queued += 1
+                self._embed_jobs[job.request_id] = job
+                self._inbox.put(Embed(job))
+        except BaseException:
+            self._models.release(req.model)
+            raise
+        job.reply.add_done_callback(lambda _: self._embed_jobs.pop(job.request_id, None))
+        return EmbedHandle(job, self._cancel)
+
     def _make_request(self, req: EngineRequest, info: ModelInfo) -> Request:
+        info.require(ModelKind.GENERATION)
         validate(req, info.vocab_size, takes_images=info.image_processor is not None)
         max_tokens = budget(
             len(req.prompt_ids), info.context_window, req.params, self.cfg.max_tokens_ceiling
@@ -359,6 +393,9 @@ class Engine:
                 error_code=code,
             )
             request.collector.finish(event)
+        error = from_code(code, message)
+        for job in list(self._embed_jobs.values()):
+            fail_job(job, error)
 
     def _reject_inbox(self) -> None:
         while True:
@@ -368,6 +405,8 @@ class Engine:
                 return
             if isinstance(msg, LoadModel) and not msg.reply.done():
                 msg.reply.set_exception(EngineUnavailable(f"engine is {self._state}"))
+            elif isinstance(msg, Embed):
+                fail_job(msg.job, EngineUnavailable(f"engine is {self._state}"))
             elif isinstance(msg, Submit):
                 msg.request.collector.finish(
                     FinishEvent(

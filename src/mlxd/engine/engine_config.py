@@ -26,6 +26,10 @@ class EngineConfig:
     max_batch: int = setting_field("max_batch")
     max_queue: int = setting_field("max_queue")
     prefill_chunk: int = setting_field("prefill_chunk")
+    # Embeddings: each engine step also embeds up to embed_step_tokens padded input tokens
+    # (engine/embedding.py); a request holds at most embed_max_inputs inputs.
+    embed_step_tokens: int = setting_field("embed_step_tokens")
+    embed_max_inputs: int = setting_field("embed_max_inputs")
     kv_budget_tokens: int = setting_field("kv_budget_tokens")
     prefix_cache_bytes: int = setting_field("prefix_cache_bytes")
     prefix_cache_dir: str = setting_field("prefix_cache_dir")  # "": no disk tier
@@ -62,7 +66,15 @@ class EngineConfig:
     fault_hook: FaultHook | None = None
 
     def __post_init__(self) -> None:
-        names = ("max_batch", "prefill_chunk", "kv_budget_tokens", "prefill_batch", "max_models")
+        names = (
+            "max_batch",
+            "prefill_chunk",
+            "kv_budget_tokens",
+            "prefill_batch",
+            "max_models",
+            "embed_step_tokens",
+            "embed_max_inputs",
+        )
         for name in names:
             if getattr(self, name) < 1:
                 raise InvalidRequest(f"engine setting {name} must be >= 1", param=name)

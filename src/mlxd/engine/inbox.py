@@ -6,6 +6,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
+from mlxd.engine.embedding import EmbedJob
 from mlxd.engine.loaded_models import DraftInfo, ModelInfo
 from mlxd.engine.request import Request
 
@@ -13,6 +14,11 @@ from mlxd.engine.request import Request
 @dataclass(frozen=True, slots=True)
 class Submit:
     request: Request
+
+
+@dataclass(frozen=True, slots=True)
+class Embed:
+    job: EmbedJob
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,4 +47,4 @@ class Shutdown:
     """Fail whatever is pending and stop the thread."""
 
 
-Message = Submit | Cancel | LoadModel | KeepAlive | Shutdown
+Message = Submit | Embed | Cancel | LoadModel | KeepAlive | Shutdown

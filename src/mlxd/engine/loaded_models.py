@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from mlxd.backend.api import LoadedModel
-from mlxd.types import DraftKind, ImageProcessor, Tokenizer
+from mlxd.errors import InvalidRequest
+from mlxd.types import DraftKind, ImageProcessor, ModelKind, Tokenizer
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,18 @@ class ModelInfo:
     vocab_size: int = 0
     image_processor: ImageProcessor | None = None  # vision models: their image preprocessing
     draft: DraftInfo | None = None  # speculation's draft model, kind `model`
+    kind: ModelKind = ModelKind.GENERATION
+    dimensions: int = 0  # an embedding model's vector length
+
+    def require(self, kind: ModelKind) -> None:
+        """Raise InvalidRequest (param `model`) unless this model serves `kind`."""
+        if kind is self.kind:
+            return
+        if self.kind is ModelKind.EMBEDDING:
+            why = "serves embeddings (/v1/embeddings, /api/embed), not chat or completions"
+        else:
+            why = "is not an embedding model (bge, e5, gte, nomic, Qwen3-Embedding...)"
+        raise InvalidRequest(f"model {self.name!r} {why}", param="model")
 
 
 @dataclass(slots=True)
@@ -99,6 +112,8 @@ class ModelEntry:
             vocab_size=loaded.vocab_size,
             image_processor=loaded.vision.processor if loaded.vision is not None else None,
             draft=draft,
+            kind=ModelKind.GENERATION if loaded.embedder is None else ModelKind.EMBEDDING,
+            dimensions=loaded.embedder.dimensions if loaded.embedder is not None else 0,
         )
         return cls(info, loaded)
 

@@ -57,6 +57,7 @@ class Counters:
     prefilled_tokens_total: int = 0  # prompt tokens actually run (prompt minus cache hits)
     draft_tokens_total: int = 0  # draft tokens verified (speculative decoding)
     accepted_tokens_total: int = 0  # of those, accepted
+    embedded_tokens_total: int = 0  # input tokens of embedding requests run
     # Finished requests by finish reason; every key present from the start, so readers
     # never see the dict change size.
     by_reason: dict[str, int] = field(default_factory=lambda: {r.value: 0 for r in FinishReason})

@@ -8,8 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from mlxd.checkpoint import embedding_spec
+
 _VISION_TYPES = {"llava", "qwen2_vl", "qwen2_5_vl", "mllama", "idefics3", "paligemma", "pixtral"}
-_EMBEDDING_TYPES = {"bert", "xlm-roberta", "roberta", "nomic_bert", "modernbert", "e5"}
 
 # Reasoning start/end markers, looked up in the vocabulary and the template.
 REASONING_MARKERS = [
@@ -64,12 +65,7 @@ def kind(root: Path, config: dict[str, Any], has_template: bool) -> str:
     archs = " ".join(str(a) for a in config.get("architectures") or [])
     if "vision_config" in config or model_type in _VISION_TYPES or "VL" in archs:
         return "vision"
-    is_lm = "CausalLM" in archs or "ConditionalGeneration" in archs
-    if (
-        model_type in _EMBEDDING_TYPES
-        or (root / "modules.json").exists()
-        or (archs.endswith("Model") and not is_lm)
-    ):
+    if embedding_spec(root, config) is not None:
         return "embedding"
     return "chat" if has_template else "base"
 

@@ -1,0 +1,72 @@
+"""checkpoint.embedding_spec: which checkpoints are embedding models and how they pool."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mlxd.checkpoint import EmbeddingSpec, embedding_spec
+
+ST = "sentence_transformers.models."
+
+
+def _layout(root: Path, modules: list[str] | None, pooling: dict | None = None) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    if modules is not None:
+        listed = [
+            {"idx": i, "path": f"{i}_{m}" if m != "Transformer" else "", "type": ST + m}
+            for i, m in enumerate(modules)
+        ]
+        (root / "modules.json").write_text(json.dumps(listed))
+    if pooling is not None:
+        (root / "1_Pooling").mkdir()
+        (root / "1_Pooling" / "config.json").write_text(json.dumps(pooling))
+    return root
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        ({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}, None),
+        ({"model_type": "bert"}, EmbeddingSpec("cls", True, True)),
+        (
+            {"model_type": "modernbert", "architectures": ["ModernBertModel"]},
+            EmbeddingSpec("cls", True, True),
+        ),
+        (
+            {"model_type": "qwen3", "architectures": ["Qwen3Model"]},
+            EmbeddingSpec("last", True, False),
+        ),
+    ],
+    ids=["causal-lm", "bert", "modernbert", "bare-decoder-body"],
+)
+def test_without_modules_json(tmp_path: Path, config: dict, expected: EmbeddingSpec | None) -> None:
+    assert embedding_spec(tmp_path, config) == expected
+
+
+@pytest.mark.parametrize(
+    ("key", "mode"),
+    [
+        ("pooling_mode_mean_tokens", "mean"),
+        ("pooling_mode_cls_token", "cls"),
+        ("pooling_mode_max_tokens", "max"),
+        ("pooling_mode_lasttoken", "last"),
+    ],
+)
+def test_pooling_from_1_pooling(tmp_path: Path, key: str, mode: str) -> None:
+    root = _layout(tmp_path / "m", ["Transformer", "Pooling", "Normalize"], {key: True})
+    spec = embedding_spec(root, {"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"]})
+    assert spec == EmbeddingSpec(mode, True, False)
+
+
+def test_no_normalize_module_means_raw_vectors(tmp_path: Path) -> None:
+    root = _layout(tmp_path / "m", ["Transformer", "Pooling"], {"pooling_mode_mean_tokens": True})
+    assert embedding_spec(root, {"model_type": "bert"}) == EmbeddingSpec("mean", False, True)
+
+
+def test_unreadable_modules_json_falls_back(tmp_path: Path) -> None:
+    (tmp_path / "modules.json").write_text("{not json")
+    assert embedding_spec(tmp_path, {"model_type": "llama"}) is None
+    assert embedding_spec(tmp_path, {"model_type": "bert"}) == EmbeddingSpec("cls", True, True)
