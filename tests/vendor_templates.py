@@ -10,6 +10,22 @@ vendors ship in their tokenizer_config.json):
                              commit afefa651447358ae477f31a0ea1b97adff04c64f
   Kimi-K2.jinja              models/templates/moonshotai-Kimi-K2.jinja (CRLF line ends, as there)
                              commit 02f4a631678bc435c5cea7a54ab4222ee32e8453
+  DeepSeek-V3.1.jinja        models/templates/deepseek-ai-DeepSeek-V3.1.jinja
+                             commit 0374c5b6e4c19370262d93e2c3f2a98c9af9fe1f
+  NVIDIA-Nemotron-Nano-v2.jinja  models/templates/NVIDIA-Nemotron-Nano-v2.jinja
+                             commit 5801ed3557edfdfcd7d14e0821bf8adefdf1aaf1
+  ByteDance-Seed-OSS.jinja   models/templates/ByteDance-Seed-OSS.jinja
+                             commit b1933d306f928b19e1601e640c4f1a2eb84b238a
+The next three are not in the index's copy of ggml-org/llama.cpp; they were read from forks
+that keep the same models/templates/ files:
+  Hermes-3-Llama-3.1-8B-tool_use.jinja  ye-NX/llama.cpp
+                             models/templates/NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja
+                             commit b354d7c9ecb76c97c07098617cdebbdfffa2583e (CRLF line ends)
+  granite-3.3-2B-Instruct.jinja  ye-NX/llama.cpp
+                             models/templates/ibm-granite-granite-3.3-2B-Instruct.jinja
+                             commit b354d7c9ecb76c97c07098617cdebbdfffa2583e (CRLF line ends)
+  Qwen3.5-4B.jinja           HermestoAizales/llama.cpp models/templates/Qwen3.5-4B.jinja
+                             commit 0834e65824bc751ebb66596dbc2b6119687d2749
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from mlxd.chat.formats import GENERIC_JSON, Formats, ToolFormat
+from mlxd.chat.tool_syntax.deepseek import CALL_BEGIN, CALL_END, CALLS_BEGIN, CALLS_END, SEP
 from mlxd.errors import InvalidRequest
 from mlxd.types import OutputConstraint
 
@@ -78,8 +79,24 @@ class ToolCallShape:
     suffix: str
     arguments_key: str  # "arguments", or Llama 3's "parameters"
     as_list: bool  # Mistral: a list of calls
+    name_key: str = "name"  # Command-R: "tool_name"
+    # DeepSeek: the prefix writes the name ("{name}") and the JSON is the arguments alone, so
+    # only a choice of one tool can be enforced.
+    name_in_prefix: bool = False
+
+    def fits(self, tools: list[dict[str, Any]]) -> bool:
+        """Whether a call to one of `tools` can be enforced in this shape."""
+        return not self.name_in_prefix or len(tools) == 1
+
+    def opening(self, tools: list[dict[str, Any]]) -> str:
+        """The text before the JSON (for `name_in_prefix`, with the one tool's name)."""
+        if self.name_in_prefix:
+            return self.prefix.replace("{name}", tools[0]["function"]["name"])
+        return self.prefix
 
     def schema(self, tools: list[dict[str, Any]]) -> dict[str, Any]:
+        if self.name_in_prefix:
+            return dict(tools[0]["function"].get("parameters") or JSON_OBJECT)
         calls = [self._call(t["function"]) for t in tools]
         one: dict[str, Any] = calls[0] if len(calls) == 1 else {"anyOf": calls}
         if self.as_list:
@@ -90,20 +107,34 @@ class ToolCallShape:
         params = fn.get("parameters") or JSON_OBJECT
         return {
             "type": "object",
-            "properties": {"name": {"const": fn["name"]}, self.arguments_key: params},
-            "required": ["name", self.arguments_key],
+            "properties": {self.name_key: {"const": fn["name"]}, self.arguments_key: params},
+            "required": [self.name_key, self.arguments_key],
             "additionalProperties": False,
         }
 
 
 # The tool formats a forced call can be written in (chat.formats detects them; their parsers
-# read these shapes back). Others (mlx-lm's XML-like formats, GPT-OSS harmony) fall back to
-# the prompt's instruction, with a warning.
+# read these shapes back). Others (mlx-lm's XML-like formats, Seed-OSS, pythonic calls, GPT-OSS
+# harmony, and DeepSeek with a choice of several tools) fall back to the prompt's
+# instruction, with a warning.
 _SHAPES = {
     "hermes": ToolCallShape("<tool_call>\n", "\n</tool_call>", "arguments", as_list=False),
     "mistral": ToolCallShape("[TOOL_CALLS]", "", "arguments", as_list=True),
     "llama3": ToolCallShape("", "", "parameters", as_list=False),
     "json": ToolCallShape("", "", "arguments", as_list=False),  # formats.GENERIC_JSON
+    "phi4": ToolCallShape("<|tool_call|>", "<|/tool_call|>", "arguments", as_list=False),
+    "nemotron": ToolCallShape("<TOOLCALL>", "</TOOLCALL>", "arguments", as_list=True),
+    "granite": ToolCallShape("<|tool_call|>", "", "arguments", as_list=True),
+    "command_r": ToolCallShape(
+        "<|START_ACTION|>", "<|END_ACTION|>", "parameters", as_list=True, name_key="tool_name"
+    ),
+    "deepseek": ToolCallShape(
+        f"{CALLS_BEGIN}{CALL_BEGIN}{{name}}{SEP}",
+        f"{CALL_END}{CALLS_END}",
+        "arguments",
+        as_list=False,
+        name_in_prefix=True,
+    ),
 }
 
 
@@ -145,7 +176,7 @@ def chat_constraint(
     markers = None if reasoning_closed else formats.reasoning
     if forced:
         shape = tool_call_shape(formats.tool)
-        if shape is None:
+        if shape is None or not shape.fits(forced):
             fmt = "GPT-OSS harmony" if formats.harmony else getattr(formats.tool, "name", "no")
             return (
                 None,
@@ -155,7 +186,7 @@ def chat_constraint(
         return OutputConstraint(
             text,
             param="tool_choice",
-            prefix=shape.prefix,
+            prefix=shape.opening(forced),
             suffix=shape.suffix,
             reasoning=markers,
             reasoning_open=reasoning_open,

@@ -95,14 +95,18 @@ def detect_formats(
 def detect_reasoning(
     tokenizer: Tokenizer, vocab: frozenset[str] | None = None, template: str | None = None
 ) -> tuple[str, str] | None:
-    """Think markers: mlx-lm's inference from the vocabulary, else <think> (then the other
-    families' markers) in the vocabulary or the template."""
+    """Think markers: another family's markers its template spells (Seed-OSS, Command-R7B),
+    else mlx-lm's inference from the vocabulary, else <think> (then the others) in the
+    vocabulary or the template."""
+    template = _template_text(tokenizer) if template is None else template
+    for pair in OTHER_THINK:  # a vendor's own markers in its template win over a <think> token
+        if all(m in template for m in pair):
+            return pair
     start = getattr(tokenizer, "think_start", None) if _is_wrapper(tokenizer) else None
     end = getattr(tokenizer, "think_end", None) if _is_wrapper(tokenizer) else None
     if isinstance(start, str) and isinstance(end, str):
         return (start, end)
     vocab = _vocab(tokenizer) if vocab is None else vocab
-    template = _template_text(tokenizer) if template is None else template
     for pair in (THINK, *OTHER_THINK):
         if all(m in vocab for m in pair) or all(m in template for m in pair):
             return pair

@@ -12,9 +12,19 @@ from mlxd.chat.constraints import (
     response_schema,
     tool_call_shape,
 )
-from mlxd.chat.formats import HERMES, LLAMA3, MISTRAL, THINK, Formats, ToolFormat
+from mlxd.chat.formats import (
+    HERMES,
+    LLAMA3,
+    MISTRAL,
+    THINK,
+    Formats,
+    ToolFormat,
+    detect_formats,
+)
 from mlxd.chat.tool_choice import NAMED_HINT, REQUIRED_HINT, ToolChoice
+from mlxd.chat.tool_syntax.families import SYNTAXES, Syntax
 from mlxd.errors import InvalidRequest
+from tests.unit.chat.test_chat_formats import Tok
 
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}}
 TOOLS = [
@@ -84,20 +94,37 @@ def test_a_tool_choice_shapes_the_prompt_without_touching_the_callers_messages()
     assert ToolChoice().apply(messages, TOOLS) == (messages, TOOLS)
 
 
-@pytest.mark.parametrize("fmt", [HERMES, MISTRAL, LLAMA3])
+def _vendor(syntax: Syntax) -> ToolFormat:
+    tool = detect_formats(Tok(list(syntax.evidence))).tool
+    assert tool is not None and tool.name == syntax.name
+    return tool
+
+
+VENDOR = [_vendor(s) for s in SYNTAXES if s.name != "seed_oss"]  # Seed's XML: not enforced
+
+
+@pytest.mark.parametrize("fmt", [HERMES, MISTRAL, LLAMA3, *VENDOR], ids=lambda f: f.name)
 def test_a_forced_call_reads_back_through_the_formats_own_parser(fmt: ToolFormat):
     shape = tool_call_shape(fmt)
-    assert shape is not None
+    assert shape is not None and shape.fits([TOOLS[0]])
     schema = shape.schema([TOOLS[0]])
-    call = {"name": "f", shape.arguments_key: {"a": 3}}
+    call = {shape.name_key: "f", shape.arguments_key: {"a": 3}}
+    if shape.name_in_prefix:  # DeepSeek: the name is written before the arguments
+        call = {"a": 3}
     body = json.dumps([call] if shape.as_list else call)
     assert ("array" if shape.as_list else "object") == schema["type"]
-    text = shape.prefix + body + shape.suffix
+    text = shape.opening([TOOLS[0]]) + body + shape.suffix
     assert text.startswith(fmt.start) or (fmt.json_at_start and text.startswith("{"))
     inner = text.removeprefix(fmt.start)
     if fmt.end:
         inner = inner.removesuffix(fmt.end)
     assert fmt.parse(inner) == [{"name": "f", "arguments": {"a": 3}}]
+
+
+def test_deepseek_enforces_a_choice_of_one_tool_only():
+    shape = tool_call_shape(_vendor(SYNTAXES[0]))
+    assert shape is not None and shape.fits([TOOLS[0]]) and not shape.fits(TOOLS)
+    assert tool_call_shape(_vendor(SYNTAXES[1])) is None  # Seed-OSS
 
 
 def test_required_with_several_tools_allows_any_of_them_with_its_own_parameters():

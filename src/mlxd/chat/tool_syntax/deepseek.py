@@ -12,7 +12,7 @@ from typing import Any
 
 from mlxd.chat.json_text import loads_json
 
-__all__ = ["CALLS_BEGIN", "CALLS_END", "parse_deepseek"]
+__all__ = ["CALL_BEGIN", "CALL_END", "CALLS_BEGIN", "CALLS_END", "SEP", "parse_deepseek"]
 
 CALLS_BEGIN = "<｜tool▁calls▁begin｜>"
 CALLS_END = "<｜tool▁calls▁end｜>"

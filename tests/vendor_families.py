@@ -1,0 +1,199 @@
+"""Each tool-calling family as a scripted checkpoint sees it: its vendor template (tests/
+templates/) and what the family's models really write for an answer, reasoning then an
+answer, one call and two calls. Shared by the chat-layer and the server tests.
+
+Script chunks are single tokens and must be distinct, so a family's second call block is one
+chunk. Non-ASCII text is left to the unit tests (an added token's raw non-ASCII text decodes
+to U+FFFD in mlx-lm's byte-level detokenizer; real models spell it with byte tokens).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+ANSWER = ["Sunny", " in Paris."]
+THOUGHT = "Let me see."
+WEATHER = {"city": "Paris", "days": 3}
+TIME = {"zone": "UTC"}
+CALLS_ONE = [("get_weather", WEATHER)]
+CALLS_TWO = [("get_weather", WEATHER), ("get_time", TIME)]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {
+                "type": "object",
+                "properties": properties,
+                "required": list(properties),
+                "additionalProperties": False,
+            },
+        },
+    }
+    for name, description, properties in (
+        (
+            "get_weather",
+            "The weather in a city",
+            {
+                "city": {"type": "string", "enum": ["Paris", "Rome"]},
+                "days": {"type": "integer", "minimum": 1, "maximum": 3},
+            },
+        ),
+        ("get_time", "The time in a zone", {"zone": {"type": "string", "enum": ["UTC"]}}),
+    )
+]
+
+
+def _json(args: dict[str, Any]) -> str:
+    return json.dumps(args)
+
+
+def _obj(name: str, args: dict[str, Any]) -> str:
+    return json.dumps({"name": name, "arguments": args})
+
+
+@dataclass(frozen=True)
+class Family:
+    """A family: its template, the tool format mlxd must detect, and its scripts."""
+
+    name: str  # the template's file name under tests/templates/
+    syntax: str  # chat.formats ToolFormat.name
+    one_call: list[str]
+    two_calls: list[str]
+    thinking: list[str] | None  # reasoning then answer, as the model writes it; None: no reasoning
+    thinking_kwargs: dict[str, Any] = field(default_factory=dict)  # turn reasoning on
+    quiet_kwargs: dict[str, Any] = field(default_factory=dict)  # turn reasoning off
+    quiet_system: str = ""  # appended to the system prompt to turn reasoning off
+    call_marker: str | None = None  # how an earlier call shows in the prompt (None: not shown)
+    enforced: bool = False  # tool_choice required/named is enforced by the grammar
+
+
+DS = ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>")
+DS_END, DS_SEP = "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
+
+
+def _ds_call(name: str, args: dict[str, Any]) -> str:
+    return DS[2] + name + DS_SEP + _json(args) + DS_END
+
+
+def _seed_call(name: str, args: dict[str, Any]) -> str:
+    params = "".join(f"<parameter={k}>{v}</parameter>\n" for k, v in args.items())
+    return f"\n<function={name}>\n{params}</function>\n"
+
+
+def _qwen_call(name: str, args: dict[str, Any]) -> str:
+    params = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in args.items())
+    return f"\n<function={name}>\n{params}</function>\n"
+
+
+FAMILIES = [
+    Family(
+        "DeepSeek-V3.1",
+        "deepseek",
+        [DS[0], DS[2], "get_weather", DS_SEP, _json(WEATHER), DS_END, DS[1]],
+        [
+            DS[0],
+            DS[2],
+            "get_weather",
+            DS_SEP,
+            _json(WEATHER),
+            DS_END,
+            _ds_call("get_time", TIME),
+            DS[1],
+        ],
+        [THOUGHT, "</think>", "Sunny."],  # the prompt opens <think> when thinking is on
+        thinking_kwargs={"thinking": True},
+        call_marker=DS[0] + DS[2] + "get_weather" + DS_SEP,
+        enforced=True,  # a named choice (one tool) only
+    ),
+    Family(
+        "Phi-4-mini-instruct",
+        "phi4",
+        ["<|tool_call|>", _obj("get_weather", WEATHER), "<|/tool_call|>"],
+        [
+            "<|tool_call|>",
+            _obj("get_weather", WEATHER),
+            "<|/tool_call|>",
+            "<|tool_call|>" + _obj("get_time", TIME) + "<|/tool_call|>",
+        ],
+        None,
+        call_marker="<|tool_call|>",
+        enforced=True,
+    ),
+    Family(
+        "NVIDIA-Nemotron-Nano-v2",
+        "nemotron",
+        ["<TOOLCALL>", "[" + _obj("get_weather", WEATHER) + "]", "</TOOLCALL>"],
+        ["<TOOLCALL>", "[" + ", ".join(_obj(n, a) for n, a in CALLS_TWO) + "]", "</TOOLCALL>"],
+        [THOUGHT, "</think>", "Sunny."],  # the prompt opens <think> unless /no_think
+        quiet_system=" /no_think",
+        call_marker='<TOOLCALL>[{"name": "get_weather"',
+        enforced=True,
+    ),
+    Family(
+        "ByteDance-Seed-OSS",
+        "seed_oss",
+        ["<seed:tool_call>", _seed_call("get_weather", WEATHER), "</seed:tool_call>"],
+        [
+            "<seed:tool_call>",
+            _seed_call("get_weather", WEATHER),
+            "</seed:tool_call>",
+            "<seed:tool_call>" + _seed_call("get_time", TIME) + "</seed:tool_call>",
+        ],
+        ["<seed:think>", THOUGHT, "</seed:think>", "Sunny."],
+        call_marker="<seed:tool_call>\n<function=get_weather>",
+    ),
+    Family(
+        "LFM2.5-8B-A1B",
+        "pythonic",
+        ["<|tool_call_start|>", '[get_weather(city="Paris", days=3)]', "<|tool_call_end|>"],
+        [
+            "<|tool_call_start|>",
+            '[get_weather(city="Paris", days=3), get_time(zone="UTC")]',
+            "<|tool_call_end|>",
+        ],
+        ["<think>", THOUGHT, "</think>", "Sunny."],
+        call_marker="<|tool_call_start|>[get_weather(",
+    ),
+    Family(
+        "Hermes-3-Llama-3.1-8B-tool_use",
+        "hermes",
+        ["<tool_call>", "\n" + _obj("get_weather", WEATHER) + "\n", "</tool_call>"],
+        [
+            "<tool_call>",
+            "\n" + _obj("get_weather", WEATHER) + "\n",
+            "</tool_call>",
+            "\n<tool_call>\n" + _obj("get_time", TIME) + "\n</tool_call>",
+        ],
+        None,
+        call_marker='<tool_call>\n{"name": "get_weather"',
+        enforced=True,
+    ),
+    Family(
+        "granite-3.3-2B-Instruct",
+        "granite",
+        ["<|tool_call|>", "[" + _obj("get_weather", WEATHER) + "]"],
+        ["<|tool_call|>", "[" + ", ".join(_obj(n, a) for n, a in CALLS_TWO) + "]"],
+        None,
+        call_marker=None,  # the template does not render earlier calls
+        enforced=True,
+    ),
+    Family(
+        "Qwen3.5-4B",
+        "qwen3_coder",
+        ["<tool_call>", _qwen_call("get_weather", WEATHER), "</tool_call>"],
+        [
+            "<tool_call>",
+            _qwen_call("get_weather", WEATHER),
+            "</tool_call>",
+            "\n<tool_call>" + _qwen_call("get_time", TIME) + "</tool_call>",
+        ],
+        [THOUGHT, "</think>", "Sunny."],  # the prompt opens <think> unless enable_thinking false
+        quiet_kwargs={"enable_thinking": False},
+        call_marker="<tool_call>\n<function=get_weather>",
+    ),
+]
+BY_NAME = {f.name: f for f in FAMILIES}
