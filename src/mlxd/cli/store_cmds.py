@@ -1,4 +1,4 @@
-"""`mlxd list`, `show`, `health` and `rm`: thin renderers over mlxd.store."""
+"""`mlxd list`, `show`, `health`, `rm` and `clone`: thin renderers over mlxd.store."""
 
 from __future__ import annotations
 
@@ -43,6 +43,12 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_rm)
+
+    p = sub.add_parser("clone", help="copy a model into a directory as plain files, to edit")
+    p.add_argument("model", help="org/name[@rev] in the HF cache, store name or directory")
+    p.add_argument("directory", help="where the copy goes (absent or empty)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_clone)
 
 
 # ---- list ---------------------------------------------------------------------------
@@ -208,4 +214,23 @@ def cmd_rm(args: argparse.Namespace) -> int:
         print_json({"removed": plan.to_dict()})
     else:
         print(f"removed {what} ({human_size(plan.size)})")
+    return 0
+
+
+# ---- clone --------------------------------------------------------------------------
+
+
+def cmd_clone(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from mlxd.store.derived import clone_model
+
+    result = clone_model(args.model, Path(args.directory))
+    if args.json:
+        print_json(result.to_dict())
+        return 0
+    print(
+        f"cloned {result.source} into {result.path}: {result.files} files, "
+        f"{human_size(result.bytes)}"
+    )
     return 0
