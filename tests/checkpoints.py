@@ -17,7 +17,8 @@ make_checkpoint(path, kind) writes one of:
              SmolLM2's): a model with no tool-call format and no reasoning markers
 `dtype` ("float32", "float16", "bfloat16") is the weights' type; tests use float32.
 `size` ("tiny", "small", "medium", "big", "xl", "xxl") overrides the kind's size (benchmarks use
-bigger models).
+bigger models); `head_dim` sets the attention heads' width (llama kinds; quantized KV needs a
+multiple of its group size, 32 or more).
 """
 
 from __future__ import annotations
@@ -188,6 +189,7 @@ def make_checkpoint(
     dtype: str = "float32",
     size: str | None = None,
     vocab_size: int = 512,
+    head_dim: int | None = None,
 ) -> Path:
     import importlib
 
@@ -211,6 +213,8 @@ def make_checkpoint(
         "torch_dtype": dtype,
         "eos_token_id": _eos_id(path, template),
     }
+    if head_dim is not None:  # wider heads than hidden_size / heads (quantized KV groups)
+        config["head_dim"] = head_dim
     module = importlib.import_module(f"mlx_lm.models.{model_type}")
     mx.random.seed(seed)
     model = module.Model(module.ModelArgs.from_dict(config))

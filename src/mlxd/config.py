@@ -160,6 +160,20 @@ SETTINGS: dict[str, Setting[Any]] = {
         "admission budget: prompt + max new tokens in flight",
         int,
     ),
+    "kv_bits": Setting(
+        "MLXD_KV_BITS",
+        "0",
+        "attention KV cache precision: 8 or 4 stores keys and values quantized (about 1.9x / "
+        "3.6x the tokens per byte of 16-bit KV), 0 full precision; per server",
+        int,
+    ),
+    "kv_group_size": Setting(
+        "MLXD_KV_GROUP_SIZE",
+        "64",
+        "quantized KV: values sharing one scale and bias (32, 64 or 128; a model's head "
+        "dimension must be a multiple of it)",
+        int,
+    ),
     "prefix_cache_bytes": Setting(
         "MLXD_PREFIX_CACHE_BYTES",
         str(2 << 30),
@@ -457,6 +471,9 @@ SAMPLING_DEFAULTS: SamplingDefaults = {
 }
 
 # Size limits every front door validates against (HTTP fields and CLI flags alike).
+KV_BITS = (4, 8)  # what --kv-bits accepts besides 0 (full precision)
+KV_GROUP_SIZES = (32, 64, 128)  # what mx.quantize accepts
+
 LIMITS = {
     "logit_bias_entries": 1024,
     "stop_string_chars": 256,

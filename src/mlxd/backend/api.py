@@ -39,6 +39,8 @@ class BackendConfig:
     prefill_batch: int = 1
     prefill_group_tokens: int = 0  # 0: no prefill planner
     prefix_cache_bytes: int = 0
+    kv_bits: int = 0  # attention KV quantized to these bits (backend/kv); 0: full precision
+    kv_group_size: int = 64
     prefix_cache_dir: str = ""  # "": no disk tier
     prefix_cache_disk_bytes: int = 0
     trust_remote_code: bool = False

@@ -7,6 +7,7 @@ from pathlib import Path
 from mlxd.backend import blas
 from mlxd.backend.api import BackendConfig, ClusterStats, LoadedModel, PrefixCacheStats
 from mlxd.backend.batch import BatchRunner, release_thread_streams
+from mlxd.backend.kv import quantize_kv
 from mlxd.backend.loader import load_checkpoint, load_with_draft
 from mlxd.backend.memory import free_unused
 from mlxd.backend.prefix import DiskTier, PrefixCache
@@ -26,12 +27,19 @@ class MlxBackend:
         self.prefix_cache = PrefixCache(config.prefix_cache_bytes, disk)
 
     def load(self, path: Path, draft: Path | None = None) -> LoadedModel:
-        """The model at `path`, with the draft model at `draft` attached (speculation)."""
+        """The model at `path`, with the draft model at `draft` attached (speculation); a KV
+        precision the model cannot take (backend.kv) is refused here, before any request."""
         if draft is not None:
-            return load_with_draft(path, draft, trust_remote_code=self.trust_remote_code)
-        return load_checkpoint(path, trust_remote_code=self.trust_remote_code)
+            loaded = load_with_draft(path, draft, trust_remote_code=self.trust_remote_code)
+        else:
+            loaded = load_checkpoint(path, trust_remote_code=self.trust_remote_code)
+        quantize_kv(loaded.model, self.config.kv_bits, self.config.kv_group_size)
+        return loaded
 
     def make_runner(self, name: str, model: LoadedModel) -> BatchRunner:
+        """A runner for `model`, whose caches have the configured KV precision (backend.kv;
+        set again for a model another backend loaded, before the prefix cache probes it)."""
+        quantize_kv(model.model, self.config.kv_bits, self.config.kv_group_size)
         self.prefix_cache.register(name, model.path, model.model)
         return BatchRunner(model, name, self.prefix_cache, self.config)
 

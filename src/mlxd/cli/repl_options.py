@@ -15,6 +15,7 @@ from typing import Any
 
 from mlxd.chat.options import OPTIONS, ChatOptions, Option, OptionKind
 from mlxd.chat.tool_choice import ToolChoice
+from mlxd.cli.kv_flags import add_kv_flags
 from mlxd.types import DraftKind
 
 # Flags this module defines itself; an OPTIONS entry with the same flag is skipped.
@@ -22,8 +23,8 @@ OWN_FLAGS = ("--system", "--json", "--model", "--hide-reasoning", "--no-think")
 
 
 def add_generation_flags(parser: argparse.ArgumentParser) -> None:
-    """--system, --hide-reasoning, --no-think, --trust-remote-code, --draft-model and every
-    sampling flag."""
+    """--system, --hide-reasoning, --no-think, --trust-remote-code, --draft-model, the KV
+    precision (kv_flags) and every sampling flag."""
     parser.add_argument("--system", metavar="TEXT", help="system prompt")
     parser.add_argument(
         "--hide-reasoning",
@@ -46,6 +47,7 @@ def add_generation_flags(parser: argparse.ArgumentParser) -> None:
         help="a smaller model with the same tokenizer that drafts tokens for speculative "
         "decoding (as serve --draft-model; --draft-kind defaults to model then)",
     )
+    add_kv_flags(parser)
     group = parser.add_argument_group(
         "sampling", "each flag sets the /v1/chat/completions request field named in its help"
     )

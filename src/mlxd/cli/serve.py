@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from mlxd.cli.kv_flags import add_kv_flags, kv_overrides
 from mlxd.config import ENGINE_DEFAULTS, SETTINGS, default
 
 if TYPE_CHECKING:
@@ -77,6 +78,7 @@ def _add_engine_args(p: argparse.ArgumentParser) -> None:
         help="unload a model idle this long: seconds or 30s, 5m, 1h "
         f"(default {default('model_ttl_seconds')}: never; {_env('model_ttl_seconds')})",
     )
+    add_kv_flags(p)
     p.add_argument(
         "--draft-model",
         metavar="REF",
@@ -162,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None:
             overrides[name] = value
+    overrides.update(kv_overrides(args))
     if args.draft_kind is not None:
         from mlxd.types import DraftKind
 

@@ -7,7 +7,14 @@ from dataclasses import dataclass, fields
 
 from mlxd import config as settings
 from mlxd.backend.api import BackendConfig, FaultHook
-from mlxd.config import ENGINE_DEFAULTS, parse_duration, setting_field, values_from_settings
+from mlxd.config import (
+    ENGINE_DEFAULTS,
+    KV_BITS,
+    KV_GROUP_SIZES,
+    parse_duration,
+    setting_field,
+    values_from_settings,
+)
 from mlxd.errors import InvalidRequest
 from mlxd.types import DraftKind
 
@@ -31,6 +38,8 @@ class EngineConfig:
     embed_step_tokens: int = setting_field("embed_step_tokens")
     embed_max_inputs: int = setting_field("embed_max_inputs")
     kv_budget_tokens: int = setting_field("kv_budget_tokens")
+    kv_bits: int = setting_field("kv_bits")  # 0: full precision (backend/kv)
+    kv_group_size: int = setting_field("kv_group_size")
     prefix_cache_bytes: int = setting_field("prefix_cache_bytes")
     prefix_cache_dir: str = setting_field("prefix_cache_dir")  # "": no disk tier
     prefix_cache_disk_bytes: int = setting_field("prefix_cache_disk_bytes")
@@ -83,6 +92,12 @@ class EngineConfig:
             raise InvalidRequest(
                 "engine settings max_queue, prefix_cache_bytes and prefix_cache_disk_bytes "
                 "must be >= 0"
+            )
+        if self.kv_bits not in (0, *KV_BITS) or self.kv_group_size not in KV_GROUP_SIZES:
+            raise InvalidRequest(
+                f"engine setting kv_bits must be 0 or one of {KV_BITS} and kv_group_size one "
+                f"of {KV_GROUP_SIZES} (got {self.kv_bits}, {self.kv_group_size})",
+                param="kv_bits",
             )
         if self.max_tokens_ceiling is not None and self.max_tokens_ceiling < 1:
             self.max_tokens_ceiling = None  # 0 in the settings table means "no ceiling"

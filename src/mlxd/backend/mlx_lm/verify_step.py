@@ -9,7 +9,8 @@ What we rely on:
   `_next_tokens[i]` is sampled but neither emitted nor in the cache, `_next_logprobs[i]` is
   the distribution it was drawn from, `tokens[i]` is what the cache holds, `_matchers`,
   `_num_tokens`, `max_tokens`, `samplers`, `logits_processors`, `_token_context` are per
-  row. A `BatchKVCache` rewinds per row with `trim` (all rows) then `prepare(right_padding=)`
+  row. A `BatchKVCache` (and backend.kv's `BatchQuantizedKVCache`, which keeps its contract)
+  rewinds per row with `trim` (all rows) then `prepare(right_padding=)`
   and `finalize()` (rolls each row right into its left padding). `samplers[i]` is None or
   `greedy_sampler` for a greedy row; a sampled row's verifies drafts (DraftVerifier).
   The draft model's batch cache (speculation/draft_model.py) is built with `BatchKVCache.merge`
@@ -25,8 +26,13 @@ from mlx_lm.generate import GenerationBatch
 from mlx_lm.models.cache import BatchKVCache, KVCache, make_prompt_cache
 from mlx_lm.sample_utils import greedy_sampler
 
+from mlxd.backend.kv import BatchQuantizedKVCache, RowQuantizedKVCache
 from mlxd.backend.mlx_lm.compat import BatchedGenerationBatch
 from mlxd.backend.sampling.logits_processing import process_rows
+
+# Single-row caches a batch row of which can be rewound, and those batches.
+_ROW_KV = (KVCache, RowQuantizedKVCache)
+_BATCH_KV = (BatchKVCache, BatchQuantizedKVCache)
 
 if TYPE_CHECKING:
     from mlx.nn.layers.base import Module
@@ -57,9 +63,10 @@ class DraftVerifier(Protocol):
 
 
 def rows_rewindable(model: Module) -> bool:
-    """Every layer of the model's cache is a plain KV cache (batched: a BatchKVCache), the
-    kind a row can be rewound in; rotating and recurrent caches cannot."""
-    return all(type(layer) is KVCache for layer in make_prompt_cache(model))
+    """Every layer of the model's cache is a plain KV cache, full precision or quantized
+    (batched: a BatchKVCache or BatchQuantizedKVCache), the kind a row can be rewound in;
+    rotating and recurrent caches cannot."""
+    return all(type(layer) in _ROW_KV for layer in make_prompt_cache(model))
 
 
 def rewind_rows(cache: PromptCache, rejected: list[int]) -> None:
@@ -70,12 +77,12 @@ def rewind_rows(cache: PromptCache, rejected: list[int]) -> None:
     rest = [r - common for r in rejected]
     shift = max(rest) > 0
     for layer in cache:
-        assert isinstance(layer, BatchKVCache), "speculation needs plain KV caches"
+        assert isinstance(layer, _BATCH_KV), "speculation needs plain KV caches"
         if common:
-            layer.trim(common)  # type: ignore[no-untyped-call]
+            layer.trim(common)
         if shift:
-            layer.prepare(right_padding=rest)  # type: ignore[no-untyped-call]
-            layer.finalize()  # type: ignore[no-untyped-call]
+            layer.prepare(right_padding=rest)
+            layer.finalize()
 
 
 def batch_rows(caches: list[PromptCache]) -> PromptCache:

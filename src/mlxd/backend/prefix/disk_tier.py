@@ -28,14 +28,16 @@ from mlx_lm.models.cache import save_prompt_cache
 
 from mlxd.backend.mlx_lm.compat import PromptCache
 from mlxd.backend.prefix.cache_dir import CacheDir
-from mlxd.backend.prefix.snapshot_file import BadSnapshot, CacheShape, read_snapshot
+from mlxd.backend.prefix.snapshot_file import (
+    CACHE_CLASSES,
+    BadSnapshot,
+    CacheShape,
+    read_snapshot,
+)
 from mlxd.types import common_prefix_len
 
 FORMAT = "mlxd-prefix-1"
 _SAMPLE = 1 << 20  # bytes of each weight file's start and end in the fingerprint
-_CACHE_CLASSES = frozenset(
-    {"KVCache", "RotatingKVCache", "QuantizedKVCache", "ChunkedKVCache", "ArraysCache"}
-)
 _MAX_HEADER = 64 << 20
 log = logging.getLogger("mlxd.prefix")
 
@@ -205,7 +207,7 @@ def _read_entry(head: bytes | None, name: str, fp: str) -> DiskEntry | None:
         ours = meta.get("0.format") == FORMAT and meta.get("0.model") == fp
         classes = {v for k, v in meta.items() if k.startswith("1.")}
         tokens = json.loads(meta["0.tokens"])
-        if not ours or not classes <= _CACHE_CLASSES:
+        if not ours or not classes <= CACHE_CLASSES:
             return None
         if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
             return None

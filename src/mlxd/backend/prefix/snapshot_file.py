@@ -24,12 +24,15 @@ import mlx.core as mx
 from mlx.utils import tree_flatten, tree_unflatten
 from mlx_lm.models import cache as mlx_cache
 
+from mlxd.backend.kv import RowQuantizedKVCache
 from mlxd.backend.mlx_lm.compat import PromptCache
 
-_CLASSES = {
+_CLASSES: dict[str, Any] = {
     name: getattr(mlx_cache, name)
     for name in ("KVCache", "RotatingKVCache", "QuantizedKVCache", "ChunkedKVCache", "ArraysCache")
 }
+_CLASSES["RowQuantizedKVCache"] = RowQuantizedKVCache  # quantized KV (backend.kv)
+CACHE_CLASSES = frozenset(_CLASSES)  # the layer classes a snapshot file may name
 _UNTIMED = frozenset({"ArraysCache"})  # recurrent states: no token axis, fixed sizes
 _FIXED = ("keep", "max_size", "group_size", "bits", "chunk_size")  # set by the model's config
 _KINDS = {int: "scalar", float: "scalar", bool: "scalar", type(None): "none"}

@@ -67,17 +67,25 @@ def _notify(message: str) -> None:
 
 @contextmanager
 def open_model(
-    ref: ModelRef, *, trust_remote_code: bool = False, draft: str | None = None
+    ref: ModelRef,
+    *,
+    trust_remote_code: bool = False,
+    draft: str | None = None,
+    overrides: dict[str, int] | None = None,
 ) -> Iterator[InProcessModel]:
     """Check and load `ref` (a ModelRef), with the draft model `draft` (a reference) when
-    given, into a fresh single-request engine; close it after."""
+    given, into a fresh single-request engine (`overrides`: EngineConfig settings, such as
+    kv_bits); close it after."""
     from mlxd.store.runnable import runnable_draft, runnable_model
 
     ref = runnable_model(ref, trust_remote_code=trust_remote_code)
     drafter = runnable_draft(draft, trust_remote_code=trust_remote_code) if draft else None
     from mlxd.engine import Engine, EngineConfig
 
-    engine = Engine(EngineConfig.from_settings(max_batch=1, trust_remote_code=trust_remote_code))
+    config = EngineConfig.from_settings(
+        max_batch=1, trust_remote_code=trust_remote_code, **(overrides or {})
+    )
+    engine = Engine(config)
     try:
         # A chat keeps its model (and the draft, loaded with it).
         info = engine.load_model(ref.path, ref.name, pin=True, draft=drafter)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Protocol
 
+from mlxd.cli.kv_flags import kv_overrides
 from mlxd.config import SETTINGS, setting
 from mlxd.errors import InvalidRequest, MlxdError
 from mlxd.types import ChatEvent
@@ -103,6 +104,8 @@ def server_of(args: argparse.Namespace) -> ServerAddress | None:
 SERVER_SIDE_FLAGS = (
     ("--draft-model", "draft_model", "--draft-model"),
     ("--trust-remote-code", "trust_remote_code", "--trust-remote-code"),
+    ("--kv-bits", "kv_bits", "--kv-bits"),
+    ("--kv-group-size", "kv_group_size", "--kv-group-size"),
 )
 
 
@@ -148,7 +151,10 @@ def open_client(
     ref = model if model is not None and not isinstance(model, str) else None
     ref = ref or resolve_model(model if isinstance(model, str) else None, quiet=quiet)
     with open_model(
-        ref, trust_remote_code=args.trust_remote_code, draft=args.draft_model
+        ref,
+        trust_remote_code=args.trust_remote_code,
+        draft=args.draft_model,
+        overrides=kv_overrides(args),
     ) as loaded:
         yield loaded
 

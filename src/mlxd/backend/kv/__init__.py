@@ -1,0 +1,11 @@
+"""The KV cache's precision: quantized attention KV inside the continuous batch."""
+
+from mlxd.backend.kv.model_cache import kv_quantization, quantize_kv
+from mlxd.backend.kv.quantized_batch import BatchQuantizedKVCache, RowQuantizedKVCache
+
+__all__ = [
+    "BatchQuantizedKVCache",
+    "RowQuantizedKVCache",
+    "kv_quantization",
+    "quantize_kv",
+]

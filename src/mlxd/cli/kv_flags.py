@@ -1,0 +1,34 @@
+"""--kv-bits and --kv-group-size: the KV cache's precision, for `serve` and for the in-process
+engine of `run` / `chat` (one engine setting each, `mlxd.config` SETTINGS kv_bits and
+kv_group_size; never per request)."""
+
+from __future__ import annotations
+
+import argparse
+
+from mlxd.config import KV_BITS, KV_GROUP_SIZES, SETTINGS, default
+
+KV_FLAGS = ("kv_bits", "kv_group_size")  # argparse dests, named as the engine settings
+
+
+def add_kv_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--kv-bits",
+        type=int,
+        choices=(0, *KV_BITS),
+        help=f"store attention keys and values quantized to this many bits (default "
+        f"{default('kv_bits')}: full precision; env {SETTINGS['kv_bits'].env}); 8 holds about "
+        "1.9x the tokens in the same memory",
+    )
+    parser.add_argument(
+        "--kv-group-size",
+        type=int,
+        choices=KV_GROUP_SIZES,
+        help=f"with --kv-bits: values per quantization group (default "
+        f"{default('kv_group_size')}; env {SETTINGS['kv_group_size'].env})",
+    )
+
+
+def kv_overrides(args: argparse.Namespace) -> dict[str, int]:
+    """The engine settings the flags given override."""
+    return {name: getattr(args, name) for name in KV_FLAGS if getattr(args, name, None) is not None}

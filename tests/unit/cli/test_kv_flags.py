@@ -1,0 +1,32 @@
+"""--kv-bits / --kv-group-size: one engine setting each, for serve and the CLI's own engine."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from mlxd.cli.client.model_client import server_of
+from mlxd.cli.kv_flags import kv_overrides
+from mlxd.cli.main import build_parser
+from mlxd.errors import InvalidRequest
+
+
+@pytest.mark.parametrize("command", ["serve", "run", "chat"])
+def test_flags_become_engine_overrides(command: str) -> None:
+    args = build_parser([command]).parse_args([command, "--kv-bits", "8", "--kv-group-size", "32"])
+    assert kv_overrides(args) == {"kv_bits": 8, "kv_group_size": 32}
+    assert kv_overrides(build_parser([command]).parse_args([command])) == {}
+
+
+@pytest.mark.parametrize("flags", [["--kv-bits", "3"], ["--kv-group-size", "16"]])
+def test_values_mlx_cannot_quantize_to_are_refused(flags: list[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser(["serve"]).parse_args(["serve", *flags])
+
+
+def test_kv_bits_is_the_servers_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLXD_SERVER", "localhost:1")
+    args = argparse.Namespace(server=None, local=False, kv_bits=8)
+    with pytest.raises(InvalidRequest, match="--kv-bits is the server's choice"):
+        server_of(args)
