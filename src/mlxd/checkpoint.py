@@ -1,7 +1,8 @@
 """Rules for reading a checkpoint's JSON files that more than one layer applies: its context
 window (the engine's limit, the store's listing), the sampling defaults its
-generation_config.json supplies (the loader reads them, the option table merges them), and
-whether it is an embedding model and how it pools (the loader runs it, the store lists it).
+generation_config.json supplies (the loader reads them, the option table merges them),
+whether it is an embedding model and how it pools (the loader runs it, the store lists it), and
+the vision family of its architecture (the loader refuses by it, `mlxd show`/`list` print it).
 
 Pure functions over a checkpoint's JSON files: no mlx, nothing raised.
 """
@@ -128,3 +129,51 @@ def _modules(root: Path) -> list[dict[str, Any]] | None:
     except (OSError, ValueError):
         return None
     return [m for m in data if isinstance(m, dict)] if isinstance(data, list) else None
+
+
+# ---- vision families ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class VisionFamily:
+    """How mlxd serves a vision checkpoint's architecture (config.json `model_type`):
+    `name` for people, `batches` (image requests decode inside the shared batch, checked
+    alone == batched on a tiny checkpoint of it), or `refused`: why a load refuses it."""
+
+    name: str
+    batches: bool = False
+    refused: str | None = None
+
+    @property
+    def serving(self) -> str:
+        """One phrase for `mlxd show` / `mlxd list`."""
+        if self.refused:
+            return f"refused: {self.refused}"
+        return "batched with text" if self.batches else "not verified"
+
+
+_UNFED = "beside the input embeddings, which mlxd's batch does not feed"
+_CROSS_ATTENTION = f"its language model reads the image through cross-attention states {_UNFED}"
+_PER_LAYER = f"its language model takes per-layer inputs {_UNFED}"
+_MROPE = "its language model needs multimodal position ids (M-RoPE), not carried yet"
+VISION_FAMILIES: dict[str, VisionFamily] = {
+    "llava": VisionFamily("LLaVA", batches=True),
+    "llava_next": VisionFamily("LLaVA-Next"),
+    "gemma3": VisionFamily("Gemma 3", batches=True),
+    "idefics3": VisionFamily("Idefics3 / SmolVLM"),
+    "mistral3": VisionFamily("Mistral 3 (Pixtral tower)"),
+    "qwen2_vl": VisionFamily("Qwen2-VL", refused=_MROPE),
+    "qwen2_5_vl": VisionFamily("Qwen2.5-VL", refused=_MROPE),
+    "qwen3_vl": VisionFamily("Qwen3-VL", refused=_MROPE),
+    "mllama": VisionFamily("Llama 3.2 Vision", refused=_CROSS_ATTENTION),
+    "gemma3n": VisionFamily("Gemma 3n", refused=_PER_LAYER),
+}
+
+
+def vision_family(config: Mapping[str, Any]) -> VisionFamily | None:
+    """The family of a checkpoint whose config describes a vision tower; None for others.
+    An architecture not in VISION_FAMILIES is named by its model_type and not verified."""
+    if not isinstance(config.get("vision_config"), Mapping):
+        return None
+    model_type = str(config.get("model_type") or "")
+    return VISION_FAMILIES.get(model_type) or VisionFamily(model_type or "unknown")

@@ -247,11 +247,14 @@ class Tokenizer(Protocol):
 class PreparedImage:
     """One image as the model's processor made it: its arrays (numpy; `pixel_values` and any
     per-image extras the vision tower takes), how many prompt positions its features fill,
-    and a digest of those arrays (what the prefix cache keys on)."""
+    a digest of those arrays (what the prefix cache keys on), and `text`: what the processor
+    writes in the prompt in place of the image's placeholder (the image token `tokens` times,
+    with the family's start, row, tile and end tokens around and between them)."""
 
     arrays: dict[str, Any]
     tokens: int
     digest: str
+    text: str
 
 
 class ImageProcessor(Protocol):
@@ -261,18 +264,20 @@ class ImageProcessor(Protocol):
     def image_token(self) -> str: ...  # the placeholder text a chat template writes
 
     @property
-    def image_token_id(self) -> int: ...
+    def image_token_id(self) -> int: ...  # the positions image features fill
 
     def prepare(self, image: Any) -> PreparedImage: ...  # a decoded RGB PIL image
 
 
 @dataclass(frozen=True, slots=True, eq=False)
 class ImageInputs:
-    """The images of one request in prompt order. Each fills a run of `token_id` positions
-    of the prompt (image.tokens long); the engine merges their features there at prefill."""
+    """The images of one request in prompt order. Each `placeholder` the template wrote
+    becomes its image's `text`, which holds image.tokens `token_id` positions (in one run or
+    several); the engine merges the image's features there at prefill."""
 
     images: tuple[PreparedImage, ...]
     token_id: int
+    placeholder: str
 
     @property
     def key(self) -> str:

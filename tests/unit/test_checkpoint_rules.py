@@ -12,7 +12,7 @@ import pytest
 from mlxd.backend import loader
 from mlxd.backend.mlx_lm import compat as mlx_lm_compat
 from mlxd.chat.options import ChatOptions, sampling_params
-from mlxd.checkpoint import GENERATION_KEYS, context_window, sampling_defaults
+from mlxd.checkpoint import GENERATION_KEYS, context_window, sampling_defaults, vision_family
 from mlxd.config import SAMPLING_DEFAULTS
 from mlxd.store.catalog import entry
 
@@ -63,3 +63,15 @@ def test_loader_and_options_apply_the_same_defaults(tmp_path: Path) -> None:
     assert from_loader == sampling_params(ChatOptions(), gen)  # the raw file reads the same
     assert (from_loader.temperature, from_loader.top_p) == (0.0, 1.0)
     assert from_loader.repetition_penalty == 1.2
+
+
+def test_vision_family_names_batching_and_refusals() -> None:
+    tower = {"vision_config": {"hidden_size": 8}}
+    assert vision_family({"model_type": "llama"}) is None
+    gemma = vision_family({"model_type": "gemma3", **tower})
+    assert gemma is not None and gemma.batches and gemma.serving == "batched with text"
+    mllama = vision_family({"model_type": "mllama", **tower})
+    assert mllama is not None and mllama.serving.startswith("refused: ")
+    assert "cross-attention" in mllama.serving
+    other = vision_family({"model_type": "newvlm", **tower})
+    assert other is not None and (other.name, other.serving) == ("newvlm", "not verified")

@@ -138,8 +138,8 @@ def _load_vision(
     text_model, vision = load_vision(path, trust_remote_code=trust_remote_code)
     eos = config.get("eos_token_id") or (config.get("text_config") or {}).get("eos_token_id")
     tokenizer = load_tokenizer(path, eos, trust_remote_code=trust_remote_code)
-    token = vision.processor.image_token
-    if tokenizer.get_vocab().get(token) != vision.processor.image_token_id:
+    token, vocab = vision.processor.image_token, tokenizer.get_vocab()
+    if token not in vocab or vision.processor.image_token_id not in vocab.values():
         raise ModelBroken(f"{path.name}: the tokenizer and the processor disagree on {token!r}")
     return text_model, tokenizer, vision
 

@@ -17,6 +17,7 @@ without a chat template uses the fallback format below (documented in docs/usage
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -59,7 +60,8 @@ _SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "pad_token")
 class BuiltPrompt:
     """A rendered prompt: the ids the engine prefills and the text they came from.
 
-    images: a vision request's images; token_ids hold one run of the image token per image.
+    images: a vision request's images; token_ids hold each image's text as its processor
+    writes it (its positions, and its family's structure tokens); `text` shows placeholders.
     reasoning_open: the prompt ends inside an open reasoning block (e.g. a template that
     appends "<think>\\n"), so the output starts in reasoning. warnings: what the caller should
     be told about the prompt (no chat template, tools the template does not show).
@@ -71,7 +73,7 @@ class BuiltPrompt:
     reasoning_open: bool = False
     warnings: tuple[str, ...] = ()
     boundaries: PromptBoundaries = PromptBoundaries()
-    images: ImageInputs | None = None  # the request's images; each fills its token run
+    images: ImageInputs | None = None  # the request's images; each fills its positions
 
     @property
     def prompt_tokens(self) -> int:
@@ -90,10 +92,10 @@ def build_chat_prompt(
 ) -> BuiltPrompt:
     """Validate, render and tokenize a chat request. `template`: a Jinja chat template to use
     instead of the model's (the server allows it only when its operator does). `images`: the
-    messages' images in order (chat.images.load_images); the template writes one image token
-    per image part, which becomes that image's run of positions. `window`: the model's context
-    window: a rendered prompt that cannot fit it is refused before it is tokenized
-    (ContextOverflow), and large ones tokenize in turns (chat.prompt_budget).
+    messages' images in order (chat.images.load_images); the template writes one placeholder
+    per image part, which becomes that image's text before the prompt is tokenized. `window`:
+    the model's context window: a rendered prompt that cannot fit it is refused before it is
+    tokenized (ContextOverflow), and large ones tokenize in turns (chat.prompt_budget).
 
     Control tokens written in messages tokenize as text unless MLXD_CONTENT_CONTROL_TOKENS=1
     (mlxd.chat.control_tokens). Raises InvalidRequest(param="messages[...]") for malformed
@@ -105,15 +107,17 @@ def build_chat_prompt(
     shield = Shield()
     if not setting_flag("content_control_tokens"):  # content tokenizes as text (the default)
         msgs, shield = shield_messages(tokenizer, msgs, detect_reasoning(tokenizer) or ())
-    rendered = render_chat_text(tokenizer, msgs, tool_list, kwargs, template, not continue_final)
+    shown = render_chat_text(tokenizer, msgs, tool_list, kwargs, template, not continue_final)
     if continue_final:
-        rendered = _inside_final_message(rendered, msgs)
+        shown = _inside_final_message(shown, msgs)
+    rendered = shown if images is None else expand_images(shown, images)
     if window is not None:
         check_fits(tokenizer, rendered, window)
     fallback = template is None and _uses_fallback(tokenizer)
 
     def render(other: list[dict[str, Any]], generation: bool) -> str:
-        return render_chat_text(tokenizer, other, tool_list, kwargs, template, generation)
+        text = render_chat_text(tokenizer, other, tool_list, kwargs, template, generation)
+        return text if images is None else expand_images(text, images, some=True)
 
     def encode(piece: str, at_start: bool) -> list[int]:
         return shield.encode(tokenizer, piece, add_special_tokens=fallback and at_start)
@@ -125,10 +129,7 @@ def build_chat_prompt(
         added = added_token_pattern(tokenizer)
         prompt = PromptText(rendered, ids, encode, added, added_token_ids(tokenizer))
         boundaries = prompt_boundaries(msgs, prompt, render)
-    text = shield.restore(rendered)
-    if images is not None:
-        boundaries = _past_images(boundaries, ids, images)
-        ids = expand_images(ids, images)
+    text = shield.restore(shown)
     return BuiltPrompt(
         token_ids=ids,
         text=text,
@@ -137,7 +138,7 @@ def build_chat_prompt(
             fallback,
             tool_list,
             text,
-            lambda: render_chat_text(tokenizer, msgs, None, kwargs, template) != rendered,
+            lambda: render_chat_text(tokenizer, msgs, None, kwargs, template) != shown,
         ),
         boundaries=boundaries,
         images=images,
@@ -160,46 +161,20 @@ def _inside_final_message(rendered: str, msgs: list[dict[str, Any]]) -> str:
     return rendered[: at + len(content)]
 
 
-def _past_images(
-    boundaries: PromptBoundaries, ids: list[int], images: ImageInputs
-) -> PromptBoundaries:
-    """Boundaries found in the rendered ids, moved to where they fall once images expand."""
-    runs = iter(image.tokens for image in images.images)
-    shift, shifted_at = 0, [0] * (len(ids) + 1)
-    for at, token in enumerate(ids):
-        shifted_at[at] = at + shift
-        if token == images.token_id:
-            shift += next(runs, 1) - 1
-    shifted_at[len(ids)] = len(ids) + shift
-
-    def moved(at: int) -> int:
-        return shifted_at[at] if 0 <= at <= len(ids) else at
-
-    return PromptBoundaries(
-        system=moved(boundaries.system),
-        history=moved(boundaries.history),
-        next_turn=moved(boundaries.next_turn),
-    )
-
-
-def expand_images(ids: list[int], images: ImageInputs) -> list[int]:
-    """Each image token the template wrote becomes its image's run of positions; the count
-    must match the images sent (control tokens typed in content never count: they are text)."""
-    found = ids.count(images.token_id)
-    if found != len(images.images):
+def expand_images(text: str, images: ImageInputs, *, some: bool = False) -> str:
+    """Each image placeholder the template wrote becomes its image's text (as the model's
+    processor writes it), in order; the count must match the images sent (`some`: a
+    rendering of part of the conversation holds the first images only). Placeholders typed in
+    content never count: the shield made them other characters."""
+    found = text.count(images.placeholder)
+    if found > len(images.images) or (found < len(images.images) and not some):
         raise InvalidRequest(
             f"the chat template placed {found} image(s) for the {len(images.images)} sent: "
             f"this model's template does not show images where the messages have them",
             param="messages",
         )
-    runs = iter(images.images)
-    out: list[int] = []
-    for token in ids:
-        if token == images.token_id:
-            out += [token] * next(runs).tokens
-        else:
-            out.append(token)
-    return out
+    texts = iter(image.text for image in images.images)
+    return re.sub(re.escape(images.placeholder), lambda _: next(texts), text)
 
 
 def _warnings(

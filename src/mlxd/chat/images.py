@@ -119,7 +119,7 @@ def load_images(
                 f"the model's image processor cannot use this image: {one_line(exc)}",
                 param=ref.param,
             ) from None
-    return ImageInputs(tuple(prepared), processor.image_token_id)
+    return ImageInputs(tuple(prepared), processor.image_token_id, processor.image_token)
 
 
 def read_image(data: bytes, param: str) -> Image:

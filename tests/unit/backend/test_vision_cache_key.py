@@ -9,7 +9,9 @@ T = 9  # the image token
 
 
 def inputs(*digests: str, tokens: int = 2) -> ImageInputs:
-    return ImageInputs(tuple(PreparedImage({}, tokens, d) for d in digests), token_id=T)
+    return ImageInputs(
+        tuple(PreparedImage({}, tokens, d, "") for d in digests), token_id=T, placeholder=""
+    )
 
 
 def test_same_image_same_key_other_image_departs_at_its_run() -> None:
@@ -30,3 +32,11 @@ def test_image_prefill_is_needed_while_an_image_lies_beyond_the_cache() -> None:
     assert needs_image_prefill(prompt, images, 0)
     assert needs_image_prefill(prompt, images, 2)
     assert not needs_image_prefill(prompt, images, 3)
+
+
+def test_an_images_positions_in_several_runs_carry_its_digest() -> None:
+    """Tiles and rows (Idefics3, Pixtral) split an image's positions by structure tokens."""
+    prompt = [1, T, 5, T, 6, T, T, 2]  # image a: 2 positions in two runs; image b: 2
+    key = cache_key(prompt, inputs("aa" * 32, "bb" * 32))
+    assert key[1] == key[3] != key[5] == key[6]
+    assert [key[0], key[2], key[4], key[7]] == [1, 5, 6, 2]

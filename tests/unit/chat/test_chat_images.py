@@ -28,7 +28,9 @@ class FakeProcessor:
     def prepare(self, image: Any) -> PreparedImage:
         self.sizes.append(image.size)
         assert image.mode == "RGB"
-        return PreparedImage({"pixel_values": None}, tokens=3, digest=f"{image.size}")
+        return PreparedImage(
+            {"pixel_values": None}, tokens=3, digest=f"{image.size}", text="<image>" * 3
+        )
 
 
 def png(width: int = 5, height: int = 4, mode: str = "RGB") -> bytes:
@@ -99,11 +101,15 @@ def test_image_refs_follow_prompt_order_across_messages() -> None:
     ]
 
 
-def test_each_image_token_becomes_its_run_and_counts_must_match() -> None:
+def test_each_placeholder_becomes_its_images_text_and_counts_must_match() -> None:
     images = ImageInputs(
-        (PreparedImage({}, 2, "a"), PreparedImage({}, 3, "b")), token_id=IMAGE_TOKEN_ID
+        (PreparedImage({}, 2, "a", "<s><i><i></s>"), PreparedImage({}, 3, "b", "<i>\n<i><i>")),
+        token_id=IMAGE_TOKEN_ID,
+        placeholder="<s>",
     )
-    ids = [1, IMAGE_TOKEN_ID, 2, IMAGE_TOKEN_ID, 3]
-    assert expand_images(ids, images) == [1, 99, 99, 2, 99, 99, 99, 3]
+    assert expand_images("x<s>y<s>z", images) == "x<s><i><i></s>y<i>\n<i><i>z"
+    assert expand_images("x<s>y", images, some=True) == "x<s><i><i></s>y"
     with pytest.raises(InvalidRequest, match="placed 1 image"):
-        expand_images([1, IMAGE_TOKEN_ID, 2], images)
+        expand_images("x<s>y", images)
+    with pytest.raises(InvalidRequest, match="placed 3 image"):
+        expand_images("<s><s><s>", images, some=True)

@@ -10,9 +10,12 @@ does a prefix-cache hit; from then on the request is a text sequence like any ot
 prefix cache keys such a prompt on `cache_key`: each image's run of positions carries its
 digest, so the same image at the same place hits and another image misses from its run on.
 
-Checked to batch (alone == batched, greedy): mlx-vlm's `llava` (CLIP tower, llama text
-model). Models whose language model takes position ids (M-RoPE: Qwen2-VL and its kin) are
-refused at load: their decode positions are not the KV offset, which the batch assumes.
+Each image's place in the prompt is the text its processor writes for it (`VisionProcessor.
+prepare`: image tokens with the family's begin/end, tile, row and break tokens), so prompt ids
+equal mlx-vlm's processor's. Checked to batch (alone == batched, greedy, and equal to mlx-vlm's
+own generation): `checkpoint.VISION_FAMILIES` entries with batches=True. Families whose
+language model takes more than input embeddings are refused at load (that table): M-RoPE
+position ids (Qwen2-VL and its kin), cross-attention (mllama), per-layer inputs (Gemma 3n).
 """
 
 from mlxd.backend.vision.cache_key import cache_key, needs_image_prefill

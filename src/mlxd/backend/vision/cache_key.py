@@ -11,19 +11,15 @@ _HASH_BITS = 62  # a digest's share of a cache-key position (negative: never a t
 
 
 def cache_key(prompt_ids: list[int], images: ImageInputs) -> list[int]:
-    """The prompt as the prefix cache sees it: each image's run of positions holds a number
+    """The prompt as the prefix cache sees it: each image's positions (its image.tokens
+    image-token positions in prompt order, in one run or several: tiles, rows) hold a number
     drawn from that image's digest (negative, so never a token id)."""
-    runs = iter(images.images)
-    key: list[int] = []
-    mark = 0
-    previous = -1
-    for token in prompt_ids:
-        if token == images.token_id and previous != images.token_id:
-            digest = next(runs).digest
-            mark = -1 - (int(digest[:16], 16) & ((1 << _HASH_BITS) - 1))
-        key.append(mark if token == images.token_id else token)
-        previous = token
-    return key
+    marks = iter(_mark(image.digest) for image in images.images for _ in range(image.tokens))
+    return [next(marks) if token == images.token_id else token for token in prompt_ids]
+
+
+def _mark(digest: str) -> int:
+    return -1 - (int(digest[:16], 16) & ((1 << _HASH_BITS) - 1))
 
 
 def needs_image_prefill(prompt_ids: list[int], images: ImageInputs, cached: int) -> bool:

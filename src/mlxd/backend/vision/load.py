@@ -10,8 +10,9 @@ from typing import Any
 
 from mlx.nn.layers.base import Module
 
-from mlxd.backend.vision.processor import VisionProcessor
+from mlxd.backend.vision.processor import VisionProcessor, placeholder_of
 from mlxd.backend.vision.text_model import TextModel
+from mlxd.checkpoint import read_json_object, vision_family
 from mlxd.errors import ModelBroken
 
 __all__ = ["VisionParts", "is_vision_config", "load_vision"]
@@ -39,6 +40,9 @@ def load_vision(path: Path, *, trust_remote_code: bool) -> tuple[TextModel, Visi
         raise ModelBroken(
             f"{path.name} is a vision model: install mlx-vlm (pip install 'mlxd[vision]')"
         ) from exc
+    family = vision_family(read_json_object(path / "config.json"))
+    if family is not None and family.refused:
+        raise ModelBroken(f"{path.name} ({family.name}) is refused: {family.refused}")
     vlm = load_model(path, lazy=False, trust_remote_code=trust_remote_code)
     takes = inspect.signature(vlm.language_model.__call__).parameters
     if "position_ids" in takes:
@@ -47,7 +51,7 @@ def load_vision(path: Path, *, trust_remote_code: bool) -> tuple[TextModel, Visi
             f"mlxd's batch does not carry yet"
         )
     processor = load_processor(path, False, trust_remote_code=trust_remote_code)
-    token = getattr(processor, "image_token", None)
+    token = placeholder_of(processor)
     token_id = getattr(processor, "image_token_id", None)
     if not isinstance(token, str) or not isinstance(token_id, int):
         raise ModelBroken(f"{path.name}: its processor names no image token")

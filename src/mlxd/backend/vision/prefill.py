@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import mlx.core as mx
-import numpy as np
 from mlx_lm.models.cache import make_prompt_cache
 
+from mlxd.backend.vision.embeddings import image_embeddings
 from mlxd.backend.vision.load import VisionParts
 from mlxd.backend.vision.text_model import TextModel
 from mlxd.types import ImageInputs
@@ -32,16 +32,7 @@ def prefill_images(
     into its embeddings, extending `cache` (which holds prompt_ids[:start]; None: empty).
     The last prompt token is left for the batch, which computes the first logits from it."""
     ids = mx.array([prompt_ids])
-    arrays = {
-        key: mx.array(np.concatenate([image.arrays[key] for image in images.images]))
-        for key in images.images[0].arrays
-    }
-    pixel_values = arrays.pop("pixel_values")
-    features = parts.model.get_input_embeddings(ids, pixel_values, **arrays)
-    extra = [k for k, v in features.to_dict().items() if v is not None and k != "inputs_embeds"]
-    if extra:
-        raise ValueError(f"the model needs {', '.join(extra)} beside input embeddings")
-    embeds = features.inputs_embeds
+    embeds = image_embeddings(parts.model, prompt_ids, images)
     prompt_cache: PromptCache = cache if cache is not None else make_prompt_cache(text_model)
     end = len(prompt_ids) - 1
     for at in range(start, end, chunk):

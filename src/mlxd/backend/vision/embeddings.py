@@ -1,0 +1,71 @@
+"""A prompt's input embeddings with its images' features in their positions, for every family
+mlx-vlm's `get_input_embeddings` serves.
+
+Each image goes through the model's own `get_input_embeddings` alone, with the other images'
+positions masked out of the ids, and only its own positions are kept. mlx-vlm's multi-image
+paths differ per family and some fail on images of different sizes (Pixtral's variable
+resolution: pixel arrays of different shapes; Idefics3: different tile counts), while every
+family's one-image path is the one mlx-vlm's processor output was made for. The vision towers
+see each image alone either way, so the features are the same.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+
+from mlxd.types import ImageInputs
+
+__all__ = ["image_embeddings"]
+
+# Extras a family's get_input_embeddings returns that its language model never reads (mlx-vlm's
+# generate passes them as keyword arguments it drops): Gemma 3's bidirectional 4-D mask.
+_UNREAD = {"gemma3": frozenset({"attention_mask_4d"})}
+_OTHER = 0  # stands in for another image's positions (its features are taken from its own run)
+
+
+def image_embeddings(model: Any, prompt_ids: list[int], images: ImageInputs) -> mx.array:
+    """(1, len(prompt_ids), hidden) embeddings: text positions embedded, each image's
+    positions (its image.tokens image-token positions, in prompt order) its features."""
+    ids = np.asarray(prompt_ids)
+    owner = _owners(ids, images)
+    embeds: mx.array | None = None
+    for at, image in enumerate(images.images):
+        own = np.where((owner == at) | (owner < 0), ids, _OTHER)
+        one = _embed_one(model, own, image.arrays)
+        if embeds is None:
+            embeds = one
+        else:
+            embeds = mx.where(mx.array(owner == at)[None, :, None], one, embeds)
+    assert embeds is not None  # ImageInputs holds one image at least
+    return embeds
+
+
+def _owners(ids: np.ndarray, images: ImageInputs) -> np.ndarray:
+    """Per position, the index of the image it belongs to, -1 for text."""
+    owner = np.full(ids.shape, -1)
+    at = np.flatnonzero(ids == images.token_id)
+    counts = [image.tokens for image in images.images]
+    if len(at) != sum(counts):
+        raise ValueError(f"the prompt holds {len(at)} image positions, its images {sum(counts)}")
+    owner[at] = np.repeat(np.arange(len(counts)), counts)
+    return owner
+
+
+def _embed_one(model: Any, ids: np.ndarray, arrays: dict[str, Any]) -> mx.array:
+    extras = {key: mx.array(value) for key, value in arrays.items()}
+    pixel_values = extras.pop("pixel_values")
+    batch = mx.array(ids)[None]
+    features = model.get_input_embeddings(batch, pixel_values, mask=mx.ones(batch.shape), **extras)
+    unread = _UNREAD.get(str(getattr(model, "model_type", "")), frozenset())
+    extra = [
+        key
+        for key, value in features.to_dict().items()
+        if value is not None and key != "inputs_embeds" and key not in unread
+    ]
+    if extra:
+        raise ValueError(f"the model needs {', '.join(extra)} beside input embeddings")
+    embeds: mx.array = features.inputs_embeds
+    return embeds
