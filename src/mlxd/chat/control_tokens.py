@@ -122,8 +122,8 @@ def _strings(value: object, key: str | None = None) -> Iterator[str]:
 def _map_strings(value: object, fn: Callable[[str], str], key: str | None = None) -> object:
     if isinstance(value, str):
         return value if key == "role" else fn(value)
-    if isinstance(value, dict):
-        return {k: _map_strings(v, fn, k) for k, v in value.items()}
+    if isinstance(value, dict):  # keeps the type: messages.ToolArguments renders as JSON
+        return type(value)({k: _map_strings(v, fn, k) for k, v in value.items()})
     if isinstance(value, list | tuple):
         return [_map_strings(v, fn) for v in value]
     return value
