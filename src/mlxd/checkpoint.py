@@ -29,8 +29,13 @@ _NO_TOKENIZER_LIMIT = 1 << 24
 
 # generation_config.json keys that override config.SAMPLING_DEFAULTS (HF's names are ours);
 # the sampling ones among them mean nothing when the file says do_sample is false.
-GENERATION_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
-_SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p")
+# DRY and XTC are not HF's, but a generation_config that names them (as llama.cpp does) counts.
+GENERATION_KEYS = (
+    *("temperature", "top_p", "top_k", "min_p", "repetition_penalty"),
+    *("dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n"),
+    *("xtc_probability", "xtc_threshold"),
+)
+_SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "xtc_probability", "xtc_threshold")
 
 
 def context_window(config: Mapping[str, object], model_max_length: object = None) -> int | None:

@@ -455,6 +455,12 @@ class SamplingDefaults(TypedDict):
     repetition_context_size: int
     presence_penalty: float
     frequency_penalty: float
+    dry_multiplier: float
+    dry_base: float
+    dry_allowed_length: int
+    dry_penalty_last_n: int
+    xtc_probability: float
+    xtc_threshold: float
 
 
 # Sampling defaults (types.SamplingParams' field defaults); a model's generation_config.json
@@ -468,7 +474,16 @@ SAMPLING_DEFAULTS: SamplingDefaults = {
     "repetition_context_size": 20,
     "presence_penalty": 0.0,
     "frequency_penalty": 0.0,
+    # DRY and XTC as llama.cpp names and defaults them; a multiplier / probability of 0 is off.
+    "dry_multiplier": 0.0,
+    "dry_base": 1.75,
+    "dry_allowed_length": 2,
+    "dry_penalty_last_n": -1,  # -1: the whole context; 0: DRY off
+    "xtc_probability": 0.0,
+    "xtc_threshold": 0.1,
 }
+# llama.cpp's default DRY sequence breakers: a repetition never continues across one.
+DRY_SEQUENCE_BREAKERS = ("\n", ":", '"', "*")
 
 # Size limits every front door validates against (HTTP fields and CLI flags alike).
 KV_BITS = (4, 8)  # what --kv-bits accepts besides 0 (full precision)
@@ -479,6 +494,8 @@ LIMITS = {
     "stop_string_chars": 256,
     "template_kwarg_chars": 64,  # a chat_template_kwargs string value
     "json_depth": 100,  # nesting of JSON inside a string field (tool call arguments)
+    "dry_sequence_breakers": 16,  # DRY sequence breakers per request
+    "dry_breaker_chars": 32,  # characters of one DRY sequence breaker
 }
 
 
@@ -488,6 +505,8 @@ ENGINE_DEFAULTS = {
     "prefill_batch": 16,  # most prompts prefilled side by side
     "prefill_group_tokens": 256,  # most padded tokens per group until step costs are measured
     "num_draft_tokens": 4,  # most draft tokens a row verifies per step
+    "loop_max_period": 128,  # longest repeated unit (tokens) loop detection looks for
+    "loop_min_tokens": 64,  # a loop covers at least this many tokens before it ends a request
 }
 
 
@@ -537,6 +556,13 @@ SAMPLING_BOUNDS: dict[str, Bounds] = {
     "logit_bias": Bounds(-100.0, 100.0),  # each bias value
     "top_logprobs": Bounds(0, 20),
     "num_draft_tokens": Bounds(1, 16),  # draft tokens verified per step (speculation)
+    "dry_multiplier": Bounds(0.0, 100.0),
+    "dry_base": Bounds(1.0, 8.0),
+    "dry_allowed_length": Bounds(1, 1 << 10),
+    "dry_penalty_last_n": Bounds(-1, 1 << 20),
+    "xtc_probability": Bounds(0.0, 1.0),
+    "xtc_threshold": Bounds(0.0, 0.5),  # above 0.5 at most one token could pass it
+    "loop_repeats": Bounds(2, 1 << 10),
 }
 
 # The server caps an unspecified max_tokens at this fraction of the context window.

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
+from mlxd.config import DRY_SEQUENCE_BREAKERS
 from mlxd.config import SAMPLING_DEFAULTS as _DEFAULT
 
 
@@ -20,6 +21,7 @@ class FinishReason(StrEnum):
     STOP = "stop"  # eos, stop token or stop string
     LENGTH = "length"  # max_tokens or context window reached
     TOOL_CALLS = "tool_calls"  # chat layer: the answer ended in tool calls
+    LOOP = "loop"  # loop detection: a repetition loop ended it (the APIs say "length")
     CANCELLED = "cancelled"  # handle.cancel(), client disconnect, Ctrl-C
     ERROR = "error"  # this request failed; see FinishEvent.error
 
@@ -52,6 +54,14 @@ class SamplingParams:
     repetition_context_size: int = _DEFAULT["repetition_context_size"]
     presence_penalty: float = _DEFAULT["presence_penalty"]
     frequency_penalty: float = _DEFAULT["frequency_penalty"]
+    dry_multiplier: float = _DEFAULT["dry_multiplier"]  # 0: DRY off
+    dry_base: float = _DEFAULT["dry_base"]
+    dry_allowed_length: int = _DEFAULT["dry_allowed_length"]
+    dry_penalty_last_n: int = _DEFAULT["dry_penalty_last_n"]
+    dry_sequence_breakers: tuple[str, ...] = DRY_SEQUENCE_BREAKERS
+    xtc_probability: float = _DEFAULT["xtc_probability"]  # 0: XTC off
+    xtc_threshold: float = _DEFAULT["xtc_threshold"]
+    loop_repeats: int | None = None  # None: no loop detection
     logit_bias: tuple[tuple[int, float], ...] = ()
     seed: int | None = None
     max_tokens: int | None = None  # None: the engine's budget rule decides
@@ -65,6 +75,11 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def dry(self) -> bool:
+        """DRY penalizes this request's tokens (a multiplier and a window)."""
+        return self.dry_multiplier > 0.0 and self.dry_penalty_last_n != 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,14 @@ from mlxd.backend.mlx_lm import compat
 from mlxd.backend.mlx_lm import verify_step as spec_compat
 from mlxd.backend.prefill_plan import PrefillPlanner
 from mlxd.backend.prefix import PrefixCache, SnapshotKind, SnapshotPlan, SnapshotPlans
-from mlxd.backend.sampling.samplers import GREEDY, Processor, Sampler, row_sampling, token_logprob
+from mlxd.backend.sampling.samplers import (
+    GREEDY,
+    Processor,
+    Sampler,
+    Vocabulary,
+    row_sampling,
+    token_logprob,
+)
 from mlxd.backend.speculation import Drafts, batch_drafts, draft_policy_every
 from mlxd.backend.structured.grammar_mask import GrammarMask
 from mlxd.types import DraftKind, ImageInputs, SamplingParams
@@ -41,6 +48,7 @@ class BatchRunner:
         self.prefix_cache = prefix_cache
         self.fault_hook = config.fault_hook
         self.vocab_size = loaded.vocab_size
+        self._vocab = Vocabulary(loaded.vocab_size, loaded.tokenizer)
         self.max_prefill_batch = max(1, min(config.prefill_batch, config.max_batch))
         self.prefill_chunk = config.prefill_chunk
         self._planner = (
@@ -83,7 +91,7 @@ class BatchRunner:
         report = _FailureReport(self._failed)
         mask = GrammarMask(seq.grammar) if seq.grammar is not None else None
         sampler, procs = row_sampling(
-            params, self.vocab_size, report, self.fault_hook, seq.request_id, mask
+            params, self._vocab, report, self.fault_hook, seq.request_id, mask
         )
         stops = set(params.stop_token_ids)
         if not params.ignore_eos:
@@ -208,9 +216,12 @@ class BatchRunner:
     def _speculates(self, params: SamplingParams, sampler: Sampler, procs: list[Processor]) -> bool:
         """Rows without logits processors draft, greedy or sampled (a sampler that verifies:
         the accept/resample rule), on models whose cache rewinds per row (plain KV caches);
-        kind `model` needs the loaded model's draft."""
+        kind `model` needs the loaded model's draft. XTC's coin is one per draw: its rows
+        do not verify drafts."""
         kind = params.draft_kind
         if kind is None or kind is DraftKind.NONE or not params.num_draft_tokens:
+            return False
+        if params.xtc_probability > 0.0 and not params.greedy:
             return False
         if kind is DraftKind.MODEL and self.loaded.draft is None:
             return False

@@ -46,6 +46,7 @@ class OptionKind(Enum):
     STOP = "stop"  # a string or a list of strings
     RESPONSE_FORMAT = "response_format"  # OpenAI's {"type": "json_schema", ...} object
     DRAFT_KIND = "draft_kind"  # one of mlxd.types.DraftKind
+    BREAKERS = "breakers"  # DRY sequence breakers: a list of short strings
 
 
 FLOAT, INT, SEED, BOOL = OptionKind.FLOAT, OptionKind.INT, OptionKind.SEED, OptionKind.BOOL
@@ -69,12 +70,27 @@ class Option:
 
     @property
     def bounds(self) -> Bounds | None:
-        """The valid range (of each bias, for logit_bias); None for booleans and stop."""
-        return SAMPLING_BOUNDS.get(self.name)
+        """The valid range (of each bias, for logit_bias); None for booleans and stop. An
+        alias (repeat_last_n) has its target's."""
+        return SAMPLING_BOUNDS.get(self.name) or SAMPLING_BOUNDS.get(self.target or "")
 
+
+# fmt: off
+# Repetition controls, llama.cpp's names (docs/usage/chat-layer.md); flag and field from the name.
+_REPETITION = [
+    ("dry_multiplier", FLOAT, "DRY: penalize tokens that extend a repetition (0: off)"),
+    ("dry_base", FLOAT, "DRY: the penalty grows as this to the power of the excess length"),
+    ("dry_allowed_length", INT, "DRY: repetitions up to this many tokens are not penalized"),
+    ("dry_penalty_last_n", INT, "DRY: how many recent tokens it scans (-1: all, 0: off)"),
+    ("dry_sequence_breakers", OptionKind.BREAKERS,
+     'DRY: a repetition never continues across these (repeatable; default \\n : " *)'),
+    ("xtc_probability", FLOAT, "XTC: the chance per token of excluding the top choices (0: off)"),
+    ("xtc_threshold", FLOAT, "XTC: tokens above this probability, but the least likely, go"),
+    ("loop_repeats", INT,
+     'end the answer (finish reason "length") once a run of tokens repeats this many times'),
+]
 
 # One option per entry, laid out as the table it is.
-# fmt: off
 _OPTION_LIST = [
     #      name, cli flag, type, help, SamplingParams field
     Option("temperature", "--temperature", FLOAT, "sampling temperature; 0 is greedy",
@@ -87,10 +103,15 @@ _OPTION_LIST = [
            "penalize recently seen tokens (1: off)", "repetition_penalty"),
     Option("repetition_context_size", "--repetition-context-size", INT,
            "how many recent tokens the repetition penalty looks at", "repetition_context_size"),
+    Option("repeat_last_n", "--repeat-last-n", INT,
+           "llama.cpp's name for repetition_context_size (set one of the two)",
+           "repetition_context_size"),
     Option("presence_penalty", "--presence-penalty", FLOAT,
            "penalize tokens that already appeared", "presence_penalty"),
     Option("frequency_penalty", "--frequency-penalty", FLOAT,
            "penalize tokens by how often they appeared", "frequency_penalty"),
+    *(Option(name, "--" + name.replace("_", "-"), kind, text, name)
+      for name, kind, text in _REPETITION),
     Option("seed", "--seed", SEED, "random seed for reproducible sampling", "seed"),
     Option("max_tokens", "--max-tokens", INT, "most tokens to generate", "max_tokens"),
     Option("logit_bias", "--logit-bias", LOGIT_BIAS,
@@ -128,8 +149,17 @@ class ChatOptions:
     min_p: float | None = None
     repetition_penalty: float | None = None
     repetition_context_size: int | None = None
+    repeat_last_n: int | None = None  # llama.cpp's name for repetition_context_size
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
+    dry_multiplier: float | None = None
+    dry_base: float | None = None
+    dry_allowed_length: int | None = None
+    dry_penalty_last_n: int | None = None
+    dry_sequence_breakers: tuple[str, ...] | None = None
+    xtc_probability: float | None = None
+    xtc_threshold: float | None = None
+    loop_repeats: int | None = None
     seed: int | None = None
     max_tokens: int | None = None
     logit_bias: tuple[tuple[int, float], ...] | None = None  # (token id, bias), sorted
@@ -153,8 +183,14 @@ class ChatOptions:
         for name, value in raw.items():
             if value is not None:
                 values[name] = validate_option(OPTIONS[name], value)
-        if "stop" in values:
-            values["stop"] = tuple(values["stop"])
+        for name in ("stop", "dry_sequence_breakers"):
+            if name in values:
+                values[name] = tuple(values[name])
+        window, alias = values.get("repetition_context_size"), values.get("repeat_last_n")
+        if None not in (window, alias) and window != alias:
+            raise InvalidRequest(
+                "set repeat_last_n or repetition_context_size, not both", param="repeat_last_n"
+            )
         return cls(**values)
 
     def wire(self) -> dict[str, object]:
@@ -166,7 +202,7 @@ class ChatOptions:
                 continue
             if f.name == "logit_bias":
                 value = {str(token): bias for token, bias in value}
-            elif f.name == "stop":
+            elif f.name in ("stop", "dry_sequence_breakers"):
                 value = list(value)
             elif isinstance(value, DraftKind):
                 value = value.value
@@ -222,6 +258,8 @@ def validate_option(opt: Option, raw: object, *, vocab_size: int | None = None) 
     if opt.kind is RESPONSE_FORMAT:
         _response_schema(raw)
         return raw
+    if opt.kind is OptionKind.BREAKERS:
+        return _breakers(opt, raw)
     if opt.kind is OptionKind.DRAFT_KIND:
         kinds = [k.value for k in DraftKind]
         if isinstance(raw, DraftKind) or raw in kinds:
@@ -291,6 +329,21 @@ def _token_id(key: object) -> int | None:
     if isinstance(key, str) and key.isdigit() and key.isascii():
         return int(key)
     return None
+
+
+def _breakers(opt: Option, raw: object) -> tuple[str, ...]:
+    if not isinstance(raw, list | tuple) or not all(isinstance(s, str) and s for s in raw):
+        raise InvalidRequest(f"{opt.name} must be a list of non-empty strings", param=opt.name)
+    if len(raw) > LIMITS["dry_sequence_breakers"]:
+        raise InvalidRequest(
+            f"{opt.name} has more than {LIMITS['dry_sequence_breakers']} entries", param=opt.name
+        )
+    if any(len(s) > LIMITS["dry_breaker_chars"] for s in raw):
+        raise InvalidRequest(
+            f"{opt.name} entries must be at most {LIMITS['dry_breaker_chars']} characters",
+            param=opt.name,
+        )
+    return tuple(dict.fromkeys(raw))
 
 
 def check_stop_count(count: int, param: str = "stop") -> None:

@@ -101,7 +101,7 @@ def _flag_kwargs(option: Option) -> dict[str, Any]:
     match option.kind:
         case OptionKind.BOOL:
             return {"action": "store_true", "help": help_text}
-        case OptionKind.STOP:
+        case OptionKind.STOP | OptionKind.BREAKERS:
             return {"action": "append", "metavar": "TEXT", "help": help_text}
         case OptionKind.LOGIT_BIAS:
             return {"type": _json_object, "metavar": "JSON", "help": help_text}

@@ -271,10 +271,9 @@ class EngineCore:
             collector, finish = request.collector, out.finish
             if finish is None:
                 collector.put(out.token, out.logprob)
-                if request.first_token_at is not None and not collector.until_shown:
-                    later.append(collector)
-                    continue
-                first.append(collector)  # a first token, or a consumer that shows nothing yet
+                shown = request.first_token_at is not None and not collector.until_shown
+                # a first token, or a consumer that shows nothing yet, wakes now
+                (later if shown else first).append(collector)
             elif finish is not FinishReason.STOP:  # the stop token itself is never emitted
                 collector.put(out.token, out.logprob)
             if request.first_token_at is None:
@@ -282,6 +281,8 @@ class EngineCore:
                 request.status = RequestStatus.DECODING
             if finish is not None:
                 self.finish(request, finish, in_backend=False)
+            elif request.loops is not None and request.loops.push(out.token):
+                self.finish(request, FinishReason.LOOP)  # after its last token, delivered
         return first, later
 
     def _fail_batch(self, exc: Exception) -> None:

@@ -35,6 +35,7 @@ from mlxd.engine.engine_config import EngineConfig
 from mlxd.engine.handle import RequestHandle
 from mlxd.engine.inbox import Cancel, Embed, KeepAlive, LoadModel, Message, Shutdown, Submit
 from mlxd.engine.loaded_models import AttachedDraft, DraftInfo, LoadedModels, ModelInfo
+from mlxd.engine.loops import LoopWatch
 from mlxd.engine.request import EngineRequest, Request, budget, validate
 from mlxd.engine.stats import EngineHealth, EngineState, EngineStats
 from mlxd.errors import (
@@ -221,6 +222,7 @@ class Engine:
             grammar=req.grammar,
             boundaries=req.boundaries,
             images=req.images,
+            loops=LoopWatch(req.params.loop_repeats) if req.params.loop_repeats else None,
         )
 
     def draft_of(self, info: ModelInfo) -> AttachedDraft | None:

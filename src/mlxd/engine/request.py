@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from mlxd.config import LIMITS, SAMPLING_BOUNDS
 from mlxd.engine.collector import Collector
+from mlxd.engine.loops import LoopWatch
 from mlxd.errors import ContextOverflow, InvalidRequest
 from mlxd.types import ImageInputs, PromptBoundaries, SamplingParams, Timings, Usage
 
@@ -56,6 +57,7 @@ class Request:
     grammar: CompiledGrammar | None = None
     boundaries: PromptBoundaries = field(default_factory=PromptBoundaries)
     images: ImageInputs | None = None
+    loops: LoopWatch | None = None  # loop detection, when the request asks for it
     status: RequestStatus = RequestStatus.WAITING
     uid: int | None = None  # the backend's sequence id once admitted
     cached_tokens: int = 0
@@ -131,6 +133,10 @@ def validate(req: EngineRequest, vocab_size: int, takes_images: bool = False) ->
         value = getattr(p, name)
         if name != "logit_bias" and value is not None:  # None: unset (seed, max_tokens)
             bounds.check(name, value)
+    breakers = p.dry_sequence_breakers
+    _check(len(breakers) <= LIMITS["dry_sequence_breakers"], "dry_sequence_breakers", "short")
+    limit = LIMITS["dry_breaker_chars"]
+    _check(all(0 < len(b) <= limit for b in breakers), "dry_sequence_breakers", "short strings")
     _check(len(p.logit_bias) <= LIMITS["logit_bias_entries"], "logit_bias", "not too long")
     for tok, bias in p.logit_bias:
         _check(0 <= tok < vocab_size, "logit_bias", f"token ids in [0, {vocab_size})")

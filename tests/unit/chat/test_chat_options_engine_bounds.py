@@ -54,7 +54,7 @@ def engine_accepts(opt: Option, value: float) -> bool:
     try:
         validate(EngineRequest("m", [1, 2], params), vocab_size=10)
     except InvalidRequest as e:
-        assert e.param == opt.name
+        assert e.param == opt.target  # an alias (repeat_last_n) is its target's field there
         return False
     return True
 

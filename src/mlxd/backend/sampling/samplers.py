@@ -4,14 +4,15 @@ mlx-lm's `make_sampler` draws from the global `mx.random` state, so two seeded r
 batch would disturb each other. Here a sampled request's k-th draw uses the counter-based
 uniform of (its seed, k) and an inverse-CDF draw (backend.draws): no PRNG key, so a seeded
 request gives the same tokens alone and in any batch, and `sample_rows` draws every row of a
-step at once (greedy rows argmax in the same expression). The filters (top-p, min-p, top-k)
-and the penalty processors are mlx-lm's own; filters run per row, only for rows that use them.
+step at once (greedy rows argmax in the same expression). The filters (top-p, min-p, XTC,
+top-k) and the penalty processors are mlx-lm's own, DRY is backend.sampling.dry; filters run
+per row, only for rows that use them. XTC's coin is drawn from the seed's stream too.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import cast
 
 import mlx.core as mx
@@ -19,6 +20,7 @@ from mlx_lm.sample_utils import (
     apply_min_p,
     apply_top_k,
     apply_top_p,
+    apply_xtc,
     greedy_sampler,
     make_logits_processors,
 )
@@ -26,9 +28,10 @@ from mlx_lm.sample_utils import (
 from mlxd.backend.api import FaultHook
 from mlxd.backend.sampling import draws
 from mlxd.backend.sampling import speculative_sampling as rule
+from mlxd.backend.sampling.dry import DryPenalty, breaker_ids
 from mlxd.backend.sampling.logits_processing import GuardedProcessor, LogitBias, put_rows
 from mlxd.backend.sampling.logits_processing import Processor as Processor
-from mlxd.types import SamplingParams, TokenLogprob
+from mlxd.types import SamplingParams, Tokenizer, TokenLogprob
 
 Sampler = Callable[[mx.array], mx.array]
 OnError = Callable[[BaseException], None]
@@ -40,19 +43,70 @@ DrawTerms = tuple[mx.array | None, float, float]
 GREEDY: Sampler = greedy_sampler  # shared object: an all-greedy batch samples in one call
 
 
-def make_sampler(params: SamplingParams, vocab_size: int) -> Sampler:
-    """Greedy: the shared argmax. Otherwise filters, then a draw from the request's seed."""
+class Vocabulary:
+    """What a model's rows need of its tokenizer: the vocabulary size, the tokens XTC never
+    excludes (newline and EOS, as mlx-lm's server keeps them) and DRY's breaker ids (cached
+    per set of breakers)."""
+
+    __slots__ = ("size", "xtc_keep", "_tokenizer", "_breakers")
+
+    def __init__(self, size: int, tokenizer: Tokenizer | None = None) -> None:
+        self.size = size
+        self._tokenizer = tokenizer
+        self._breakers: dict[tuple[str, ...], frozenset[int]] = {}
+        keep = set(tokenizer.eos_token_ids) if tokenizer is not None else set()
+        if tokenizer is not None:
+            keep |= set(tokenizer.encode("\n", add_special_tokens=False))
+        self.xtc_keep = sorted(t for t in keep if 0 <= t < size)
+
+    def breaker_ids(self, breakers: tuple[str, ...]) -> frozenset[int]:
+        found = self._breakers.get(breakers)
+        if found is None:
+            tok = self._tokenizer
+            found = frozenset(breaker_ids(tok, breakers) if tok is not None else ())
+            self._breakers[breakers] = found
+        return found
+
+
+def make_sampler(params: SamplingParams, vocab_size: int, xtc_keep: Sequence[int] = ()) -> Sampler:
+    """Greedy: the shared argmax. Otherwise filters, then a draw from the request's seed
+    (`xtc_keep`: tokens XTC never excludes)."""
     if params.greedy:
         return GREEDY
+    seed = params.seed if params.seed is not None else secrets.randbits(63)
     filters: list[Filter] = []
     if 0.0 < params.top_p < 1.0:
         filters.append(lambda x: apply_top_p(x, params.top_p))
     if params.min_p > 0.0:
         filters.append(lambda x: apply_min_p(x, params.min_p))
+    if params.xtc_probability > 0.0:
+        filters.append(XtcFilter(params, seed, list(xtc_keep)))
     if 0 < params.top_k < vocab_size:
         filters.append(lambda x: apply_top_k(x, params.top_k))
-    seed = params.seed if params.seed is not None else secrets.randbits(63)
     return SeededSampler(filters, params.temperature, seed)
+
+
+class XtcFilter:
+    """XTC ("exclude top choices", llama.cpp's `--xtc-*`): with probability xtc_probability
+    per draw, every token above xtc_threshold but the least likely of them is dropped. The
+    coin is the seed stream's own lane, so a seeded row stays the same in any batch."""
+
+    __slots__ = ("_probability", "_threshold", "_keep", "_key", "_index")
+
+    def __init__(self, params: SamplingParams, seed: int, keep: list[int]) -> None:
+        self._probability = params.xtc_probability
+        self._threshold = params.xtc_threshold
+        self._keep = keep
+        self._key = draws.stream_key(seed)
+        self._index = 0
+
+    def __call__(self, logprobs: mx.array) -> mx.array:
+        coin = draws.uniform(self._key, self._index, draws.LANES - 1)
+        self._index += 1
+        if coin >= self._probability:
+            return logprobs
+        # Probability 1: mlx-lm's mask always applies; the coin above was this row's.
+        return apply_xtc(logprobs, 1.0, self._threshold, self._keep)
 
 
 class SeededSampler:
@@ -143,9 +197,10 @@ def _draw_or_argmax(
     return mx.where(mx.array(drawn), tokens, mx.argmax(logprobs, axis=-1).astype(mx.uint32))
 
 
-def make_processors(params: SamplingParams) -> list[Processor]:
+def make_processors(params: SamplingParams, breakers: Collection[int] = ()) -> list[Processor]:
     """logit_bias (first: logits_processing.BatchBias relies on it), then the repetition /
-    presence / frequency penalties, sharing one window."""
+    presence / frequency penalties, sharing one window, then DRY (`breakers`: its breaker
+    token ids)."""
     window = params.repetition_context_size
     procs: list[Processor] = [LogitBias(params.logit_bias)] if params.logit_bias else []
     procs += make_logits_processors(
@@ -156,6 +211,8 @@ def make_processors(params: SamplingParams) -> list[Processor]:
         frequency_penalty=params.frequency_penalty or None,
         frequency_context_size=window,
     )
+    if params.dry:
+        procs.append(DryPenalty(params, breakers))
     return procs
 
 
@@ -218,7 +275,7 @@ class _GuardedSampler:
 
 def row_sampling(
     params: SamplingParams,
-    vocab_size: int,
+    vocab: Vocabulary,
     on_error: OnError,
     hook: FaultHook | None,
     request_id: str,
@@ -227,10 +284,11 @@ def row_sampling(
     """One row's sampler and logits processors (`mask`, e.g. a grammar's, last), each
     guarded so that an exception fails only this request (a plain greedy row is not wrapped:
     nothing in it can raise)."""
-    sampler = make_sampler(params, vocab_size)
+    sampler = make_sampler(params, vocab.size, vocab.xtc_keep)
     if sampler is not GREEDY or hook is not None:
         sampler = guard_sampler(sampler, on_error, hook, request_id)
-    procs = [guard_processor(p, on_error) for p in make_processors(params)]
+    breakers = vocab.breaker_ids(params.dry_sequence_breakers) if params.dry else ()
+    procs = [guard_processor(p, on_error) for p in make_processors(params, breakers)]
     if mask is not None:
         procs.append(guard_processor(mask, on_error))
     return sampler, procs

@@ -31,6 +31,7 @@ PING = named_event("ping", {"type": "ping"})
 _STOP_REASONS = {
     FinishReason.STOP: "end_turn",
     FinishReason.LENGTH: "max_tokens",
+    FinishReason.LOOP: "max_tokens",  # loop detection: cut before a natural end
     FinishReason.TOOL_CALLS: "tool_use",
     FinishReason.CANCELLED: "end_turn",
     FinishReason.ERROR: "end_turn",  # never sent: an error is an error event or status

@@ -48,7 +48,7 @@ OLLAMA_OPTIONS = {
     "stop": "stop",
     "num_predict": "max_tokens",
     "repeat_penalty": "repetition_penalty",
-    "repeat_last_n": "repetition_context_size",
+    "repeat_last_n": "repeat_last_n",
     "presence_penalty": "presence_penalty",
     "frequency_penalty": "frequency_penalty",
     "ignore_eos": "ignore_eos",  # mlxd's extension, as on /v1

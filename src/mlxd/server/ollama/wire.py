@@ -20,7 +20,8 @@ from mlxd.server.sse import dumps
 from mlxd.types import ChatEvent, FinishEvent, FinishReason, ReasoningDelta, TextDelta, ToolCall
 
 NDJSON = "application/x-ndjson"
-_DONE_REASON = {FinishReason.LENGTH: "length"}  # anything else ends as "stop"
+# Anything else ends as "stop".
+_DONE_REASON = {FinishReason.LENGTH: "length", FinishReason.LOOP: "length"}
 
 
 def line(obj: object) -> bytes:

@@ -49,8 +49,17 @@ SAMPLING_FIELDS = (
     "min_p",
     "repetition_penalty",
     "repetition_context_size",
+    "repeat_last_n",
     "presence_penalty",
     "frequency_penalty",
+    "dry_multiplier",
+    "dry_base",
+    "dry_allowed_length",
+    "dry_penalty_last_n",
+    "dry_sequence_breakers",
+    "xtc_probability",
+    "xtc_threshold",
+    "loop_repeats",
     "seed",
     "ignore_eos",
     "draft_kind",
@@ -73,6 +82,19 @@ class SamplingFields(WireModel):
     repetition_context_size: Annotated[StrictInt, within("repetition_context_size")] | None = None
     presence_penalty: Annotated[StrictFloat, within("presence_penalty")] | None = None
     frequency_penalty: Annotated[StrictFloat, within("frequency_penalty")] | None = None
+    # Extensions with llama.cpp's server names: its repetition window, DRY, XTC; mlxd's
+    # loop detection. The option table (mlxd.chat.options) checks the lists.
+    repeat_last_n: Annotated[StrictInt, within("repetition_context_size")] | None = None
+    dry_multiplier: Annotated[StrictFloat, within("dry_multiplier")] | None = None
+    dry_base: Annotated[StrictFloat, within("dry_base")] | None = None
+    dry_allowed_length: Annotated[StrictInt, within("dry_allowed_length")] | None = None
+    dry_penalty_last_n: Annotated[StrictInt, within("dry_penalty_last_n")] | None = None
+    dry_sequence_breakers: (
+        Annotated[list[StrictStr], Field(max_length=LIMITS["dry_sequence_breakers"])] | None
+    ) = None
+    xtc_probability: Annotated[StrictFloat, within("xtc_probability")] | None = None
+    xtc_threshold: Annotated[StrictFloat, within("xtc_threshold")] | None = None
+    loop_repeats: Annotated[StrictInt, within("loop_repeats")] | None = None
     logit_bias: (
         Annotated[
             dict[StrictStr, Annotated[StrictFloat, within("logit_bias")]],

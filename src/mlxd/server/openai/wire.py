@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # annotations only
 _FINISH = {
     FinishReason.STOP: "stop",
     FinishReason.LENGTH: "length",
+    FinishReason.LOOP: "length",  # loop detection: cut before a natural end, as "length" is
     FinishReason.TOOL_CALLS: "tool_calls",
     FinishReason.CANCELLED: "stop",
     FinishReason.ERROR: "stop",

@@ -216,7 +216,7 @@ class ResponsesWire:
         ]
 
     def _finish(self, ev: FinishEvent) -> list[Event]:
-        cut = ev.reason == FinishReason.LENGTH
+        cut = ev.reason in (FinishReason.LENGTH, FinishReason.LOOP)
         events = self._close("incomplete" if cut else "completed")
         status = "incomplete" if cut else "completed"
         body = self._response(status, usage=usage_body(ev.usage))

@@ -36,7 +36,7 @@ def test_options_go_through_the_one_table() -> None:
         "temperature": 0,
         "max_tokens": 5,
         "repetition_penalty": 1.1,
-        "repetition_context_size": 32,
+        "repeat_last_n": 32,  # the option of llama.cpp's name: repetition_context_size
         "stop": ["x"],
         "seed": 3,
         "response_format": {"type": "json_object"},
