@@ -3,7 +3,12 @@ each built from mlx-vlm 0.7.10's own model classes with the processor files mlx-
 reads, a byte-level BPE tokenizer holding the family's special tokens, and a chat template that
 writes the family's image placeholder. Built in about a second; never downloaded.
 
-  gemma3       SigLIP tower, `<start_of_image>` -> "\\n\\n<boi><image_soft_token>*4<eoi>\\n\\n"
+  gemma3     SigLIP tower; `<start_of_image>` -> "\\n\\n<start_of_image>", 4 `<image_soft_token>`,
+             "<end_of_image>\\n\\n"
+  idefics3   image splitting: 28-pixel tiles (a 40x30 image: 2x2) and a global image, each 4
+             `<image>` between `<fake_token_around_image>` and its `<row_r_col_c>` / `<global-img>`
+  mistral3   Pixtral tower at variable resolution (longest edge 32, 8-pixel tokens): rows of
+             `[IMG]` split by `[IMG_BREAK]`, ended by `[IMG_END]`
 """
 
 from __future__ import annotations
@@ -82,7 +87,106 @@ def _gemma3(path: Path, seed: int) -> None:
     _save(path, gemma3.Model(model_config), config, seed, embed_scale=0.02)
 
 
-FAMILIES: dict[str, Callable[[Path, int], None]] = {"gemma3": _gemma3}
+IDEFICS3_TEMPLATE = (
+    "<|im_start|>{% for message in messages %}{{ message.role | capitalize }}:"
+    "{% if message.content is string %}{{ message.content }}"
+    "{% else %}{% for part in message.content %}"
+    "{% if part.type == 'image' %}<image>{% elif part.type == 'text' %}{{ part.text }}{% endif %}"
+    "{% endfor %}{% endif %}<end_of_utterance>\n{% endfor %}"
+    "{% if add_generation_prompt %}Assistant:{% endif %}"
+)
+
+
+def _idefics3(path: Path, seed: int) -> None:
+    from mlx_vlm.models.idefics3 import config as cfg
+    from mlx_vlm.models.idefics3 import idefics3
+
+    grid = [f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7)]
+    specials = ["<fake_token_around_image>", "<image>", "<end_of_utterance>", "<global-img>",
+                *grid]  # fmt: skip
+    ids = _tokenizer(path, specials, IDEFICS3_TEMPLATE, {
+        "bos_token": "<|im_start|>", "eos_token": "<end_of_utterance>",
+        "pad_token": "<|endoftext|>",
+    })  # fmt: skip
+    _write(path / "preprocessor_config.json", {
+        "image_processor_type": "Idefics3ImageProcessor", "processor_class": "Idefics3Processor",
+        "do_resize": True, "size": {"longest_edge": 56}, "max_image_size": {"longest_edge": 28},
+        "do_image_splitting": True, "resample": 1, "do_rescale": True,
+        "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": _HALF,
+        "image_std": _HALF, "do_convert_rgb": True, "do_pad": True,
+    })  # fmt: skip
+    _write(path / "processor_config.json", {"processor_class": "Idefics3Processor",
+                                            "image_seq_len": 4})  # fmt: skip
+    text = {"model_type": "llama", **_TEXT, "rms_norm_eps": 1e-5, "vocab_size": ids["vocab"],
+            "rope_theta": 1e4, "max_position_embeddings": 2048}  # fmt: skip
+    vision = {"model_type": "idefics3_vision", "hidden_size": 32, "num_hidden_layers": 2,
+              "intermediate_size": 64, "num_attention_heads": 4, "patch_size": 7,
+              "image_size": 28}  # fmt: skip
+    config = {
+        "model_type": "idefics3", "architectures": ["Idefics3ForConditionalGeneration"],
+        "image_token_id": ids["<image>"], "scale_factor": 2, "vocab_size": ids["vocab"],
+        "eos_token_id": [ids["<end_of_utterance>"]], "text_config": text,
+        "vision_config": vision,
+    }  # fmt: skip
+    model_config = cfg.ModelConfig.from_dict(config)
+    model_config.text_config = cfg.TextConfig.from_dict(text)
+    model_config.vision_config = cfg.VisionConfig.from_dict(vision)
+    _save(path, idefics3.Model(model_config), config, seed)
+
+
+MISTRAL3_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{% if message.role == 'user' %}[INST]{% endif %}"
+    "{% if message.content is string %}{{ message.content }}"
+    "{% else %}{% for part in message.content %}"
+    "{% if part.type == 'image' %}[IMG]{% elif part.type == 'text' %}{{ part.text }}{% endif %}"
+    "{% endfor %}{% endif %}"
+    "{% if message.role == 'user' %}[/INST]{% else %}{{ eos_token }}{% endif %}{% endfor %}"
+)
+
+
+def _mistral3(path: Path, seed: int) -> None:
+    from mlx_vlm.models.mistral3 import config as cfg
+    from mlx_vlm.models.mistral3 import mistral3
+    from mlx_vlm.models.pixtral import VisionConfig
+
+    specials = ["<s>", "</s>", "[INST]", "[/INST]", "[IMG]", "[IMG_BREAK]", "[IMG_END]"]
+    ids = _tokenizer(path, specials, MISTRAL3_TEMPLATE, {
+        "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<|endoftext|>",
+    })  # fmt: skip
+    _write(path / "preprocessor_config.json", {
+        "image_processor_type": "PixtralImageProcessor", "processor_class": "PixtralProcessor",
+        "size": {"longest_edge": 32}, "patch_size": {"height": 4, "width": 4},
+        "do_resize": True, "resample": 3, "do_rescale": True, "rescale_factor": 1 / 255,
+        "do_normalize": True, "image_mean": _HALF, "image_std": _HALF, "do_convert_rgb": True,
+    })  # fmt: skip
+    _write(path / "processor_config.json", {
+        "processor_class": "PixtralProcessor", "patch_size": 4, "spatial_merge_size": 2,
+        "image_token": "[IMG]", "image_break_token": "[IMG_BREAK]", "image_end_token": "[IMG_END]",
+    })  # fmt: skip
+    text = {"model_type": "mistral", **_TEXT, "head_dim": 16, "rms_norm_eps": 1e-5,
+            "vocab_size": ids["vocab"], "rope_theta": 1e4,
+            "max_position_embeddings": 2048}  # fmt: skip
+    vision = {"model_type": "pixtral", "hidden_size": 32, "num_hidden_layers": 2,
+              "intermediate_size": 64, "num_attention_heads": 4, "head_dim": 8,
+              "patch_size": 4, "image_size": 32}  # fmt: skip
+    config = {
+        "model_type": "mistral3", "architectures": ["Mistral3ForConditionalGeneration"],
+        "image_token_index": ids["[IMG]"], "spatial_merge_size": 2,
+        "vision_feature_layer": -1, "vocab_size": ids["vocab"], "eos_token_id": [ids["</s>"]],
+        "text_config": text, "vision_config": vision,
+    }  # fmt: skip
+    model_config = cfg.ModelConfig.from_dict(config)
+    model_config.text_config = cfg.TextConfig.from_dict(text)
+    model_config.vision_config = VisionConfig.from_dict(vision)
+    _save(path, mistral3.Model(model_config), config, seed)
+
+
+FAMILIES: dict[str, Callable[[Path, int], None]] = {
+    "gemma3": _gemma3,
+    "idefics3": _idefics3,
+    "mistral3": _mistral3,
+}
 
 
 def _tokenizer(

@@ -99,7 +99,9 @@ def test_prompt_and_tokens_equal_mlx_vlms_own(
     tokens, _ = engine_.submit(request).collect()
     ids, reference = mlx_vlm_reference(family, messages, [(0, SIZES[0])], tmp_path)
     assert prompt.token_ids == ids
-    assert tokens == reference[: len(tokens)] and len(reference) >= len(tokens)
+    # mlx-vlm stops at EOS (and yields it); mlxd ignores EOS here: compare what both made.
+    n = min(len(tokens), len(reference))
+    assert n >= 8 and tokens[:n] == reference[:n]
 
 
 def test_alone_equals_inside_a_batch_of_text_and_image_requests(
