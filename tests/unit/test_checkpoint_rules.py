@@ -41,7 +41,9 @@ def test_store_and_loader_read_the_same_window(
     if limit is not None:
         (tmp_path / "tokenizer_config.json").write_text(json.dumps({"model_max_length": limit}))
     tokenizer = SimpleNamespace(model_max_length=limit, eos_token_ids=[0])
-    monkeypatch.setattr(mlx_lm_compat, "load", lambda path, **_: (None, tokenizer))
+    import mlx.nn as nn
+
+    monkeypatch.setattr(mlx_lm_compat, "load", lambda path, **_: (nn.Module(), tokenizer))
     loaded = loader.load_checkpoint(tmp_path)
     assert entry(tmp_path, "m", "path", None).context_window == window
     assert loaded.context_window == (window or loader.DEFAULT_CONTEXT_WINDOW)

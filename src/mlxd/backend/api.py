@@ -85,6 +85,7 @@ class LoadedModel:
     vision: VisionParts | None = None
     draft: LoadedModel | None = None  # the draft model speculation (kind `model`) runs
     embedder: Embedder | None = None  # an embedding model's forward pass (no runner then)
+    weight_bytes: int = 0  # the parameters' bytes as loaded (the draft's not included)
 
 
 class Embedder(Protocol):

@@ -71,7 +71,18 @@ def load_checkpoint(
         eos_token_ids={t for t in tokenizer.eos_token_ids or () if t is not None},
         vision=vision,
         embedder=embedder,
+        weight_bytes=_weight_bytes(vision.model if vision is not None else model),
     )
+
+
+def _weight_bytes(module: Module) -> int:
+    """Bytes of every parameter (lazy ones counted by shape, nothing is evaluated)."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
+    params = module.parameters()  # type: ignore[no-untyped-call]
+    flat: list[tuple[str, mx.array]] = tree_flatten(params)  # type: ignore[assignment]
+    return sum(int(array.nbytes) for _, array in flat)
 
 
 def load_with_draft(path: Path, draft: Path, *, trust_remote_code: bool = False) -> LoadedModel:

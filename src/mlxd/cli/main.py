@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "run": "run",
     "chat": "chat",
     "serve": "serve",
+    "ps": "ps",
 }
 
 

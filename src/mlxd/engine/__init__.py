@@ -10,7 +10,14 @@ from mlxd.engine.engine_config import EngineConfig
 from mlxd.engine.handle import RequestHandle
 from mlxd.engine.loaded_models import ModelInfo
 from mlxd.engine.request import EngineRequest, RequestStatus
-from mlxd.engine.stats import ClusterStats, EngineHealth, EngineState, EngineStats, RankStatus
+from mlxd.engine.stats import (
+    ClusterStats,
+    EngineHealth,
+    EngineState,
+    EngineStats,
+    RankStatus,
+    ResidentModel,
+)
 
 __all__ = [
     "ClusterStats",
@@ -27,4 +34,5 @@ __all__ = [
     "RankStatus",
     "RequestHandle",
     "RequestStatus",
+    "ResidentModel",
 ]

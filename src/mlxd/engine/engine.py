@@ -37,7 +37,8 @@ from mlxd.engine.inbox import Cancel, Embed, KeepAlive, LoadModel, Message, Shut
 from mlxd.engine.loaded_models import AttachedDraft, DraftInfo, LoadedModels, ModelInfo
 from mlxd.engine.loops import LoopWatch
 from mlxd.engine.request import EngineRequest, Request, budget, validate
-from mlxd.engine.stats import EngineHealth, EngineState, EngineStats
+from mlxd.engine.residency import resident_models
+from mlxd.engine.stats import EngineHealth, EngineState, EngineStats, ResidentModel
 from mlxd.errors import (
     EngineBusy,
     EngineFault,
@@ -268,6 +269,11 @@ class Engine:
         if state.open and self._stalled():
             return EngineHealth(False, EngineState.STALLED, self._stall_message(), blas, cluster)
         return EngineHealth(state.open, state, detail, blas, cluster)
+
+    def resident(self) -> tuple[ResidentModel, ...]:
+        """Each loaded model now (residency.resident_models); cheap, from any thread."""
+        live = self._live.snapshot()
+        return resident_models(self._models, live, self.cfg.model_ttl_seconds, time.monotonic())
 
     def stats(self) -> EngineStats:
         core = self._core

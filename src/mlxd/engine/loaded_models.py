@@ -56,6 +56,7 @@ class ModelInfo:
     draft: DraftInfo | None = None  # speculation's draft model, kind `model`
     kind: ModelKind = ModelKind.GENERATION
     dimensions: int = 0  # an embedding model's vector length
+    weight_bytes: int = 0  # its parameters and its draft's, as loaded
 
     def require(self, kind: ModelKind) -> None:
         """Raise InvalidRequest (param `model`) unless this model serves `kind`."""
@@ -114,6 +115,7 @@ class ModelEntry:
             draft=draft,
             kind=ModelKind.GENERATION if loaded.embedder is None else ModelKind.EMBEDDING,
             dimensions=loaded.embedder.dimensions if loaded.embedder is not None else 0,
+            weight_bytes=loaded.weight_bytes + (loaded.draft.weight_bytes if loaded.draft else 0),
         )
         return cls(info, loaded)
 
@@ -145,6 +147,11 @@ class LoadedModels:
     def count(self) -> int:
         with self._lock:
             return len(self._entries)
+
+    def snapshot(self) -> list[tuple[ModelInfo, ModelUse]]:
+        """Every loaded model's info and a copy of its bookkeeping, in load order."""
+        with self._lock:
+            return [(e.info, replace(e.use)) for e in self._entries.values()]
 
     def usage(self) -> list[ModelUse]:
         """A copy of every loaded model's bookkeeping, in load order."""

@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable, Collection, Sequence
 
 from mlxd.engine.loaded_models import LoadedModels, ModelUse
+from mlxd.engine.request import Request, RequestStatus
+from mlxd.engine.stats import ResidentModel
 
 
 def choose_unloads(
@@ -151,3 +153,34 @@ class Residency:
         limit = idle_limit(use, self.ttl) if use is not None else self.ttl or math.inf
         if limit < math.inf:
             self.next_check = min(self.next_check, time.monotonic() + limit)
+
+
+def resident_models(
+    models: LoadedModels, live: Sequence[Request], ttl: float, now: float
+) -> tuple[ResidentModel, ...]:
+    """Each loaded model, its live requests (`live`: every accepted, unfinished one) and
+    when the policy above would unload it if nothing else came."""
+    out = []
+    for info, use in models.snapshot():
+        mine = [r for r in live if r.model == info.name]
+        queued = sum(r.status is RequestStatus.WAITING for r in mine)
+        limit = idle_limit(use, ttl)
+        busy = {info.name} if mine else set()
+        idle = max(0.0, now - use.last_used)
+        never = use.pinned or limit == math.inf or use.in_use(busy, now)
+        out.append(
+            ResidentModel(
+                name=info.name,
+                path=info.path,
+                kind=info.kind,
+                weight_bytes=info.weight_bytes,
+                draft=info.draft.name if info.draft is not None else None,
+                running=len(mine) - queued,
+                queued=queued,
+                pinned=use.pinned,
+                idle_seconds=round(idle, 3),
+                ttl_seconds=None if limit == math.inf else limit,
+                unloads_in_seconds=None if never else round(max(0.0, limit - idle), 3),
+            )
+        )
+    return tuple(out)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from pathlib import Path
 
 from mlxd.backend.api import ClusterStats, PrefixCacheStats, RankStatus
-from mlxd.types import FinishReason
+from mlxd.types import FinishReason, ModelKind
 
 __all__ = [
     "ClusterStats",
@@ -16,6 +17,7 @@ __all__ = [
     "EngineStats",
     "PrefixCacheStats",
     "RankStatus",
+    "ResidentModel",
 ]
 
 
@@ -92,3 +94,20 @@ class EngineStats:
     models_loaded: tuple[str, ...] = ()
     blas: str = ""  # the CPU BLAS: "mkl" or "reference" (see docs/usage/blas.md)
     cluster: ClusterStats | None = None  # distributed serve: the ranks (backend.distributed)
+
+
+@dataclass(frozen=True, slots=True)
+class ResidentModel:
+    """One loaded model as Engine.resident() sees it now (what `mlxd ps` shows)."""
+
+    name: str
+    path: Path
+    kind: ModelKind
+    weight_bytes: int  # its parameters and its draft's, as loaded
+    draft: str | None  # the draft model loaded with it
+    running: int  # requests prefilling or decoding
+    queued: int  # requests accepted, not yet admitted
+    pinned: bool  # never unloaded (the server's default model)
+    idle_seconds: float  # since its last load, submit or finish
+    ttl_seconds: float | None  # how long it may stay idle (its keep-alive, else the TTL)
+    unloads_in_seconds: float | None  # None: not while pinned, in use, or without a TTL

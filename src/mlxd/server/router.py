@@ -1,12 +1,12 @@
 """The app's routes: each API's own router (Ollama's under /api/), the chat page, then
-/, /health and /metrics."""
+/, /health, /health/models and /metrics."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
-from mlxd.engine import RankStatus
+from mlxd.engine import RankStatus, ResidentModel
 from mlxd.server.anthropic.routes import router as anthropic_router
 from mlxd.server.ollama.routes import router as ollama_router
 from mlxd.server.openai.routes import router as openai_router
@@ -50,6 +50,33 @@ async def health(request: Request) -> Response:
     if h.cluster is not None:
         body["ranks"] = [_rank_json(r) for r in h.cluster.ranks]
     return JSONResponse(body, status_code=200 if ok else 503)
+
+
+@router.get("/health/models")
+async def resident_models(request: Request) -> Response:
+    """What the engine holds now (`mlxd ps`): each loaded model, its requests and when it
+    unloads, and the prefix cache. Cheap snapshots only; behind the API key, unlike /health."""
+    st = _state(request)
+    stats = st.engine.stats()
+    default = st.models.default.name if st.models.default is not None else None
+    cache = stats.cache
+    return JSONResponse(
+        {
+            "models": [_resident_json(m, m.name == default) for m in st.engine.resident()],
+            "running": stats.running,
+            "waiting": stats.waiting,
+            "prefix_cache": {
+                "bytes": cache.bytes,
+                "kv_bytes": cache.kv_bytes,
+                "entries": cache.entries,
+            },  # fmt: skip
+        }
+    )
+
+
+def _resident_json(model: ResidentModel, default: bool) -> dict[str, object]:
+    body = {k: getattr(model, k) for k in ResidentModel.__slots__ if k != "path"}
+    return body | {"kind": model.kind.value, "default": default}
 
 
 def _rank_json(rank: RankStatus) -> dict[str, object]:

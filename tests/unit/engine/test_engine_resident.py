@@ -371,3 +371,25 @@ def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
         EngineConfig(max_models=0)
     with pytest.raises(InvalidRequest):
         EngineConfig(model_ttl_seconds=-1)
+
+
+def test_resident_counts_requests_per_model_and_says_when_each_unloads() -> None:
+    backend = ResidentBackend(gated={"b"})
+    with make(backend, max_models=3, model_ttl_seconds=600.0) as engine:
+        engine.load_model("/fake/a", name="a", pin=True)
+        engine.load_model("/fake/b", name="b")
+        running = engine.submit(req("b", [1], max_tokens=3))
+        assert wait_until(lambda: engine.stats().running == 1)
+        engine.load_model("/fake/c", name="c")
+        queued = engine.submit(req("c", [20], max_tokens=3))  # waits for b's batch to drain
+        a, b, c = engine.resident()
+        assert (a.name, a.pinned, a.unloads_in_seconds, a.ttl_seconds) == ("a", True, None, 600)
+        assert (b.running, b.queued, b.unloads_in_seconds) == (1, 0, None)
+        assert (c.running, c.queued, c.unloads_in_seconds) == (0, 1, None)
+        backend.gate.set()
+        running.collect()
+        queued.collect()
+        assert wait_until(lambda: all(m.running + m.queued == 0 for m in engine.resident()))
+        idle = {m.name: m for m in engine.resident()}
+        assert all(0 < idle[n].unloads_in_seconds <= 600 for n in "bc")  # type: ignore[operator]
+        assert idle["c"].kind.value == "generation" and idle["c"].draft is None

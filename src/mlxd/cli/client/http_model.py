@@ -145,6 +145,13 @@ class HttpModel:
         except MlxdError:
             return None
 
+    def resident(self) -> dict[str, Any]:
+        """GET /health/models: what the server holds now (`mlxd ps`)."""
+        body = self._get_json("/health/models")
+        if not isinstance(body, dict) or not isinstance(body.get("models"), list):
+            raise EngineUnavailable(f"{self.server.url}/health/models gave no model list")
+        return body
+
     def _listed_card(
         self, name: str, why: str | None, cards: list[dict[str, Any]] | None = None
     ) -> dict[str, Any]:

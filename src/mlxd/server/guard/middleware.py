@@ -47,6 +47,7 @@ ROUTES = frozenset(
         "/api/version",
         "/",
         "/health",
+        "/health/models",
         "/metrics",
         *PAGE_ASSETS,
     }
