@@ -71,7 +71,7 @@ class BatchRunner:
         # Every speculating row verifies its whole draft (MLXD_DRAFT_POLICY=every, or ranks in
         # lockstep, whose drafts may not follow one rank's timings).
         self._every_draft = draft_policy_every()
-        self._rewindable = spec_compat.rows_rewindable(loaded.model)  # can speculate
+        self._rewindable = spec_compat.target_rewindable(loaded.model)  # can speculate
 
     def insert(self, seq: NewSequence) -> tuple[int, int]:
         """Queue one sequence; returns (uid, cached prompt tokens reused from the prefix cache).
@@ -215,9 +215,9 @@ class BatchRunner:
 
     def _speculates(self, params: SamplingParams, sampler: Sampler, procs: list[Processor]) -> bool:
         """Rows without logits processors draft, greedy or sampled (a sampler that verifies:
-        the accept/resample rule), on models whose cache rewinds per row (plain KV caches);
-        kind `model` needs the loaded model's draft. XTC's coin is one per draw: its rows
-        do not verify drafts."""
+        the accept/resample rule), on models whose cache rewinds per row (plain KV caches,
+        recurrent layers mlx_lm.recurrent_rollback knows); kind `model` needs the loaded
+        model's draft. XTC's coin is one per draw: its rows do not verify drafts."""
         kind = params.draft_kind
         if kind is None or kind is DraftKind.NONE or not params.num_draft_tokens:
             return False
@@ -232,7 +232,7 @@ class BatchRunner:
     def _speculation(self) -> Drafts:
         if self._drafts is None:
             self._drafts = batch_drafts(self.loaded.draft, self.vocab_size, self.prefill_chunk)
-            spec_compat.enable_speculation(self._gen, self._drafts)
+            spec_compat.enable_speculation(self._gen, self._drafts, self.loaded.model)
         return self._drafts
 
     def _segments_done(self, uids: list[int]) -> None:

@@ -109,15 +109,20 @@ def load_with_draft(path: Path, draft: Path, *, trust_remote_code: bool = False)
     known = len(target.tokenizer.get_vocab())
     if min(target.vocab_size, drafter.vocab_size) < known:
         raise _vocab_mismatch(path, draft, "one model's vocab_size is smaller than the tokenizer")
-    from mlxd.backend.mlx_lm.verify_step import rows_rewindable
+    from mlxd.backend.mlx_lm.verify_step import rows_rewindable, target_rewindable
 
-    for name, loaded in ((path.name, target), (draft.name, drafter)):
-        if not rows_rewindable(loaded.model):
-            raise InvalidRequest(
-                f"{name} has sliding-window or recurrent layers: speculation with a draft "
-                "model needs plain KV caches on both sides",
-                param="draft_model",
-            )
+    if not target_rewindable(target.model):
+        raise InvalidRequest(
+            f"{path.name} has sliding-window layers or recurrent ones mlxd cannot roll "
+            "back: speculation with a draft model cannot rewind it",
+            param="draft_model",
+        )
+    if not rows_rewindable(drafter.model):
+        raise InvalidRequest(
+            f"{draft.name} has sliding-window or recurrent layers: a draft model needs "
+            "plain KV caches",
+            param="draft_model",
+        )
     return replace(target, draft=drafter)
 
 

@@ -23,11 +23,12 @@ from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
 
 import mlx.core as mx
 from mlx_lm.generate import GenerationBatch
-from mlx_lm.models.cache import BatchKVCache, KVCache, make_prompt_cache
+from mlx_lm.models.cache import ArraysCache, BatchKVCache, KVCache, make_prompt_cache
 from mlx_lm.sample_utils import greedy_sampler
 
 from mlxd.backend.kv import BatchQuantizedKVCache, RowQuantizedKVCache
 from mlxd.backend.mlx_lm.compat import BatchedGenerationBatch
+from mlxd.backend.mlx_lm.recurrent_rollback import RecurrentRollback, recurrent_mixers
 from mlxd.backend.sampling.logits_processing import process_rows
 
 # Single-row caches a batch row of which can be rewound, and those batches.
@@ -69,14 +70,27 @@ def rows_rewindable(model: Module) -> bool:
     return all(type(layer) in _ROW_KV for layer in make_prompt_cache(model))
 
 
+def target_rewindable(model: Module) -> bool:
+    """A row of the model's batch cache can be rewound after a verify: every layer a plain
+    KV cache (as rows_rewindable) or a recurrent one RecurrentRollback rolls back."""
+    mixers = recurrent_mixers(model)
+    return all(
+        type(layer) in _ROW_KV or (type(layer) is ArraysCache and index in mixers)
+        for index, layer in enumerate(make_prompt_cache(model))
+    )
+
+
 def rewind_rows(cache: PromptCache, rejected: list[int]) -> None:
     """Drop each row's last `rejected[i]` positions from a batch KV cache: the common part is
     trimmed, the rest of each row is shifted right into its left padding, so every row ends
-    at the shared write position again."""
+    at the shared write position again. Recurrent layers are skipped: RecurrentRollback
+    restores them."""
     common = min(rejected)
     rest = [r - common for r in rejected]
     shift = max(rest) > 0
     for layer in cache:
+        if type(layer) is ArraysCache:
+            continue
         assert isinstance(layer, _BATCH_KV), "speculation needs plain KV caches"
         if common:
             layer.trim(common)
@@ -106,11 +120,13 @@ def keep_rows(cache: PromptCache, indices: list[int]) -> None:
         layer.filter(mx.array(indices))  # type: ignore[no-untyped-call]
 
 
-def enable_speculation(gen: BatchGen, drafter: RowDrafter) -> None:
-    """From now on each decode step of `gen` verifies the drafts `drafter` proposes."""
+def enable_speculation(gen: BatchGen, drafter: RowDrafter, model: Module) -> None:
+    """From now on each decode step of `gen` verifies the drafts `drafter` proposes
+    (`model`'s recurrent layers, if any, are rolled back after each verify)."""
     batch = gen._generation_batch
     batch.__class__ = SpeculativeGenerationBatch
     batch._mlxd_drafter = drafter  # type: ignore[attr-defined]
+    batch._mlxd_rollback = RecurrentRollback.for_model(model)  # type: ignore[attr-defined]
 
 
 class SpeculativeGenerationBatch(BatchedGenerationBatch):
@@ -121,6 +137,7 @@ class SpeculativeGenerationBatch(BatchedGenerationBatch):
     (mlx_lm.compat.BatchedGenerationBatch)."""
 
     _mlxd_drafter: RowDrafter
+    _mlxd_rollback: RecurrentRollback | None
 
     def next(self) -> list[GenerationBatch.Response]:
         if not self.uids:
@@ -140,6 +157,8 @@ class SpeculativeGenerationBatch(BatchedGenerationBatch):
     ) -> list[GenerationBatch.Response]:
         rows = [[t, *d] + [0] * (width - len(d)) for t, d in zip(last, drafts, strict=True)]
         inputs = mx.array(rows, dtype=mx.uint32)
+        rollback = self._mlxd_rollback
+        saved = rollback.save(self.prompt_cache) if rollback is not None else None
         logits = self._processed(self.model(inputs, cache=self.prompt_cache), inputs)
         logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         judged = self._judge(logprobs, drafts)
@@ -150,7 +169,10 @@ class SpeculativeGenerationBatch(BatchedGenerationBatch):
             self._mlxd_drafter.record(uid, len(draft), len(tokens) - 1)
         next_tokens = [token for _, token in judged]
         next_logprobs = [logprobs[i, n] for i, (n, _) in enumerate(judged)]
-        return self._emit(kept, finish, logprobs, next_tokens, next_logprobs, width)
+        rewind_rows(self.prompt_cache, [width + 1 - len(t) for t in kept])
+        if rollback is not None and saved is not None:
+            rollback.restore(self.prompt_cache, saved, [len(t) for t in kept])
+        return self._emit(kept, finish, logprobs, next_tokens, next_logprobs)
 
     def _judge(self, logprobs: mx.array, drafts: list[list[int]]) -> list[tuple[int, int]]:
         """Per row: how many drafts it accepts and the token that follows them. A greedy row
@@ -218,11 +240,9 @@ class SpeculativeGenerationBatch(BatchedGenerationBatch):
         logprobs: mx.array,
         next_tokens: list[int],
         next_logprobs: list[mx.array],
-        width: int,
     ) -> list[GenerationBatch.Response]:
-        """Responses for each row's kept tokens; rewind every cache to what its row emitted,
-        then drop the finished rows (as mlx-lm's next() does)."""
-        rewind_rows(self.prompt_cache, [width + 1 - len(t) for t in kept])
+        """Responses for each row's kept tokens (its cache rewound to them), then drop the
+        finished rows (as mlx-lm's next() does)."""
         responses = []
         keep = []
         for i, tokens in enumerate(kept):
