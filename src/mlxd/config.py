@@ -160,6 +160,15 @@ SETTINGS: dict[str, Setting[Any]] = {
         "admission budget: prompt + max new tokens in flight",
         int,
     ),
+    "kv_budget_bytes": Setting(
+        "MLXD_KV_BUDGET_BYTES",
+        "0",
+        "admission budget in KV bytes: requests run side by side while the KV they can grow "
+        "to (prompt + max new tokens, at the model's bytes per token) fits; one that never "
+        "fits is refused (0: MLXD_LOAD_MEMORY_FRACTION of the memory left once the model is "
+        "loaded)",
+        int,
+    ),
     "kv_bits": Setting(
         "MLXD_KV_BITS",
         "0",

@@ -86,6 +86,29 @@ class LoadedModel:
     draft: LoadedModel | None = None  # the draft model speculation (kind `model`) runs
     embedder: Embedder | None = None  # an embedding model's forward pass (no runner then)
     weight_bytes: int = 0  # the parameters' bytes as loaded (the draft's not included)
+    kv: KvFootprint = field(default_factory=lambda: KvFootprint())  # what its sequences hold
+    kv_headroom: int | None = None  # bytes the process could still use once it loaded
+
+
+@dataclass(frozen=True, slots=True)
+class KvFootprint:
+    """The KV bytes one sequence of a model holds (backend.kv.footprint measures them):
+    `per_token` for each position of its full-attention layers, `(window, per_token)` of each
+    sliding-window group (bounded by its window), and `fixed` recurrent state."""
+
+    per_token: int = 0
+    windows: tuple[tuple[int, int], ...] = ()
+    fixed: int = 0
+
+    def bytes_for(self, tokens: int) -> int:
+        """Bytes of a sequence holding `tokens` positions."""
+        windowed = sum(min(tokens, window) * per for window, per in self.windows)
+        return self.per_token * tokens + windowed + self.fixed
+
+    @property
+    def bytes_per_token(self) -> int:
+        """Bytes each position adds while it is inside every window (short contexts)."""
+        return self.per_token + sum(per for _, per in self.windows)
 
 
 class Embedder(Protocol):

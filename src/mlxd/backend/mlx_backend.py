@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from mlxd.backend import blas
 from mlxd.backend.api import BackendConfig, ClusterStats, LoadedModel, PrefixCacheStats
 from mlxd.backend.batch import BatchRunner, release_thread_streams
-from mlxd.backend.kv import quantize_kv
+from mlxd.backend.headroom import available_memory
+from mlxd.backend.kv import kv_footprint, quantize_kv
 from mlxd.backend.loader import load_checkpoint, load_with_draft
 from mlxd.backend.memory import free_unused
 from mlxd.backend.prefix import DiskTier, PrefixCache
@@ -27,14 +29,18 @@ class MlxBackend:
         self.prefix_cache = PrefixCache(config.prefix_cache_bytes, disk)
 
     def load(self, path: Path, draft: Path | None = None) -> LoadedModel:
-        """The model at `path`, with the draft model at `draft` attached (speculation); a KV
-        precision the model cannot take (backend.kv) is refused here, before any request."""
+        """The model at `path`, with the draft model at `draft` attached (speculation), its
+        KV bytes per token and the memory left once it is loaded; a KV precision the model
+        cannot take (backend.kv) is refused here, before any request."""
         if draft is not None:
             loaded = load_with_draft(path, draft, trust_remote_code=self.trust_remote_code)
         else:
             loaded = load_checkpoint(path, trust_remote_code=self.trust_remote_code)
+        if loaded.embedder is not None:
+            return loaded
         quantize_kv(loaded.model, self.config.kv_bits, self.config.kv_group_size)
-        return loaded
+        room = available_memory()
+        return replace(loaded, kv=kv_footprint(loaded.model), kv_headroom=room[0] if room else None)
 
     def make_runner(self, name: str, model: LoadedModel) -> BatchRunner:
         """A runner for `model`, whose caches have the configured KV precision (backend.kv;

@@ -126,6 +126,13 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _kv_line(per_token: dict[str, int] | None) -> str:
+    """`full 4.1 KB, 8-bit 1.2 KB, 4-bit 640 B` (serve --kv-bits 8 / 4)."""
+    if not per_token:
+        return "-"
+    return ", ".join(f"{label} {human_size(n)}" for label, n in per_token.items())
+
+
 def _print_description(info: ModelDescription, files: bool, config: bool) -> None:
     q = info.quantization
     quant = (
@@ -142,6 +149,7 @@ def _print_description(info: ModelDescription, files: bool, config: bool) -> Non
         ("dtype", info.dtype or "-"),
         ("quantization", str(quant)),
         ("context window", str(info.context_window or "-")),
+        ("kv per token", _kv_line(info.kv_bytes_per_token)),
         ("chat template", "yes" if info.chat_template else "no"),
         ("reasoning", " ".join(info.reasoning_markers) or "none"),
         ("tool calls", info.tool_format or "none"),

@@ -22,6 +22,7 @@ from typing import Protocol
 
 from mlxd.backend import factory
 from mlxd.backend.api import Backend
+from mlxd.engine import kv_budget
 from mlxd.engine.collector import Collector
 from mlxd.engine.core import EngineCore, LiveRequests
 from mlxd.engine.embedding import (
@@ -213,7 +214,11 @@ class Engine:
         max_tokens = budget(
             len(req.prompt_ids), info.context_window, req.params, self.cfg.max_tokens_ceiling
         )
+        kv_limit = self.kv_budget_bytes(info)
+        kv_bytes = kv_budget.request_bytes(len(req.prompt_ids), max_tokens, info, kv_limit)
         return Request(
+            kv_bytes=kv_bytes,
+            kv_budget=kv_limit,
             request_id=f"req-{next(_ids)}",
             model=req.model,
             prompt_ids=list(req.prompt_ids),
@@ -225,6 +230,10 @@ class Engine:
             images=req.images,
             loops=LoopWatch(req.params.loop_repeats) if req.params.loop_repeats else None,
         )
+
+    def kv_budget_bytes(self, info: ModelInfo) -> int | None:
+        """The KV byte budget requests for `info` are admitted under (engine.kv_budget)."""
+        return kv_budget.budget_bytes(self.cfg.kv_budget_bytes, info)
 
     def draft_of(self, info: ModelInfo) -> AttachedDraft | None:
         """The draft model loaded with `info`, with the engine's defaults for it."""
@@ -266,9 +275,11 @@ class Engine:
         """Cheap and non-blocking."""
         state, detail, blas = self._state, self._detail, self._backend.blas()
         cluster = self._backend.cluster()
+        kv = (self._core.scheduler.kv_bytes_in_use, self._budget_now())
         if state.open and self._stalled():
-            return EngineHealth(False, EngineState.STALLED, self._stall_message(), blas, cluster)
-        return EngineHealth(state.open, state, detail, blas, cluster)
+            message = self._stall_message()
+            return EngineHealth(False, EngineState.STALLED, message, blas, cluster, *kv)
+        return EngineHealth(state.open, state, detail, blas, cluster, *kv)
 
     def resident(self) -> tuple[ResidentModel, ...]:
         """Each loaded model now (residency.resident_models); cheap, from any thread."""
@@ -283,11 +294,21 @@ class Engine:
             counters=core.counters.snapshot(),
             cache=self._backend.cache_stats(),
             kv_tokens_in_use=core.scheduler.kv_in_use,
+            kv_bytes_in_use=core.scheduler.kv_bytes_in_use,
+            kv_budget_bytes=self._budget_now(),
             model=core.model,
             models_loaded=tuple(self._models.names()),
             blas=self._backend.blas(),
             cluster=self._backend.cluster(),
         )
+
+    def _budget_now(self) -> int | None:
+        """The byte budget of the model running now (or loaded last)."""
+        scheduler = self._core.scheduler
+        if scheduler.kv_budget_bytes is not None or self._core.model is None:
+            return scheduler.kv_budget_bytes
+        entry = self._models.get(self._core.model)
+        return self.kv_budget_bytes(entry.info) if entry is not None else None
 
     def drain(self, timeout_s: float) -> bool:
         """Refuse new submits; wait up to `timeout_s` for accepted requests to finish."""

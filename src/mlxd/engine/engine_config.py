@@ -38,6 +38,7 @@ class EngineConfig:
     embed_step_tokens: int = setting_field("embed_step_tokens")
     embed_max_inputs: int = setting_field("embed_max_inputs")
     kv_budget_tokens: int = setting_field("kv_budget_tokens")
+    kv_budget_bytes: int = setting_field("kv_budget_bytes")  # 0: from memory left at load
     kv_bits: int = setting_field("kv_bits")  # 0: full precision (backend/kv)
     kv_group_size: int = setting_field("kv_group_size")
     prefix_cache_bytes: int = setting_field("prefix_cache_bytes")
@@ -87,11 +88,12 @@ class EngineConfig:
         for name in names:
             if getattr(self, name) < 1:
                 raise InvalidRequest(f"engine setting {name} must be >= 1", param=name)
-        sizes = (self.max_queue, self.prefix_cache_bytes, self.prefix_cache_disk_bytes)
+        sizes = [self.max_queue, self.prefix_cache_bytes, self.prefix_cache_disk_bytes]
+        sizes.append(self.kv_budget_bytes)
         if min(sizes) < 0 or self.prefill_group_tokens < 0:
             raise InvalidRequest(
-                "engine settings max_queue, prefix_cache_bytes and prefix_cache_disk_bytes "
-                "must be >= 0"
+                "engine settings max_queue, prefix_cache_bytes, prefix_cache_disk_bytes and "
+                "kv_budget_bytes must be >= 0"
             )
         if self.kv_bits not in (0, *KV_BITS) or self.kv_group_size not in KV_GROUP_SIZES:
             raise InvalidRequest(

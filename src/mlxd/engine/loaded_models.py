@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from mlxd.backend.api import LoadedModel
+from mlxd.backend.api import KvFootprint, LoadedModel
 from mlxd.errors import InvalidRequest
 from mlxd.types import DraftKind, ImageProcessor, ModelKind, Tokenizer
 
@@ -57,6 +57,8 @@ class ModelInfo:
     kind: ModelKind = ModelKind.GENERATION
     dimensions: int = 0  # an embedding model's vector length
     weight_bytes: int = 0  # its parameters and its draft's, as loaded
+    kv: KvFootprint = field(default_factory=KvFootprint)  # KV bytes of one sequence
+    kv_headroom: int | None = None  # memory the process could still use once it loaded
 
     def require(self, kind: ModelKind) -> None:
         """Raise InvalidRequest (param `model`) unless this model serves `kind`."""
@@ -116,6 +118,8 @@ class ModelEntry:
             kind=ModelKind.GENERATION if loaded.embedder is None else ModelKind.EMBEDDING,
             dimensions=loaded.embedder.dimensions if loaded.embedder is not None else 0,
             weight_bytes=loaded.weight_bytes + (loaded.draft.weight_bytes if loaded.draft else 0),
+            kv=loaded.kv,
+            kv_headroom=loaded.kv_headroom,
         )
         return cls(info, loaded)
 

@@ -60,6 +60,8 @@ class Request:
     loops: LoopWatch | None = None  # loop detection, when the request asks for it
     status: RequestStatus = RequestStatus.WAITING
     uid: int | None = None  # the backend's sequence id once admitted
+    kv_bytes: int = 0  # KV bytes kv_tokens positions take on its model
+    kv_budget: int | None = None  # the byte budget it is admitted under (None: none)
     cached_tokens: int = 0
     completion_tokens: int = 0
     draft_tokens: int = 0  # speculative decoding: draft tokens verified for this request

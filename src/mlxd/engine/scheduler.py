@@ -1,8 +1,10 @@
 """Scheduler: which waiting requests join the running batch, and when to swap models.
 
 Policy: first come first served. The head of the queue is admitted when a batch slot is free
-and its worst-case KV (prompt + max new tokens) fits the token budget next to the running
-requests; a request bigger than the whole budget runs only alone, so it can never starve.
+and its worst-case KV (prompt + max new tokens) fits the token budget and, in bytes (at its
+model's bytes per token), its byte budget next to the running requests; a request bigger
+than the whole token budget runs only alone, so it can never starve (one bigger than the
+byte budget is refused at submit: engine.Engine).
 A request for another model blocks the queue until the running batch drains, then the
 engine swaps models. Pure Python: no mlx, engine thread only.
 """
@@ -21,6 +23,8 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.running: dict[int, Request] = {}  # backend uid -> request
         self.kv_in_use = 0
+        self.kv_bytes_in_use = 0
+        self.kv_budget_bytes: int | None = None  # the last admitted request's byte budget
 
     @property
     def has_work(self) -> bool:
@@ -40,8 +44,16 @@ class Scheduler:
             alone = not self.running and not admitted
             if not alone and in_flight + head.kv_tokens > self.kv_budget_tokens:
                 break
+            if not alone and not self._fits_bytes(head, admitted):
+                break
             admitted.append(self.waiting.popleft())
         return admitted
+
+    def _fits_bytes(self, head: Request, admitted: list[Request]) -> bool:
+        if head.kv_budget is None:
+            return True
+        in_flight = self.kv_bytes_in_use + sum(r.kv_bytes for r in admitted)
+        return in_flight + head.kv_bytes <= head.kv_budget
 
     def put_back(self, requests: list[Request]) -> None:
         """Return popped, still waiting requests to the head of the queue, in order."""
@@ -65,11 +77,14 @@ class Scheduler:
         request.status = RequestStatus.PREFILLING
         self.running[uid] = request
         self.kv_in_use += request.kv_tokens
+        self.kv_bytes_in_use += request.kv_bytes
+        self.kv_budget_bytes = request.kv_budget
 
     def remove(self, request: Request) -> None:
         """Forget a request in any state (finished, cancelled or failed)."""
         if request.uid is not None and self.running.pop(request.uid, None) is request:
             self.kv_in_use -= request.kv_tokens
+            self.kv_bytes_in_use -= request.kv_bytes
         elif request.status is RequestStatus.WAITING:
             try:
                 self.waiting.remove(request)

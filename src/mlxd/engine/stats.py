@@ -43,6 +43,8 @@ class EngineHealth:
     detail: str | None = None
     blas: str = ""  # the CPU BLAS, as in EngineStats
     cluster: ClusterStats | None = None  # as in EngineStats
+    kv_bytes_in_use: int = 0  # as in EngineStats
+    kv_budget_bytes: int | None = None
 
 
 @dataclass(slots=True)
@@ -90,6 +92,8 @@ class EngineStats:
     counters: Counters = field(default_factory=Counters)
     cache: PrefixCacheStats = field(default_factory=PrefixCacheStats)
     kv_tokens_in_use: int = 0
+    kv_bytes_in_use: int = 0  # KV bytes the running requests can grow to (admission's count)
+    kv_budget_bytes: int | None = None  # what they are admitted under (None: no byte budget)
     model: str | None = None
     models_loaded: tuple[str, ...] = ()
     blas: str = ""  # the CPU BLAS: "mkl" or "reference" (see docs/usage/blas.md)

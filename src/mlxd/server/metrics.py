@@ -48,6 +48,13 @@ ENGINE_GAUGES: tuple[tuple[Callable[[EngineStats], int], str, str, str], ...] = 
      "speculative decoding: draft tokens the target verified"),
     (lambda s: s.counters.accepted_tokens_total, "mlxd_accepted_draft_tokens_total", "counter",
      "speculative decoding: draft tokens accepted"),
+    (lambda s: s.kv_bytes_in_use, "mlxd_kv_bytes_in_use", "gauge",
+     "KV bytes the running requests can grow to (prompt + max new tokens each, at the "
+     "model's bytes per token): what admission counts"),
+    (lambda s: s.kv_budget_bytes or 0, "mlxd_kv_budget_bytes", "gauge",
+     "the KV byte budget requests are admitted under (0: none known)"),
+    (lambda s: max((s.kv_budget_bytes or 0) - s.kv_bytes_in_use, 0), "mlxd_kv_bytes_free",
+     "gauge", "of mlxd_kv_budget_bytes, what no running request can claim"),
 )  # fmt: skip
 
 

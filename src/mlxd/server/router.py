@@ -46,6 +46,7 @@ async def health(request: Request) -> Response:
         "model": st.models.default.name if st.models.default is not None else None,
         "draft": st.models.draft(st.models.default.name) if st.models.default else None,
         "blas": h.blas,
+        "kv": _kv_json(h.kv_bytes_in_use, h.kv_budget_bytes),
     }
     if h.cluster is not None:
         body["ranks"] = [_rank_json(r) for r in h.cluster.ranks]
@@ -77,6 +78,12 @@ async def resident_models(request: Request) -> Response:
 def _resident_json(model: ResidentModel, default: bool) -> dict[str, object]:
     body = {k: getattr(model, k) for k in ResidentModel.__slots__ if k != "path"}
     return body | {"kind": model.kind.value, "default": default}
+
+
+def _kv_json(in_use: int, budget: int | None) -> dict[str, int | None]:
+    """/health's "kv": the KV bytes admission counts, its budget and what is left of it."""
+    free = None if budget is None else max(budget - in_use, 0)
+    return {"bytes_in_use": in_use, "budget_bytes": budget, "bytes_free": free}
 
 
 def _rank_json(rank: RankStatus) -> dict[str, object]:

@@ -140,3 +140,47 @@ def eos_tokens(
             if isinstance(i, int):
                 out.append(id_to_token.get(i, f"<id {i}>"))
     return list(dict.fromkeys(out))
+
+
+_KV_SETTINGS = (("full", 0), ("8-bit", 8), ("4-bit", 4))  # `mlxd show`'s --kv-bits columns
+
+
+def kv_bytes_per_token(config: dict[str, Any], dtype_name: str | None) -> dict[str, int] | None:
+    """KV bytes each context token adds at each --kv-bits setting (group 64), from config.json:
+    full-attention layers x (keys + values) x KV heads x head dim; sliding-window and
+    recurrent layers stop growing, so they are left out. A quantized setting the head dim does
+    not allow is left out; None when the config does not say."""
+    text = text_config(config)
+    layers, heads = text.get("num_hidden_layers"), text.get("num_attention_heads")
+    if not isinstance(layers, int) or not isinstance(heads, int) or heads <= 0:
+        return None
+    kv_heads = text.get("num_key_value_heads") or heads
+    head_dim = text.get("head_dim") or text.get("hidden_size", 0) // heads
+    if not isinstance(kv_heads, int) or not isinstance(head_dim, int) or head_dim <= 0:
+        return None
+    width = 4 if dtype_name == "float32" else 2
+    rows = 2 * _attention_layers(text, layers) * kv_heads
+    out = {}
+    for label, bits in _KV_SETTINGS:
+        if bits and head_dim % 64:
+            continue  # groups of 64 do not split its heads: --kv-bits refuses it
+        per_head = (
+            head_dim * width if not bits else head_dim * bits // 8 + head_dim // 64 * 2 * width
+        )
+        out[label] = rows * per_head
+    return out
+
+
+def _attention_layers(text: dict[str, Any], layers: int) -> int:
+    """How many layers keep every token's KV (hybrid and sliding-window configs say)."""
+    types = text.get("layer_types")
+    if isinstance(types, list) and types:
+        return sum(1 for t in types if t in ("full_attention", "attention", "global"))
+    for key in ("full_attn_idxs", "full_attention_layers"):
+        if isinstance(text.get(key), list):
+            return len(text[key])
+    for key in ("full_attention_interval", "sliding_window_pattern"):
+        every = text.get(key)
+        if isinstance(every, int) and every > 0:
+            return layers // every
+    return layers

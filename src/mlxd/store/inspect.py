@@ -37,6 +37,7 @@ class ModelDescription:
     runnable: bool
     not_runnable_reason: str | None
     config: dict[str, Any] = field(default_factory=dict)
+    kv_bytes_per_token: dict[str, int] | None = None  # "full", "8-bit", "4-bit" (--kv-bits)
 
     @property
     def size(self) -> int:
@@ -54,6 +55,7 @@ class ModelDescription:
             "dtype": self.dtype,
             "quantization": self.quantization,
             "context_window": self.context_window,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
             "kind": self.kind,
             "chat_template": self.chat_template,
             "reasoning_markers": self.reasoning_markers,
@@ -109,6 +111,7 @@ def describe(ref: str | ModelRef, deep: bool = True) -> ModelDescription:
         runnable=runnable,
         not_runnable_reason=reason,
         config=config,
+        kv_bytes_per_token=facts.kv_bytes_per_token(config, facts.dtype(config, dtypes)),
     )
 
 

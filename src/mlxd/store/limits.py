@@ -9,13 +9,11 @@ must fit in the memory this process may use.
 
 from __future__ import annotations
 
-import os
 import re
-import resource
-from pathlib import Path
 from typing import Any
 
-from mlxd.config import setting_float
+from mlxd.backend.headroom import available_memory
+from mlxd.config import setting_float, setting_int
 from mlxd.store.problems import Problem, Severity, broken
 from mlxd.store.safetensors_meta import SafetensorsHeader, TensorInfo
 
@@ -60,30 +58,28 @@ def architecture_problems(
 
 
 def memory_problems(headers: list[SafetensorsHeader]) -> list[Problem]:
-    """The weights against `load_memory_fraction` of the memory this process may use."""
+    """The weights, plus the KV budget when one is set (MLXD_KV_BUDGET_BYTES), against
+    `load_memory_fraction` of the memory this process may use."""
     fraction = setting_float("load_memory_fraction")
     available = available_memory()
     if fraction <= 0 or available is None:
         return []
-    needed = sum(h.data_bytes for h in headers)
+    weights = sum(h.data_bytes for h in headers)
+    kv = setting_int("kv_budget_bytes")
     limit, source = available
-    if needed <= fraction * limit:
+    if weights + kv <= fraction * limit:
         return []
+    what = f"its weights need {_gb(weights)}"
+    if kv:
+        what += f" and the KV budget (MLXD_KV_BUDGET_BYTES) {_gb(kv)}"
     return [
         Problem(
             Severity.TOO_LARGE,
             "too_large",
-            f"its weights need {_gb(needed)} of memory, {_gb(limit)} is available ({source}); "
+            f"{what} of memory, {_gb(limit)} is available ({source}); "
             "MLXD_LOAD_MEMORY_FRACTION=0 turns this check off",
         )
     ]
-
-
-def available_memory() -> tuple[int, str] | None:
-    """(bytes, what limits them): the least of free RAM, the cgroup's and the rlimits'
-    headroom. None when nothing is known."""
-    candidates = [c for c in (_ram(), _cgroup(), *_rlimits()) if c is not None]
-    return min(candidates, default=None)
 
 
 def _layer_count(tensors: list[TensorInfo]) -> int:
@@ -111,57 +107,3 @@ def _is_count(value: object) -> bool:
 
 def _gb(n: int) -> str:
     return f"{n / 1e9:.1f} GB"
-
-
-def _ram() -> tuple[int, str] | None:
-    """MemAvailable on Linux; physical memory elsewhere (macOS shares it with the GPU)."""
-    meminfo = _read_kb_fields(Path("/proc/meminfo"))
-    if "MemAvailable" in meminfo:
-        return meminfo["MemAvailable"], "available memory"
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "physical memory"
-    except (ValueError, OSError):
-        return None
-
-
-def _cgroup() -> tuple[int, str] | None:
-    """cgroup v2 headroom (containers): memory.max minus memory.current."""
-    try:
-        line = Path("/proc/self/cgroup").read_text().splitlines()[0]
-        folder = Path("/sys/fs/cgroup") / line.split("::", 1)[1].lstrip("/")
-        limit = (folder / "memory.max").read_text().strip()
-        used = int((folder / "memory.current").read_text())
-    except (OSError, IndexError, ValueError):
-        return None
-    if not limit.isdigit():  # "max": no limit
-        return None
-    return max(int(limit) - used, 0), "cgroup memory limit"
-
-
-def _rlimits() -> list[tuple[int, str] | None]:
-    """Headroom under RLIMIT_AS and RLIMIT_DATA (ulimit -v / -d) of this process."""
-    status = _read_kb_fields(Path("/proc/self/status"))
-    out: list[tuple[int, str] | None] = []
-    for limit, used_field, name in (
-        (resource.RLIMIT_AS, "VmSize", "address-space limit"),
-        (resource.RLIMIT_DATA, "VmData", "data-size limit"),
-    ):
-        soft, _hard = resource.getrlimit(limit)
-        if soft != resource.RLIM_INFINITY:
-            out.append((max(soft - status.get(used_field, 0), 0), name))
-    return out
-
-
-def _read_kb_fields(path: Path) -> dict[str, int]:
-    """`Name:   1234 kB` lines (/proc/meminfo, /proc/self/status) as bytes."""
-    try:
-        lines = path.read_text().splitlines()
-    except OSError:
-        return {}
-    out = {}
-    for line in lines:
-        name, _, rest = line.partition(":")
-        parts = rest.split()
-        if len(parts) == 2 and parts[1] == "kB" and parts[0].isdigit():
-            out[name] = int(parts[0]) * 1024
-    return out

@@ -107,3 +107,41 @@ def test_validate_accepts_good_and_names_bad_fields() -> None:
     with pytest.raises(InvalidRequest) as err:
         validate(EngineRequest("m", [1], SamplingParams(seed=-1)), vocab_size=10)
     assert err.value.param == "seed"
+
+
+def test_kv_byte_budget_admits_what_fits_next_to_the_running() -> None:
+    s = Scheduler(max_batch=8, kv_budget_tokens=10_000)
+    reqs = [make_request(i) for i in range(4)]
+    for r in reqs:
+        r.kv_bytes, r.kv_budget = 300, 1000
+        s.add(r)
+    admitted = s.admissible("a")
+    assert admitted == reqs[:3]  # 900 bytes; a fourth would need 1200
+    for uid, r in enumerate(admitted):
+        s.start(r, uid)
+    assert (s.kv_bytes_in_use, s.kv_budget_bytes) == (900, 1000)
+    assert s.admissible("a") == []
+    s.remove(reqs[1])
+    assert s.kv_bytes_in_use == 600
+    assert s.admissible("a") == [reqs[3]]
+
+
+def test_kv_bytes_of_a_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mlxd.backend.api import KvFootprint
+    from mlxd.engine import kv_budget
+    from mlxd.engine.loaded_models import ModelInfo
+
+    monkeypatch.delenv("MLXD_LOAD_MEMORY_FRACTION", raising=False)
+    kv = KvFootprint(per_token=100, windows=((16, 10),), fixed=7)
+    assert kv.bytes_for(4) == 400 + 40 + 7 and kv.bytes_for(64) == 6400 + 160 + 7
+    assert kv.bytes_per_token == 110
+    info = ModelInfo("m", None, None, 4096, kv=kv, kv_headroom=10_000)  # type: ignore[arg-type]
+    assert kv_budget.budget_bytes(5000, info) == 5000
+    assert kv_budget.budget_bytes(0, info) == 9000  # MLXD_LOAD_MEMORY_FRACTION 0.9
+    assert kv_budget.request_bytes(30, 10, info, 5000) == 4000 + 160 + 7
+    with pytest.raises(
+        InvalidRequest,
+        match=r"4167 bytes of KV \(30 prompt \+ 10 new tokens at "
+        r"110 bytes per token\), more than the KV budget of 4000 bytes",
+    ):
+        kv_budget.request_bytes(30, 10, info, 4000)

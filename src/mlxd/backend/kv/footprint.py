@@ -1,0 +1,48 @@
+"""How many KV bytes a sequence of a model holds per token, measured from its own caches.
+
+One token runs through a fresh cache of the model (`make_prompt_cache`, so at the KV
+precision `quantize_kv` set): each layer's arrays then hold exactly one position, whose bytes
+are that layer's cost per token (heads x head dims x dtype, or the packed words, scales and
+biases of a quantized layer). A rotating (sliding-window) layer costs that up to its window,
+a recurrent layer (no token axis) its whole state once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mlx.core as mx
+from mlx.utils import tree_flatten
+from mlx_lm.models.cache import ArraysCache, RotatingKVCache, make_prompt_cache
+
+from mlxd.backend.api import KvFootprint
+
+
+def kv_footprint(model: Any) -> KvFootprint:
+    """The model's KvFootprint (runs one token; engine thread, or before the model serves)."""
+    cache = make_prompt_cache(model)
+    model(mx.array([[0]]), cache=cache)
+    per_token, fixed = 0, 0
+    windows: dict[int, int] = {}
+    for layer in cache:
+        flat: dict[str, Any] = {}
+        tree_flatten(layer.state, destination=flat)
+        arrays = [v for v in flat.values() if isinstance(v, mx.array)]
+        mx.eval(arrays)
+        if isinstance(layer, ArraysCache):
+            fixed += sum(a.nbytes for a in arrays)
+            continue
+        one = sum(_one_position(a) for a in arrays)
+        if isinstance(layer, RotatingKVCache):
+            windows[layer.max_size] = windows.get(layer.max_size, 0) + one
+        else:
+            per_token += one
+    return KvFootprint(per_token, tuple(sorted(windows.items())), fixed)
+
+
+def _one_position(a: mx.array) -> int:
+    """Bytes of one position of a (rows, heads, positions, last axis) cache array; the
+    arrays are allocated in steps of positions, so the count comes from the shape."""
+    if a.ndim < 3:
+        return 0
+    return a.nbytes // (a.shape[0] * a.shape[-2])
