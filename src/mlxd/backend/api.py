@@ -13,6 +13,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from mlxd.checkpoint import EmbeddingSpec
 from mlxd.types import FinishReason, ImageInputs, PromptBoundaries, SamplingParams, TokenLogprob
 
 if TYPE_CHECKING:
@@ -116,6 +117,9 @@ class Embedder(Protocol):
 
     @property
     def dimensions(self) -> int: ...  # the length of each vector
+
+    @property
+    def spec(self) -> EmbeddingSpec: ...  # its pooling and normalizing
 
     def embed(self, rows: list[list[int]]) -> list[list[float]]: ...  # one vector per row
 

@@ -33,6 +33,7 @@ from mlxd.types import (
     EngineEvent,
     FinishEvent,
     FinishReason,
+    ModelKind,
     OutputConstraint,
     SamplingParams,
     TokenEvent,
@@ -166,6 +167,7 @@ def start_chat(engine: Engine, info: ModelInfo, request: ChatRequest) -> ChatStr
     by a grammar where the model's tool format allows. Images (image_url content parts) are
     read, checked and preprocessed here (chat.images).
     """
+    info.require(ModelKind.GENERATION)
     messages, tools, forced, formats = _inputs(info, request)
     prompt = _prompt(info, request, messages, tools)
     reasoning = request.reasoning
@@ -249,6 +251,7 @@ def start_completion(
     max_tokens_policy: MaxTokensPolicy = MaxTokensPolicy.WINDOW,
 ) -> ChatStream:
     """Raw text completion: no template, no reasoning split, no tool parsing (stops apply)."""
+    info.require(ModelKind.GENERATION)
     built = build_text_prompt(info.tokenizer, prompt, window=info.context_window)
     stream_filter = StreamFilter(info.tokenizer, stop=options.stop, reasoning=None)
     plain = Formats(reasoning=None, harmony=False, tool=None)

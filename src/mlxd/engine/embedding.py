@@ -149,12 +149,7 @@ def validate_embed(req: EmbedRequest, info: ModelInfo, max_inputs: int) -> None:
     """Raise InvalidRequest unless `info` is an embedding model and every row fits it."""
     info.require(ModelKind.EMBEDDING)
     count = len(req.inputs)
-    if count == 0:
-        raise InvalidRequest("input must hold at least one item", param="input")
-    if count > max_inputs:
-        raise InvalidRequest(
-            f"input holds {count} items; at most {max_inputs} per request", param="input"
-        )
+    check_count(count, max_inputs)
     window, vocab = info.context_window, info.vocab_size
     for index, row in enumerate(req.inputs):
         where = f"input[{index}]" if count > 1 else "input"
@@ -170,3 +165,13 @@ def validate_embed(req: EmbedRequest, info: ModelInfo, max_inputs: int) -> None:
                 f"{where} holds a token id outside the vocabulary (0..{vocab - 1})",
                 param="input",
             )
+
+
+def check_count(count: int, max_inputs: int) -> None:
+    """Raise InvalidRequest unless a request of `count` inputs may be embedded."""
+    if count == 0:
+        raise InvalidRequest("input must hold at least one item", param="input")
+    if count > max_inputs:
+        raise InvalidRequest(
+            f"input holds {count} items; at most {max_inputs} per request", param="input"
+        )

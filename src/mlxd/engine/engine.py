@@ -316,9 +316,9 @@ class Engine:
             if self._state is EngineState.READY:
                 self._state = EngineState.DRAINING
         deadline = time.monotonic() + timeout_s
-        while self._live.snapshot():
+        while self._live.snapshot() or self._embed_jobs:
             if time.monotonic() >= deadline or not self._state.open:
-                return not self._live.snapshot()
+                return not (self._live.snapshot() or self._embed_jobs)
             time.sleep(0.01)
         return True
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mlxd.backend.api import KvFootprint, LoadedModel
+from mlxd.checkpoint import EmbeddingSpec
 from mlxd.errors import InvalidRequest
 from mlxd.types import DraftKind, ImageProcessor, ModelKind, Tokenizer
 
@@ -59,6 +60,7 @@ class ModelInfo:
     weight_bytes: int = 0  # its parameters and its draft's, as loaded
     kv: KvFootprint = field(default_factory=KvFootprint)  # KV bytes of one sequence
     kv_headroom: int | None = None  # memory the process could still use once it loaded
+    embedding: EmbeddingSpec | None = None  # an embedding model's pooling and normalizing
 
     def require(self, kind: ModelKind) -> None:
         """Raise InvalidRequest (param `model`) unless this model serves `kind`."""
@@ -120,6 +122,7 @@ class ModelEntry:
             weight_bytes=loaded.weight_bytes + (loaded.draft.weight_bytes if loaded.draft else 0),
             kv=loaded.kv,
             kv_headroom=loaded.kv_headroom,
+            embedding=loaded.embedder.spec if loaded.embedder is not None else None,
         )
         return cls(info, loaded)
 

@@ -31,6 +31,7 @@ from mlxd.types import ChatEvent, FinishEvent, FinishReason, Usage, Warning
 
 if TYPE_CHECKING:
     from mlxd.chat.chat_request import ChatRequest
+    from mlxd.chat.embedding import Embeddings, EmbedInput
     from mlxd.chat.session import ChatStream
     from mlxd.engine import ModelInfo
 
@@ -127,6 +128,21 @@ async def start_chat_stream(st: ServerState, info: ModelInfo, request: ChatReque
     from mlxd.chat.session import start_chat
 
     return await asyncio.to_thread(start_chat, st.engine, info, request)
+
+
+async def embed(
+    st: ServerState, model: str | None, request: EmbedInput
+) -> tuple[ModelInfo, Embeddings]:
+    """Every embeddings route's body: look the model up, tokenize and submit off the event
+    loop, wait; a wait that ends early (the client left) cancels the request."""
+    from mlxd.chat.embedding import start_embedding
+
+    info = await st.models.get(model)
+    pending = await asyncio.to_thread(start_embedding, st.engine, info, request)
+    try:
+        return info, await pending.wait()
+    finally:
+        pending.cancel()  # nothing to do once answered
 
 
 async def chat_endpoint(

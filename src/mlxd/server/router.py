@@ -8,6 +8,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from mlxd.engine import RankStatus, ResidentModel
 from mlxd.server.anthropic.routes import router as anthropic_router
+from mlxd.server.embeddings.routes import router as embeddings_router
 from mlxd.server.ollama.routes import router as ollama_router
 from mlxd.server.openai.routes import router as openai_router
 from mlxd.server.responses.routes import router as responses_router
@@ -19,6 +20,7 @@ router = APIRouter()
 router.include_router(anthropic_router)
 router.include_router(responses_router)
 router.include_router(openai_router)
+router.include_router(embeddings_router)
 router.include_router(web_router)
 router.include_router(ollama_router)
 

@@ -14,6 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from mlxd.checkpoint import embedding_spec
 from mlxd.errors import ModelBroken, ModelRefused, ModelTooLarge, one_line
 from mlxd.store import files as F
 from mlxd.store.containment import outside_problems
@@ -96,8 +97,9 @@ def check(path: Path, deep: bool = False, verify: bool = False) -> HealthReport:
     skip = set(pointers)
     config = _load_json(path / "config.json", problems, skip, required=True)
     tok_config = _load_json(path / "tokenizer_config.json", problems, skip, required=False)
+    encoder = config is not None and _is_encoder(path, config)
     if config is not None:
-        problems += _check_vision(path, config) if _is_vision(config) else _check_config(config)
+        problems += _check_kind(path, config, encoder)
     problems += _check_remote_code(config, tok_config)
     headers, weight_problems = _check_weights(path, names, skip)
     problems += weight_problems
@@ -106,7 +108,7 @@ def check(path: Path, deep: bool = False, verify: bool = False) -> HealthReport:
         problems += memory_problems(headers)
     problems += _check_tokenizer(path, skip, deep)
     # Only a sound model is built (its config passed store.limits); mlx-vlm builds vision ones.
-    if deep and not problems and not (config and _is_vision(config)):
+    if deep and not problems and not (config and _is_vision(config)) and not encoder:
         problems += _check_binding(path)
     if verify:
         problems += verify_problems(path)
@@ -154,6 +156,35 @@ def _check_config(config: dict[str, Any]) -> list[Problem]:
         return [_broken("no_model_type", "config.json has no model_type")]
     if not model_type_supported(model_type):
         return [_broken("unsupported", f"model_type {model_type!r} is not supported by mlx-lm")]
+    return []
+
+
+def _check_kind(root: Path, config: dict[str, Any], encoder: bool) -> list[Problem]:
+    if _is_vision(config):
+        return _check_vision(root, config)
+    return _check_encoder(config) if encoder else _check_config(config)
+
+
+def _is_encoder(root: Path, config: dict[str, Any]) -> bool:
+    spec = embedding_spec(root, config)  # as backend.loader reads it
+    return spec is not None and spec.encoder and not _is_vision(config)
+
+
+def _check_encoder(config: dict[str, Any]) -> list[Problem]:
+    """An encoder embedding model runs through mlx-embeddings (the `embeddings` extra)."""
+    model_type = str(config.get("model_type", ""))
+    package = _package_dir("mlx_embeddings")
+    if package is None:
+        return [
+            _broken(
+                "no_embeddings_extra",
+                "an encoder embedding model needs mlx-embeddings: pip install 'mlxd[embeddings]'",
+            )
+        ]
+    if not (package / "models" / f"{model_type.replace('-', '_')}.py").is_file():
+        return [
+            _broken("unsupported", f"model_type {model_type!r} is not supported by mlx-embeddings")
+        ]
     return []
 
 

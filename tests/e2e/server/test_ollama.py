@@ -182,9 +182,9 @@ def test_errors_in_ollama_shape(lama: ollama.Client, server: ServerProcess) -> N
     schema = httpx.post(server.url + "/api/chat", json={
         "model": "default", "messages": USER, "format": {"type": "strin"}})  # fmt: skip
     assert schema.status_code == 400 and "format" in schema.json()["error"]
-    for path in ("/api/embed", "/api/embeddings"):
-        r = httpx.post(server.url + path, json={"model": "default", "input": "x"})
-        assert r.status_code == 501 and "embeddings" in r.json()["error"]
+    for path, body in (("/api/embed", {"input": "x"}), ("/api/embeddings", {"prompt": "x"})):
+        r = httpx.post(server.url + path, json={"model": "default", **body})
+        assert r.status_code == 400 and "not an embedding model" in r.json()["error"]
 
 
 def test_ndjson_fields_done_and_durations(server: ServerProcess) -> None:

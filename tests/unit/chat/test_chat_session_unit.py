@@ -88,6 +88,9 @@ class FakeInfo:
     generation_defaults: dict[str, Any] = field(default_factory=lambda: {"temperature": 0.5})
     vocab_size: int = 0
 
+    def require(self, kind: object) -> None:
+        """A generative model: the session's kind check passes."""
+
 
 def _tokens(text: str) -> TokenEvent:
     return TokenEvent(tuple(ord(c) for c in text))

@@ -1,8 +1,9 @@
 """Ollama's API under /api/: chat and generate on the same chat layer as /v1 (NDJSON
-streams), the model list, show, ps and version; embeddings and model management refused
-with 501 and what to do instead (requests never download: `mlxd pull`). `keep_alive` sets
-how long the engine keeps the model after the request (engine.Engine.keep_alive); the
-operator's `--max-models` still bounds what stays loaded, and the preloaded model stays."""
+streams), embed and embeddings on the engine's embedding path, the model list, show, ps and
+version; model management refused with 501 and what to do instead (requests never
+download: `mlxd pull`). `keep_alive` sets how long the engine keeps the model after the
+request (engine.Engine.keep_alive); the operator's `--max-models` still bounds what stays
+loaded, and the preloaded model stays."""
 
 from __future__ import annotations
 
@@ -16,13 +17,16 @@ from starlette.responses import JSONResponse, Response
 
 from mlxd import __version__
 from mlxd.chat.chat_request import MaxTokensPolicy
+from mlxd.chat.embedding import EmbedInput
 from mlxd.chat.options import ChatOptions
 from mlxd.errors import InvalidRequest, MlxdError, ModelNotFound
-from mlxd.server.generation import chat_endpoint, respond
+from mlxd.server.generation import chat_endpoint, embed, respond
 from mlxd.server.ollama.fill_in import fill_in_prompt
 from mlxd.server.ollama.model_cards import ModelFacts, ps_entry, show_body, tag_entry
 from mlxd.server.ollama.schemas import (
     OllamaChatRequest,
+    OllamaEmbeddingsRequest,
+    OllamaEmbedRequest,
     OllamaGenerateRequest,
     OllamaRequest,
     ShowRequest,
@@ -46,7 +50,7 @@ R = TypeVar("R", bound=OllamaRequest)
 
 
 class NotServed(MlxdError, http_status=501):
-    """An Ollama endpoint mlxd does not serve (embeddings, model management)."""
+    """An Ollama endpoint mlxd does not serve (model management)."""
 
     code = "not_implemented"
 
@@ -191,9 +195,31 @@ def _facts(st: ServerState, names: list[str]) -> list[ModelFacts]:
 
 
 @router.post("/api/embed")
+async def embed_texts(request: Request) -> Response:
+    received = time.perf_counter_ns()
+    st = _state(request)
+    req = parse(OllamaEmbedRequest, await request.body(), st.settings)
+    asked = EmbedInput(req.texts(), req.dimensions, truncate=req.truncate)
+    info, result = await embed(st, req.model, asked)
+    _keep_alive(st, info.name, req)
+    return JSONResponse(
+        {
+            "model": info.name,
+            "embeddings": result.vectors,
+            "total_duration": time.perf_counter_ns() - received,
+            "load_duration": 0,
+            "prompt_eval_count": result.prompt_tokens,
+        }
+    )
+
+
 @router.post("/api/embeddings")
-async def embed() -> Response:
-    raise NotServed("mlxd does not serve embeddings yet (/api/embed, /api/embeddings)")
+async def embeddings_legacy(request: Request) -> Response:
+    st = _state(request)
+    req = parse(OllamaEmbeddingsRequest, await request.body(), st.settings)
+    info, result = await embed(st, req.model, EmbedInput([req.prompt], truncate=True))
+    _keep_alive(st, info.name, req)
+    return JSONResponse({"embedding": result.vectors[0]})
 
 
 @router.post("/api/pull")

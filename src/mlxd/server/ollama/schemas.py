@@ -241,3 +241,21 @@ class ShowRequest(WireModel):
     def served(self) -> str | None:
         name = self.model or self.name
         return served_name(name) if name is not None else None
+
+
+class OllamaEmbedRequest(OllamaRequest):
+    """/api/embed: `input` a string or a list of them; `truncate` (default true, as Ollama)
+    cuts an input longer than the model's window instead of refusing it."""
+
+    input: StrictStr | list[StrictStr]
+    truncate: StrictBool = True
+    dimensions: Annotated[StrictInt, Field(ge=1, le=1 << 16)] | None = None
+
+    def texts(self) -> list[str]:
+        return [self.input] if isinstance(self.input, str) else self.input
+
+
+class OllamaEmbeddingsRequest(OllamaRequest):
+    """/api/embeddings, Ollama's older endpoint: one `prompt`, one vector."""
+
+    prompt: StrictStr
