@@ -92,6 +92,15 @@ def tiny_gated_model(checkpoints_dir: Path) -> Path:
     return make_checkpoint(checkpoints_dir / "tiny-gated", "gated")
 
 
+@pytest.fixture(scope="session", params=["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
+def tiny_mrope_model(request: pytest.FixtureRequest, checkpoints_dir: Path) -> Path:
+    """mlx-vlm's Qwen2-VL / Qwen2.5-VL / Qwen3-VL (M-RoPE text models), one per param."""
+    from tests.mrope_checkpoints import make_mrope_checkpoint
+
+    family = request.param
+    return make_mrope_checkpoint(checkpoints_dir / f"tiny-{family}", family)
+
+
 @pytest.fixture(scope="session")
 def tiny_vision_model(checkpoints_dir: Path) -> Path:
     """mlx-vlm llava: CLIP tower + llama text model, real processor files; 4 positions/image."""

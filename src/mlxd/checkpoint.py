@@ -160,16 +160,15 @@ class VisionFamily:
 _UNFED = "beside the input embeddings, which mlxd's batch does not feed"
 _CROSS_ATTENTION = f"its language model reads the image through cross-attention states {_UNFED}"
 _PER_LAYER = f"its language model takes per-layer inputs {_UNFED}"
-_MROPE = "its language model needs multimodal position ids (M-RoPE), not carried yet"
 VISION_FAMILIES: dict[str, VisionFamily] = {
     "llava": VisionFamily("LLaVA", batches=True),
     "llava_next": VisionFamily("LLaVA-Next"),
     "gemma3": VisionFamily("Gemma 3", batches=True),
     "idefics3": VisionFamily("Idefics3 / SmolVLM", batches=True),
     "mistral3": VisionFamily("Mistral 3 (Pixtral tower)", batches=True),
-    "qwen2_vl": VisionFamily("Qwen2-VL", refused=_MROPE),
-    "qwen2_5_vl": VisionFamily("Qwen2.5-VL", refused=_MROPE),
-    "qwen3_vl": VisionFamily("Qwen3-VL", refused=_MROPE),
+    "qwen2_vl": VisionFamily("Qwen2-VL", batches=True),
+    "qwen2_5_vl": VisionFamily("Qwen2.5-VL", batches=True),
+    "qwen3_vl": VisionFamily("Qwen3-VL", batches=True),
     "mllama": VisionFamily("Llama 3.2 Vision", refused=_CROSS_ATTENTION),
     "gemma3n": VisionFamily("Gemma 3n", refused=_PER_LAYER),
 }

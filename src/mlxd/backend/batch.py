@@ -17,10 +17,11 @@ import time
 
 import mlx.core as mx
 from mlx_lm.generate import StopSequences
+from mlx_lm.models.cache import make_prompt_cache
 
 from mlxd.backend import vision
 from mlxd.backend.api import BackendConfig, LoadedModel, NewSequence, StepOutput, StepResult
-from mlxd.backend.mlx_lm import compat
+from mlxd.backend.mlx_lm import compat, row_deltas
 from mlxd.backend.mlx_lm import verify_step as spec_compat
 from mlxd.backend.prefill_plan import PrefillPlanner
 from mlxd.backend.prefix import PrefixCache, SnapshotKind, SnapshotPlan, SnapshotPlans
@@ -78,15 +79,13 @@ class BatchRunner:
         A `grammar` masks its logits last. A sampler or logits processor that raises is
         reported in the next StepResult. An image prompt is prefilled here, its images'
         features in the embeddings (backend.vision), and joins the batch for its last token;
-        the prefix cache sees it under vision.cache_key."""
+        the prefix cache sees it under vision.cache_key. On an M-RoPE model each row carries
+        its position delta in its cache (mlx_lm.row_deltas)."""
         prompt_ids, params, images = seq.prompt_ids, seq.params, seq.images
         key = prompt_ids if images is None else vision.cache_key(prompt_ids, images)
         reuse = self.prefix_cache.fetch(self.model_key, key, seq.boundaries.next_turn)
-        cached = start = reuse.tokens
-        cache = reuse.cache
-        if images is not None and vision.needs_image_prefill(prompt_ids, images, cached):
-            cache = self._prefill_images(prompt_ids, images, cache, cached)
-            start = len(prompt_ids) - 1
+        cached = reuse.tokens
+        cache, start = self._image_cache(prompt_ids, images, reuse.cache, cached)
         plan = self._snapshots.plan(prompt_ids, key, seq.boundaries, reuse.turn, start)
         report = _FailureReport(self._failed)
         mask = GrammarMask(seq.grammar) if seq.grammar is not None else None
@@ -286,21 +285,35 @@ class BatchRunner:
         """Copy a cache holding `tokens` (the prompt, then generated ones) as `plan` keys them."""
         keyed = plan.keyed(tokens)
         if keyed and cache:
+            cache = row_deltas.without_delta(cache)
             self.prefix_cache.store(self.model_key, keyed, cache, kind, plan.turn)
 
-    def _prefill_images(
+    def _image_cache(
         self,
         prompt_ids: list[int],
-        images: ImageInputs,
+        images: ImageInputs | None,
         cache: compat.PromptCache | None,
         cached: int,
-    ) -> compat.PromptCache:
+    ) -> tuple[compat.PromptCache | None, int]:
+        """The cache a sequence joins the batch with and where the batch's prefill starts:
+        an image prompt's images prefilled here; on an M-RoPE model every row's cache carries
+        its position delta (row_deltas; 0 for text), whatever prefilled it."""
         parts, model = self.loaded.vision, self.loaded.model
+        if images is None and not getattr(model, "mrope", False):
+            return cache, cached
         if parts is None or not isinstance(model, vision.TextModel):
             raise ValueError("this model takes text only")
-        return vision.prefill_images(
-            parts, model, prompt_ids, images, cache, cached, self.prefill_chunk
-        )
+        start, delta = cached, 0
+        if images is not None and vision.needs_image_prefill(prompt_ids, images, cached):
+            cache, delta = vision.prefill_images(
+                parts, model, prompt_ids, images, cache, cached, self.prefill_chunk
+            )
+            start = len(prompt_ids) - 1
+        elif images is not None and model.mrope:
+            delta = vision.prompt_rope_delta(parts, prompt_ids, images)
+        if not model.mrope:
+            return cache, start
+        return row_deltas.carry_delta(cache or make_prompt_cache(model), delta), start
 
 
 class _FailureReport:

@@ -13,18 +13,21 @@ digest, so the same image at the same place hits and another image misses from i
 Each image's place in the prompt is the text its processor writes for it (`VisionProcessor.
 prepare`: image tokens with the family's begin/end, tile, row and break tokens), so prompt ids
 equal mlx-vlm's processor's. Checked to batch (alone == batched, greedy, and equal to mlx-vlm's
-own generation): `checkpoint.VISION_FAMILIES` entries with batches=True. Families whose
-language model takes more than input embeddings are refused at load (that table): M-RoPE
-position ids (Qwen2-VL and its kin), cross-attention (mllama), per-layer inputs (Gemma 3n).
+own generation): `checkpoint.VISION_FAMILIES` entries with batches=True. The M-RoPE
+families (MROPE_FAMILIES: Qwen2-VL, Qwen2.5-VL, Qwen3-VL) decode at each row's KV offset plus
+a per-row delta that its cache carries through the batch (mlx_lm.row_deltas). Families whose
+language model takes other inputs are refused at load (that table): cross-attention (mllama),
+per-layer inputs (Gemma 3n); so are other language models that take position ids.
 """
 
 from mlxd.backend.vision.cache_key import cache_key, needs_image_prefill
-from mlxd.backend.vision.load import VisionParts, is_vision_config, load_vision
-from mlxd.backend.vision.prefill import prefill_images
+from mlxd.backend.vision.load import MROPE_FAMILIES, VisionParts, is_vision_config, load_vision
+from mlxd.backend.vision.prefill import prefill_images, prompt_rope_delta
 from mlxd.backend.vision.processor import VisionProcessor
 from mlxd.backend.vision.text_model import TextModel
 
 __all__ = [
+    "MROPE_FAMILIES",
     "TextModel",
     "VisionParts",
     "VisionProcessor",
@@ -33,4 +36,5 @@ __all__ = [
     "load_vision",
     "needs_image_prefill",
     "prefill_images",
+    "prompt_rope_delta",
 ]

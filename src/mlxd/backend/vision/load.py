@@ -15,7 +15,10 @@ from mlxd.backend.vision.text_model import TextModel
 from mlxd.checkpoint import read_json_object, vision_family
 from mlxd.errors import ModelBroken
 
-__all__ = ["VisionParts", "is_vision_config", "load_vision"]
+__all__ = ["MROPE_FAMILIES", "VisionParts", "is_vision_config", "load_vision"]
+
+# M-RoPE language models checked to batch (alone == batched == mlx-vlm's own generation).
+MROPE_FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl"})
 
 
 def is_vision_config(config: dict[str, Any]) -> bool:
@@ -44,16 +47,29 @@ def load_vision(path: Path, *, trust_remote_code: bool) -> tuple[TextModel, Visi
     if family is not None and family.refused:
         raise ModelBroken(f"{path.name} ({family.name}) is refused: {family.refused}")
     vlm = load_model(path, lazy=False, trust_remote_code=trust_remote_code)
-    takes = inspect.signature(vlm.language_model.__call__).parameters
-    if "position_ids" in takes:
-        raise ModelBroken(
-            f"{path.name}: its language model needs multimodal position ids (M-RoPE), which "
-            f"mlxd's batch does not carry yet"
-        )
+    text_model = TextModel(vlm)
+    _check_positions(path, vlm, text_model)
     processor = load_processor(path, False, trust_remote_code=trust_remote_code)
     token = placeholder_of(processor)
     token_id = getattr(processor, "image_token_id", None)
     if not isinstance(token, str) or not isinstance(token_id, int):
         raise ModelBroken(f"{path.name}: its processor names no image token")
     vlm.eval()
-    return TextModel(vlm), VisionParts(vlm, VisionProcessor(processor, token, token_id))
+    return text_model, VisionParts(vlm, VisionProcessor(processor, token, token_id))
+
+
+def _check_positions(path: Path, vlm: Module, text_model: TextModel) -> None:
+    """Refuse a language model whose positions the batch would get wrong: M-RoPE families not
+    checked against mlx-vlm's own generation, or other position-id schemes."""
+    family = str(getattr(vlm.config, "model_type", ""))
+    if text_model.mrope and family not in MROPE_FAMILIES:
+        raise ModelBroken(
+            f"{path.name}: {family} takes multimodal position ids (M-RoPE); mlxd batches "
+            f"{', '.join(sorted(MROPE_FAMILIES))} so far"
+        )
+    takes = inspect.signature(vlm.language_model.__call__).parameters
+    if not text_model.mrope and "position_ids" in takes:
+        raise ModelBroken(
+            f"{path.name}: its language model needs position ids of its own, which mlxd's "
+            f"batch does not carry"
+        )

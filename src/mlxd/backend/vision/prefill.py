@@ -1,14 +1,16 @@
 """The prefill of an image prompt: its images' features merged into the embeddings, run into
-the KV cache the batch then takes."""
+the KV cache the batch then takes; for an M-RoPE model also the prompt's 3-axis positions and
+the delta its later tokens decode at (mlx-vlm's `get_rope_index`, from the image grids)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 import mlx.core as mx
+import numpy as np
 from mlx_lm.models.cache import make_prompt_cache
 
-from mlxd.backend.vision.embeddings import image_embeddings
+from mlxd.backend.vision.embeddings import image_features
 from mlxd.backend.vision.load import VisionParts
 from mlxd.backend.vision.text_model import TextModel
 from mlxd.types import ImageInputs
@@ -16,7 +18,7 @@ from mlxd.types import ImageInputs
 if TYPE_CHECKING:
     from mlxd.backend.mlx_lm.compat import PromptCache
 
-__all__ = ["prefill_images"]
+__all__ = ["prefill_images", "prompt_rope_delta"]
 
 
 def prefill_images(
@@ -27,16 +29,49 @@ def prefill_images(
     cache: PromptCache | None,
     start: int,
     chunk: int,
-) -> PromptCache:
+) -> tuple[PromptCache, int]:
     """Run prompt_ids[start:-1] through the language model with the images' features merged
     into its embeddings, extending `cache` (which holds prompt_ids[:start]; None: empty).
-    The last prompt token is left for the batch, which computes the first logits from it."""
+    The last prompt token is left for the batch, which computes the first logits from it.
+    Returns the cache and the prompt's M-RoPE delta (0 for other models)."""
     ids = mx.array([prompt_ids])
-    embeds = image_embeddings(parts.model, prompt_ids, images)
+    # Qwen3-VL's deepstack features (per_call) span the prompt; its language model cuts them
+    # to each chunk by the KV offset.
+    embeds, per_call = image_features(parts.model, prompt_ids, images)
+    positions, delta = _positions(parts, text_model, prompt_ids, images)
     prompt_cache: PromptCache = cache if cache is not None else make_prompt_cache(text_model)
     end = len(prompt_ids) - 1
     for at in range(start, end, chunk):
         stop = min(at + chunk, end)
-        text_model(ids[:, at:stop], cache=prompt_cache, input_embeddings=embeds[:, at:stop])
+        text_model(
+            ids[:, at:stop],
+            cache=prompt_cache,
+            input_embeddings=embeds[:, at:stop],
+            positions=None if positions is None else positions[..., at:stop],
+            **per_call,
+        )
         mx.eval([c.state for c in prompt_cache])  # type: ignore[attr-defined]
-    return prompt_cache
+    return prompt_cache, delta
+
+
+def prompt_rope_delta(parts: VisionParts, prompt_ids: list[int], images: ImageInputs) -> int:
+    """The M-RoPE delta of a prompt: where its text after the last image decodes against the
+    KV offset, from its tokens and image grids alone (no vision tower run)."""
+    return _rope_index(parts, prompt_ids, images)[1]
+
+
+def _positions(
+    parts: VisionParts, text_model: TextModel, prompt_ids: list[int], images: ImageInputs
+) -> tuple[mx.array | None, int]:
+    if not text_model.mrope:
+        return None, 0
+    return _rope_index(parts, prompt_ids, images)
+
+
+def _rope_index(
+    parts: VisionParts, prompt_ids: list[int], images: ImageInputs
+) -> tuple[mx.array, int]:
+    """mlx-vlm's own 3-axis positions (3, 1, len) of the whole prompt, and its delta."""
+    grids = mx.array(np.concatenate([image.arrays["image_grid_thw"] for image in images.images]))
+    positions, deltas = parts.model.language_model.get_rope_index(mx.array([prompt_ids]), grids)
+    return positions, int(deltas.reshape(-1)[0].item())

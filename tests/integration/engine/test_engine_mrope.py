@@ -1,0 +1,175 @@
+"""Images on M-RoPE models (tiny Qwen2-VL, Qwen2.5-VL, Qwen3-VL) through the engine: each row's
+position delta follows it through the batch, so greedy output alone == inside a batch of text
+and other image requests == mlx-vlm's own single-request generation, token for token."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlxd.chat.images import data_url
+from mlxd.chat.session import ChatStream, start_chat
+from mlxd.engine import Engine, ModelInfo
+from mlxd.types import FinishEvent, FinishReason, TextDelta
+from tests.chat_requests import chat_request
+from tests.integration.engine.conftest import EngineFactory
+from tests.vision_checkpoints import png_bytes
+
+GREEDY = {"temperature": 0.0, "max_tokens": 12, "ignore_eos": True}
+SIZES = {0: (56, 84), 1: (84, 56), 2: (70, 70), 3: (56, 56)}  # seed -> (width, height)
+
+
+def image_part(seed: int) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": data_url(png_bytes(seed, *SIZES[seed]))}}
+
+
+def image_turn(*seeds: int, text: str = "What is in this picture?") -> list[dict[str, Any]]:
+    parts = [*(image_part(s) for s in seeds), {"type": "text", "text": text}]
+    return [{"role": "user", "content": parts}]
+
+
+def text_turn(text: str) -> list[dict[str, Any]]:
+    return [{"role": "user", "content": text}]
+
+
+def answer(stream: ChatStream) -> tuple[str, FinishEvent]:
+    text, finish = "", None
+    for event in stream:
+        if isinstance(event, TextDelta):
+            text += event.text
+        elif isinstance(event, FinishEvent):
+            finish = event
+    assert finish is not None
+    return text, finish
+
+
+def ask(engine: Engine, info: ModelInfo, messages: list[dict[str, Any]]) -> tuple[str, FinishEvent]:
+    return answer(start_chat(engine, info, chat_request(messages, GREEDY)))
+
+
+def two_turns(
+    engine: Engine, info: ModelInfo, reply: str | None = None
+) -> tuple[list[dict[str, Any]], str, FinishEvent]:
+    """An image turn, its answer (or `reply`), then a second turn with another image: the
+    messages, the second answer and its finish."""
+    messages = image_turn(0)
+    if reply is None:
+        reply, _ = ask(engine, info, messages)
+    messages += [{"role": "assistant", "content": reply}, *image_turn(1, text="And this one?")]
+    second, finish = ask(engine, info, messages)
+    return messages, second, finish
+
+
+def mlx_vlm_tokens(model_path: Path, stream: ChatStream, seeds: list[int]) -> list[int]:
+    """mlx-vlm's own single-request greedy generation on mlxd's rendered prompt (checked to
+    tokenize to the same ids as mlxd's prompt): its first max_tokens token ids, fewer when
+    it ends at an end-of-sequence token (mlxd's requests here ignore EOS)."""
+    from mlx_vlm import load, stream_generate
+    from mlx_vlm.utils import prepare_inputs
+    from PIL import Image
+
+    model, processor = load(str(model_path))
+    images = [Image.open(io.BytesIO(png_bytes(s, *SIZES[s]))).convert("RGB") for s in seeds]
+    inputs = prepare_inputs(processor, images=images, prompts=stream.prompt.text)
+    assert inputs["input_ids"].flatten().tolist() == stream.prompt.token_ids
+    steps = stream_generate(
+        model, processor, stream.prompt.text, image=images, max_tokens=12, temperature=0.0
+    )
+    return [int(step.token) for step in steps][: GREEDY["max_tokens"]]
+
+
+def assert_same_start(ours: list[int], theirs: list[int], info: ModelInfo) -> None:
+    """mlx-vlm's tokens are ours, up to where it stopped (all 12, or an EOS)."""
+    assert len(theirs) >= 3 and ours[: len(theirs)] == theirs
+    assert len(theirs) == GREEDY["max_tokens"] or theirs[-1] in info.tokenizer.eos_token_ids
+
+
+@pytest.fixture
+def mrope(make_engine: EngineFactory, tiny_mrope_model: Path) -> tuple[Engine, ModelInfo]:
+    engine = make_engine(prefix_cache_bytes=0)
+    return engine, engine.load_model(tiny_mrope_model)
+
+
+def test_an_image_request_answers_and_differs_by_image(mrope: tuple[Engine, ModelInfo]) -> None:
+    engine, info = mrope
+    first, finish = ask(engine, info, image_turn(0))
+    second, _ = ask(engine, info, image_turn(1))
+    assert finish.reason is FinishReason.LENGTH and finish.usage.completion_tokens == 12
+    assert first != second
+
+
+def test_alone_equals_inside_a_batch_of_eight(
+    make_engine: EngineFactory, tiny_mrope_model: Path
+) -> None:
+    alone_engine = make_engine(max_batch=1, prefix_cache_bytes=0)
+    alone_info = alone_engine.load_model(tiny_mrope_model)
+    requests = [image_turn(0), text_turn("Hello, how are you today?"), image_turn(1, 2)]
+    requests += [text_turn("The capital of France is"), image_turn(3), text_turn("Hi")]
+    requests += [text_turn("Numbers: 0 1 2 3"), image_turn(2)]
+    alone = [ask(alone_engine, alone_info, messages)[0] for messages in requests]
+
+    engine = make_engine(max_batch=8, prefix_cache_bytes=0)
+    info = engine.load_model(tiny_mrope_model)
+    streams = [start_chat(engine, info, chat_request(m, GREEDY)) for m in requests]
+    assert [answer(s)[0] for s in streams] == alone
+
+
+def test_equals_mlx_vlm_generation_token_for_token(
+    mrope: tuple[Engine, ModelInfo], tiny_mrope_model: Path
+) -> None:
+    engine, info = mrope
+    for seeds in ([0], [1, 2]):
+        stream = start_chat(engine, info, chat_request(image_turn(*seeds), GREEDY))
+        ours, _ = stream.handle.collect()
+        assert_same_start(ours, mlx_vlm_tokens(tiny_mrope_model, stream, seeds), info)
+
+
+def test_images_in_two_turns_equal_mlx_vlm(
+    mrope: tuple[Engine, ModelInfo], tiny_mrope_model: Path
+) -> None:
+    engine, info = mrope
+    # A fixed first answer: the random model's own may hold bytes whose text does not
+    # tokenize back to the same ids, which would test the tokenizer, not positions.
+    messages, second, _ = two_turns(engine, info, reply="A small picture of noise.")
+    stream = start_chat(engine, info, chat_request(messages, GREEDY))
+    ours, _ = stream.handle.collect()
+    assert info.tokenizer.decode(ours) == second
+    assert_same_start(ours, mlx_vlm_tokens(tiny_mrope_model, stream, [0, 1]), info)
+
+
+def test_second_turn_hits_the_prefix_cache_and_equals_a_cold_run(
+    make_engine: EngineFactory, tiny_mrope_model: Path
+) -> None:
+    engine = make_engine()
+    info = engine.load_model(tiny_mrope_model)
+    messages = image_turn(0)
+    reply, first = ask(engine, info, messages)
+    messages += [{"role": "assistant", "content": reply}, *text_turn("And the colours?")]
+    warm, second = ask(engine, info, messages)
+    again, third = ask(engine, info, image_turn(0))
+    _, later, with_image = two_turns(engine, info)
+
+    assert second.usage.cached_tokens >= first.usage.prompt_tokens
+    assert third.usage.cached_tokens == third.usage.prompt_tokens - 1
+    assert with_image.usage.cached_tokens >= first.usage.prompt_tokens
+    cold_engine = make_engine(prefix_cache_bytes=0)
+    cold_info = cold_engine.load_model(tiny_mrope_model)
+    assert ask(cold_engine, cold_info, messages)[0] == warm
+    assert ask(cold_engine, cold_info, image_turn(0))[0] == again == reply
+    assert two_turns(cold_engine, cold_info)[1] == later
+
+
+def test_quantized_kv_alone_equals_inside_a_batch(
+    make_engine: EngineFactory, tiny_mrope_model: Path
+) -> None:
+    requests = [image_turn(1, 2), text_turn("Hello, how are you today?"), image_turn(0)]
+    engine = make_engine(max_batch=1, kv_bits=8, kv_group_size=32, prefix_cache_bytes=0)
+    info = engine.load_model(tiny_mrope_model)
+    alone = [ask(engine, info, messages)[0] for messages in requests]
+    engine = make_engine(max_batch=8, kv_bits=8, kv_group_size=32, prefix_cache_bytes=0)
+    info = engine.load_model(tiny_mrope_model)
+    streams = [start_chat(engine, info, chat_request(m, GREEDY)) for m in requests]
+    assert [answer(s)[0] for s in streams] == alone
