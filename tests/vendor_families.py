@@ -107,7 +107,7 @@ FAMILIES = [
         [THOUGHT, "</think>", "Sunny."],  # the prompt opens <think> when thinking is on
         thinking_kwargs={"thinking": True},
         call_marker=DS[0] + DS[2] + "get_weather" + DS_SEP,
-        enforced=True,  # a named choice (one tool) only
+        enforced=True,
     ),
     Family(
         "Phi-4-mini-instruct",
@@ -145,6 +145,7 @@ FAMILIES = [
         ],
         ["<seed:think>", THOUGHT, "</seed:think>", "Sunny."],
         call_marker="<seed:tool_call>\n<function=get_weather>",
+        enforced=True,
     ),
     Family(
         "LFM2.5-8B-A1B",
@@ -194,6 +195,33 @@ FAMILIES = [
         [THOUGHT, "</think>", "Sunny."],  # the prompt opens <think> unless enable_thinking false
         quiet_kwargs={"enable_thinking": False},
         call_marker="<tool_call>\n<function=get_weather>",
+        enforced=True,
     ),
 ]
+
+
+def _glm_call(name: str, args: dict[str, Any]) -> str:
+    params = "".join(
+        f"\n<arg_key>{k}</arg_key>\n<arg_value>{v}</arg_value>" for k, v in args.items()
+    )
+    return f"{name}{params}\n"
+
+
+FAMILIES.append(
+    Family(
+        "GLM-4.6",
+        "glm47",
+        ["<tool_call>", _glm_call("get_weather", WEATHER), "</tool_call>"],
+        [
+            "<tool_call>",
+            _glm_call("get_weather", WEATHER),
+            "</tool_call>",
+            "\n<tool_call>" + _glm_call("get_time", TIME) + "</tool_call>",
+        ],
+        ["<think>", THOUGHT, "</think>", "Sunny."],
+        quiet_kwargs={"enable_thinking": False},
+        call_marker="<tool_call>get_weather\n<arg_key>city</arg_key>",
+        enforced=True,
+    )
+)
 BY_NAME = {f.name: f for f in FAMILIES}

@@ -83,9 +83,37 @@ class SamplingParams:
 
 
 @dataclass(frozen=True, slots=True)
+class GrammarText:
+    """Literal text in a constrained answer (a marker in it is written as its token)."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class GrammarJson:
+    """A JSON value valid against `schema` (JSON text)."""
+
+    schema: str
+
+
+@dataclass(frozen=True, slots=True)
+class GrammarString:
+    """A raw string value (XML-style parameters): one of `options`, or without options up to
+    `max_chars` characters without "<" (so it cannot run into the closing tag)."""
+
+    max_chars: int
+    options: tuple[str, ...] = ()
+
+
+GrammarPiece = GrammarText | GrammarJson | GrammarString
+
+
+@dataclass(frozen=True, slots=True)
 class OutputConstraint:
     """What the answer must be, enforced token by token: `prefix`, then JSON valid against
     `schema`, then `suffix` (a tool call's markers), then EOS. Built by mlxd.chat.constraints.
+    With `choices`, the answer is instead one of these sequences of pieces (a call to one of
+    several tools in a syntax that is not one JSON value); `schema` then only sizes it.
 
     With `reasoning` markers, a reasoning block is left free and the constraint starts after
     its end marker; `reasoning_open` says the prompt already opened one. `param` names the
@@ -98,6 +126,7 @@ class OutputConstraint:
     suffix: str = ""
     reasoning: tuple[str, str] | None = None
     reasoning_open: bool = False
+    choices: tuple[tuple[GrammarPiece, ...], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,8 @@ from typing import Any
 
 from mlxd.chat.formats import GENERIC_JSON, Formats, ToolFormat
 from mlxd.chat.tool_syntax.deepseek import CALL_BEGIN, CALL_END, CALLS_BEGIN, CALLS_END, SEP
+from mlxd.chat.tool_syntax.forced import call_choices
+from mlxd.config import setting_int
 from mlxd.errors import InvalidRequest
 from mlxd.types import OutputConstraint
 
@@ -175,28 +177,36 @@ def chat_constraint(
     reasoning_closed: the prompt ends with a closed (empty) reasoning block."""
     markers = None if reasoning_closed else formats.reasoning
     if forced:
-        shape = tool_call_shape(formats.tool)
-        if shape is None or not shape.fits(forced):
+        constraint = _forced_call(formats, forced)
+        if constraint is None:
             fmt = "GPT-OSS harmony" if formats.harmony else getattr(formats.tool, "name", "no")
             return (
                 None,
                 f"tool_choice is not enforced for the {fmt} tool-call format, only asked for",
             )
-        text = _dump(shape.schema(forced), "tool_choice")
-        return OutputConstraint(
-            text,
-            param="tool_choice",
-            prefix=shape.opening(forced),
-            suffix=shape.suffix,
-            reasoning=markers,
-            reasoning_open=reasoning_open,
-        ), None
+        return replace(constraint, reasoning=markers, reasoning_open=reasoning_open), None
     if schema is None:
         return None, None
     if formats.harmony:
         raise _bad("is not supported yet for GPT-OSS (harmony) models")
     text = _dump(schema, "response_format")
     return OutputConstraint(text, reasoning=markers, reasoning_open=reasoning_open), None
+
+
+def _forced_call(formats: Formats, forced: list[dict[str, Any]]) -> OutputConstraint | None:
+    """A call to one of `forced` in the model's syntax: one JSON value between markers, or
+    one grammar choice per tool (XML-like syntaxes, DeepSeek, harmony); None: no grammar."""
+    shape = tool_call_shape(formats.tool)
+    if shape is not None and shape.fits(forced):
+        text = _dump(shape.schema(forced), "tool_choice")
+        prefix, suffix = shape.opening(forced), shape.suffix
+        return OutputConstraint(text, param="tool_choice", prefix=prefix, suffix=suffix)
+    syntax = "harmony" if formats.harmony else getattr(formats.tool, "name", "")
+    choices = call_choices(syntax, forced, setting_int("grammar_string_chars"))
+    if not choices:
+        return None
+    text = _dump({"anyOf": [t["function"].get("parameters") or {} for t in forced]}, "tool_choice")
+    return OutputConstraint(text, param="tool_choice", choices=choices)
 
 
 def _dump(schema: dict[str, Any], param: str) -> str:

@@ -75,15 +75,17 @@ def test_forced_call_after_reasoning_in_the_hermes_format(engine, scripted_model
     assert finish.reason == FinishReason.TOOL_CALLS
 
 
-def test_forced_call_in_a_format_without_a_grammar_is_asked_for_with_a_warning(
-    engine, scripted_harmony_model
-):
+def test_forced_call_in_harmony_is_enforced(engine, scripted_harmony_model):
+    # The grammar writes the call on the commentary channel at once (no analysis before it).
     info = engine.load_model(scripted_harmony_model)
-    stream = start_chat(engine, info, chat_request(USER, tools=TOOLS, tool_choice="required"))
+    tools = [{**TOOLS[0], "function": {**TOOLS[0]["function"], "parameters": SCHEMA}}]
+    stream = start_chat(engine, info, chat_request(USER, tools=tools, tool_choice="required"))
     events = list(stream)
-    warnings = [e.message for e in events if isinstance(e, Warning)]
-    assert any("not enforced" in w and "harmony" in w for w in warnings)
-    assert [c.name for c in split(events)[2]] == ["get_weather"]  # the script calls it anyway
+    assert not [e for e in events if isinstance(e, Warning)]
+    reasoning, text, calls, finish = split(events)
+    assert [c.name for c in calls] == ["get_weather"] and text == ""
+    check(json.loads(calls[0].arguments), SCHEMA)
+    assert finish.reason == FinishReason.TOOL_CALLS
 
 
 def test_response_format_on_a_harmony_model_is_refused(engine, scripted_harmony_model):

@@ -139,8 +139,7 @@ def test_family_forced_tool_choice(engine, checkpoints_dir, family, named):
         template_kwargs=family.quiet_kwargs,
         options={"max_tokens": 200},
     )
-    one_tool = named or family.syntax != "deepseek"
-    if family.enforced and one_tool:
+    if family.enforced:
         assert len(calls) == 1 and finish.reason == FinishReason.TOOL_CALLS, (text, warnings)
         name, args = calls[0]
         assert name == "get_weather" or (not named and name == "get_time")

@@ -23,7 +23,9 @@ from mlxd.chat.formats import (
 )
 from mlxd.chat.tool_choice import NAMED_HINT, REQUIRED_HINT, ToolChoice
 from mlxd.chat.tool_syntax.families import SYNTAXES, Syntax
+from mlxd.chat.tool_syntax.forced import call_choices
 from mlxd.errors import InvalidRequest
+from mlxd.types import GrammarJson, GrammarString, GrammarText
 from tests.unit.chat.test_chat_formats import Tok
 
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}}
@@ -158,10 +160,63 @@ def test_chat_constraint_for_an_answer_and_for_a_forced_call():
 def test_a_forced_call_without_a_known_format_is_only_asked_for():
     for formats in (
         Formats(reasoning=None, harmony=False, tool=None),
-        Formats(reasoning=None, harmony=True, tool=None),
-        Formats(None, False, ToolFormat("qwen3_coder", "<tool_call>", "</tool_call>", json.loads)),
+        Formats(None, False, ToolFormat("pythonic", "<|tool_call_start|>", None, json.loads)),
+        Formats(None, False, ToolFormat("minimax_m2", "<minimax:tool_call>", None, json.loads)),
     ):
         constraint, warning = chat_constraint(
             formats, schema=None, forced=TOOLS, reasoning_open=False
         )
         assert constraint is None and warning is not None and "not enforced" in warning
+
+
+@pytest.mark.parametrize(
+    ("formats", "opening"),
+    [
+        (
+            Formats(None, True, None),
+            "<|channel|>commentary to=functions.f <|constrain|>json<|message|>",
+        ),
+        (
+            Formats(
+                None, False, ToolFormat("qwen3_coder", "<tool_call>", "</tool_call>", json.loads)
+            ),
+            "<tool_call>\n<function=f>\n",
+        ),
+    ],
+    ids=["harmony", "qwen3_coder"],
+)
+def test_a_forced_call_in_other_syntaxes_is_one_grammar_choice_per_tool(formats, opening):
+    constraint, warning = chat_constraint(formats, schema=None, forced=TOOLS, reasoning_open=False)
+    assert warning is None and constraint is not None and len(constraint.choices) == 2
+    first = constraint.choices[0]
+    assert isinstance(first[0], GrammarText) and first[0].text.startswith(opening)
+    assert all(isinstance(p, GrammarText | GrammarJson | GrammarString) for p in first)
+
+
+def test_xml_call_choice_writes_required_parameters_typed():
+    tool = {
+        "type": "function",
+        "function": {
+            "name": "w",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string", "enum": ["Paris", "Rome"]},
+                    "note": {"type": "string", "maxLength": 9},
+                    "days": {"type": "integer"},
+                    "unused": {"type": "string"},
+                },
+                "required": ["city", "note", "days"],
+            },
+        },
+    }
+    (choice,) = call_choices("seed_oss", [tool], 100) or ()
+    assert choice == (
+        GrammarText("<seed:tool_call>\n<function=w>\n<parameter=city>"),
+        GrammarString(0, ("Paris", "Rome")),
+        GrammarText("</parameter>\n<parameter=note>"),
+        GrammarString(9),
+        GrammarText("</parameter>\n<parameter=days>"),
+        GrammarJson('{"type": "integer"}'),
+        GrammarText("</parameter>\n</function>\n</seed:tool_call>"),
+    )

@@ -37,7 +37,7 @@ from mlxd.backend.structured.finite_schema import has_finite_instance
 from mlxd.backend.structured.schema_bounds import ValueCaps, with_default_bounds
 from mlxd.config import setting_float, setting_int
 from mlxd.errors import EngineBusy, EngineUnavailable, InvalidRequest
-from mlxd.types import OutputConstraint, Tokenizer
+from mlxd.types import GrammarJson, GrammarText, OutputConstraint, Tokenizer
 
 if TYPE_CHECKING:
     from collections.abc import Collection
@@ -154,6 +154,7 @@ def compile_constraint(
     MLXD_GRAMMAR_SECONDS. Raises InvalidRequest(param=constraint.param) naming the problem."""
     param = constraint.param
     size = len(constraint.schema.encode()) + len(constraint.prefix) + len(constraint.suffix)
+    size += sum(len(repr(piece)) for choice in constraint.choices for piece in choice)
     limit = setting_int("grammar_bytes")
     if size > limit:
         raise InvalidRequest(
@@ -182,27 +183,11 @@ def compile_constraint(
 
 
 def _lark(constraint: OutputConstraint, tokenizer: llguidance.LLTokenizer) -> str:
-    """The grammar: prefix, the JSON value, suffix (markers as their special tokens)."""
-    try:
-        schema = json.loads(constraint.schema)
-    except (ValueError, RecursionError):
-        raise InvalidRequest(
-            f"{constraint.param}: the schema is not valid JSON", param=constraint.param
-        ) from None
-    if not isinstance(schema, dict):
-        raise InvalidRequest(
-            f"{constraint.param}: the schema must be a JSON object", param=constraint.param
-        )
-    if not has_finite_instance(schema):
-        raise _no_instance(constraint.param)
-    schema = with_default_bounds(schema, value_caps())
-    schema["x-guidance"] = {**(schema.get("x-guidance") or {}), **JSON_LAYOUT}
-    try:
-        body = json.dumps(schema, ensure_ascii=False)
-    except (ValueError, RecursionError):
-        raise InvalidRequest(
-            f"{constraint.param}: the schema is nested too deeply", param=constraint.param
-        ) from None
+    """The grammar: prefix, the JSON value, suffix (markers as their special tokens); or one
+    of the constraint's choices."""
+    if constraint.choices:
+        return _choices_lark(constraint, tokenizer)
+    body = _json_body(constraint.schema, constraint.param)
     parts = [
         *_pieces(constraint.prefix, tokenizer),
         "answer",
@@ -211,6 +196,45 @@ def _lark(constraint: OutputConstraint, tokenizer: llguidance.LLTokenizer) -> st
     return llguidance.LLMatcher.grammar_from_lark(
         f"start: {' '.join(parts)}\nanswer: %json {body}\n"
     )
+
+
+def _choices_lark(constraint: OutputConstraint, tokenizer: llguidance.LLTokenizer) -> str:
+    """`start` is one of the choices; each JSON piece is its own %json rule."""
+    rules: list[str] = []
+    alternatives = []
+    for i, choice in enumerate(constraint.choices):
+        items: list[str] = []
+        for k, piece in enumerate(choice):
+            if isinstance(piece, GrammarText):
+                items += _pieces(piece.text, tokenizer)
+            elif isinstance(piece, GrammarJson):
+                rules.append(f"j{i}_{k}: %json {_json_body(piece.schema, constraint.param)}")
+                items.append(f"j{i}_{k}")
+            elif piece.options:
+                items.append("(" + " | ".join(json.dumps(o) for o in piece.options) + ")")
+            else:  # free text: bounded, and never "<", so it cannot run into the markers
+                items.append(f"/[^<]{{0,{max(0, int(piece.max_chars))}}}/")
+        alternatives.append(" ".join(items) or '""')
+    start = "start: " + " | ".join(alternatives)
+    return llguidance.LLMatcher.grammar_from_lark("\n".join([start, *rules]) + "\n")
+
+
+def _json_body(schema_text: str, param: str) -> str:
+    """The schema as llguidance's %json takes it: checked, bounded, compact layout."""
+    try:
+        schema = json.loads(schema_text)
+    except (ValueError, RecursionError):
+        raise InvalidRequest(f"{param}: the schema is not valid JSON", param=param) from None
+    if not isinstance(schema, dict):
+        raise InvalidRequest(f"{param}: the schema must be a JSON object", param=param)
+    if not has_finite_instance(schema):
+        raise _no_instance(param)
+    schema = with_default_bounds(schema, value_caps())
+    schema["x-guidance"] = {**(schema.get("x-guidance") or {}), **JSON_LAYOUT}
+    try:
+        return json.dumps(schema, ensure_ascii=False)
+    except (ValueError, RecursionError):
+        raise InvalidRequest(f"{param}: the schema is nested too deeply", param=param) from None
 
 
 def value_caps() -> ValueCaps:

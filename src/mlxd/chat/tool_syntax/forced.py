@@ -1,0 +1,128 @@
+"""A forced call in the syntaxes whose call is not one JSON value between two markers: one
+grammar choice per allowed tool (chat.constraints builds the OutputConstraint from them).
+
+    qwen3_coder  <tool_call> <function=NAME> <parameter=K> V </parameter> </function> </tool_call>
+    seed_oss     the same inside <seed:tool_call>...</seed:tool_call>
+    glm47        <tool_call>NAME <arg_key>K</arg_key> <arg_value>V</arg_value> </tool_call>
+    deepseek     its call tokens around NAME<｜tool▁sep｜>{JSON}
+    harmony      <|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{JSON}<|call|>
+(newlines between the tags as each family writes them).
+
+XML-style calls write the tool's required parameters, in its schema's order: a string as raw
+text (one of its enum values, or bounded free text), any other type as JSON, which is what
+the parsers convert each value back from.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mlxd.chat.tool_syntax.deepseek import CALL_BEGIN, CALL_END, CALLS_BEGIN, CALLS_END, SEP
+from mlxd.types import GrammarJson, GrammarPiece, GrammarString, GrammarText
+
+__all__ = ["call_choices"]
+
+Choice = tuple[GrammarPiece, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _XmlSyntax:
+    opening: str  # with {name}
+    param_open: str  # with {key}
+    param_close: str
+    closing: str
+
+
+_XML = {
+    "qwen3_coder": _XmlSyntax(
+        "<tool_call>\n<function={name}>\n",
+        "<parameter={key}>\n",
+        "\n</parameter>\n",
+        "</function>\n</tool_call>",
+    ),
+    "seed_oss": _XmlSyntax(
+        "<seed:tool_call>\n<function={name}>\n",
+        "<parameter={key}>",
+        "</parameter>\n",
+        "</function>\n</seed:tool_call>",
+    ),
+    "glm47": _XmlSyntax(
+        "<tool_call>{name}\n",
+        "<arg_key>{key}</arg_key>\n<arg_value>",
+        "</arg_value>\n",
+        "</tool_call>",
+    ),
+}
+# Syntaxes where the name is written before the arguments, which are one JSON object.
+_JSON_ARGUMENTS = {
+    "deepseek": (f"{CALLS_BEGIN}{CALL_BEGIN}{{name}}{SEP}", f"{CALL_END}{CALLS_END}"),
+    "harmony": (
+        "<|channel|>commentary to=functions.{name} <|constrain|>json<|message|>",
+        "<|call|>",
+    ),
+}
+
+
+def call_choices(
+    syntax: str, tools: list[dict[str, Any]], string_chars: int
+) -> tuple[Choice, ...] | None:
+    """One choice per tool in `syntax` (a ToolFormat name, or "harmony"); None when the
+    syntax has no grammar here. `string_chars` bounds a free-text string value."""
+    build: Callable[[Mapping[str, Any]], Choice]
+    if syntax in _XML:
+        xml = _XML[syntax]
+        build = lambda fn: _xml_call(xml, fn, string_chars)  # noqa: E731
+    elif syntax in _JSON_ARGUMENTS:
+        opening, closing = _JSON_ARGUMENTS[syntax]
+        build = lambda fn: _json_call(opening, closing, fn)  # noqa: E731
+    else:
+        return None
+    return tuple(build(t["function"]) for t in tools)
+
+
+def _json_call(opening: str, closing: str, fn: Mapping[str, Any]) -> Choice:
+    params = fn.get("parameters") or {"type": "object"}
+    return (
+        GrammarText(opening.replace("{name}", fn["name"])),
+        GrammarJson(json.dumps(params, ensure_ascii=False)),
+        GrammarText(closing),
+    )
+
+
+def _xml_call(xml: _XmlSyntax, fn: Mapping[str, Any], string_chars: int) -> Choice:
+    params = fn.get("parameters") or {}
+    properties = params.get("properties") or {}
+    required = [k for k in properties if k in (params.get("required") or ())]
+    pieces: list[GrammarPiece] = [GrammarText(xml.opening.replace("{name}", fn["name"]))]
+    for key in required:
+        pieces.append(GrammarText(xml.param_open.replace("{key}", key)))
+        pieces.append(_value(properties[key], string_chars))
+        pieces.append(GrammarText(xml.param_close))
+    pieces.append(GrammarText(xml.closing))
+    return tuple(_merged(pieces))
+
+
+def _value(schema: object, string_chars: int) -> GrammarPiece:
+    if not isinstance(schema, Mapping) or schema.get("type") != "string":
+        return GrammarJson(json.dumps(schema if isinstance(schema, Mapping) else {}))
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum and all(isinstance(e, str) and "<" not in e for e in enum):
+        return GrammarString(0, tuple(enum))
+    limit = schema.get("maxLength")
+    bound = min(limit, string_chars) if isinstance(limit, int) and limit >= 0 else string_chars
+    return GrammarString(bound)
+
+
+def _merged(pieces: list[GrammarPiece]) -> list[GrammarPiece]:
+    """Adjacent literal texts joined (fewer grammar items, the same language)."""
+    out: list[GrammarPiece] = []
+    for piece in pieces:
+        last = out[-1] if out else None
+        if isinstance(piece, GrammarText) and isinstance(last, GrammarText):
+            out[-1] = GrammarText(last.text + piece.text)
+        else:
+            out.append(piece)
+    return out
