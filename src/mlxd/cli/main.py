@@ -31,6 +31,7 @@ COMMANDS: dict[str, str] = {
     "convert": "convert_cmd",
     "quantize": "convert_cmd",
     "run": "run",
+    "embed": "run",
     "chat": "chat",
     "serve": "serve",
     "ps": "ps",

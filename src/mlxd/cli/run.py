@@ -87,6 +87,59 @@ def add_parser(subparsers: Subparsers) -> None:
     add_generation_flags(parser)
     add_client_flags(parser)
     parser.set_defaults(func=run)
+    _add_embed_parser(subparsers)
+
+
+def _add_embed_parser(subparsers: Subparsers) -> None:
+    """`mlxd embed MODEL TEXT...`: one vector per text from an embedding model, in process,
+    through the same path as the server's /v1/embeddings (chat.embedding)."""
+    parser = subparsers.add_parser(
+        "embed",
+        help="embed texts with an embedding model (one JSON vector per line)",
+        description="One vector per TEXT from an embedding model (bge, e5, gte, nomic, "
+        "Qwen3-Embedding...), loaded here. `-` (or no TEXT with piped stdin) embeds stdin. "
+        "Prints each vector as a JSON array on its own line; --json prints one object.",
+    )
+    parser.add_argument("model", help="the embedding model (store name, repo or directory)")
+    parser.add_argument("text", nargs="*", help="texts to embed, one vector each")
+    parser.add_argument(
+        "--dimensions", type=int, metavar="N", help="keep the first N dimensions (rescaled)"
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object: model, dimensions, prompt_tokens, embeddings",
+    )
+    parser.add_argument(
+        "--trust-remote-code", action="store_true", help="allow code shipped with the model"
+    )
+    parser.set_defaults(func=embed)
+
+
+def embed(args: argparse.Namespace) -> int:
+    import json
+
+    from mlxd.chat.embedding import EmbedInput, start_embedding
+    from mlxd.cli.client.in_process import open_model
+    from mlxd.store.runnable import resolve_or_default
+
+    texts = list(args.text)
+    if texts in ([], ["-"]):
+        if not texts and sys.stdin.isatty():
+            raise InvalidRequest("mlxd embed: give TEXT arguments, or `-` to read stdin")
+        texts = [check_utf8(sys.stdin.read(), "stdin").rstrip("\n")]
+    asked = EmbedInput(texts, args.dimensions)
+    ref = resolve_or_default(args.model)
+    with open_model(ref, trust_remote_code=args.trust_remote_code) as model:
+        result = start_embedding(model.engine, model.info, asked).result()
+    if args.json:
+        dims = len(result.vectors[0])
+        body = {"model": ref.name, "dimensions": dims, "prompt_tokens": result.prompt_tokens}
+        _print_json_line({**body, "embeddings": result.vectors})
+        return 0
+    for vector in result.vectors:
+        sys.stdout.write(json.dumps(vector) + "\n")
+    return 0
 
 
 @dataclass(frozen=True, slots=True)
