@@ -255,7 +255,8 @@ class BatchRunner:
         group: see mlx_lm.compat."""
         gen = self._gen
         due = compat.first_token_due(gen)
-        if compat.prefilling(gen):
+        if compat.prefilling(gen):  # a prompt longer than a chunk, or cut at snapshot points
+            self._chunk_beside_decoding(planner)
             return planner.expect(None, first_tokens=due)  # the group keeps its members
         if not compat.prompts_waiting(gen):
             return planner.expect(0, first_tokens=due)
@@ -272,8 +273,18 @@ class BatchRunner:
         # what this step runs.
         longest = max(first for _, first in compat.first_segments(gen, count))
         if longest > planner.chunk:
+            self._chunk_beside_decoding(planner)
             return planner.expect(None)
+        compat.set_prefill_chunk(gen, planner.chunk)  # a prompt of one chunk runs at once
         return planner.expect(count * longest, count * max(lengths[:count]))
+
+    def _chunk_beside_decoding(self, planner: PrefillPlanner) -> None:
+        """Size the next chunk of a prompt longer than one: smaller beside decoding rows, so
+        their tokens keep coming while it prefills (prefill_plan.chunk_beside); a prompt of
+        one chunk still runs in one step."""
+        gen = self._gen
+        prompts = max(compat.prefill_group_size(gen), 1)
+        compat.set_prefill_chunk(gen, planner.chunk_beside(compat.decoding_rows(gen), prompts))
 
     def _store(
         self,

@@ -57,6 +57,11 @@ STEPS_TO_FIRST_TOKEN = 3
 # mean-plus-longest objective the overhead-bound ones a p99 16-18% under the rule before
 # (the finest groups whose longest wait stays within 40% of the shortest possible).
 COMPUTE_BOUND = 0.4
+# A step that prefills beside decoding rows costs at most this many decode-only steps: a long
+# prompt's chunks shrink to fit, so the rows' inter-token latency stays within ~2x its median
+# (issue 30's goal is p99 <= 3x) while the prompt still moves at that pace every step.
+BESIDE_DECODE = 2.0
+MIN_CHUNK = 32  # smallest chunk: below it a step's fixed cost outweighs its prompt tokens
 
 
 class PrefillPlanner:
@@ -149,6 +154,15 @@ class PrefillPlanner:
             self._timed = None
         if self._starts and prefilling:  # the planned group started
             self._timed = (started, self._starts)
+
+    def chunk_beside(self, decoding: int, prompts: int) -> int:
+        """Prompt tokens per prompt the next prefill step runs, for `prompts` side by side:
+        the whole chunk when no row decodes (or before d and e are measured); beside
+        `decoding` rows, what keeps the step within BESIDE_DECODE decode steps."""
+        if not decoding or self.decode_s is None or not self.token_s:
+            return self.chunk
+        fits = (BESIDE_DECODE - 1) * self.decode_s / (self.token_s * max(prompts, 1))
+        return max(min(int(fits), self.chunk), min(MIN_CHUNK, self.chunk))
 
     def plan(self, waiting: Iterable[int]) -> int:
         """How many of the waiting prompts (their lengths, in arrival order) to prefill now:

@@ -209,3 +209,18 @@ def test_the_planner_times_a_group_from_its_first_step_to_its_first_tokens() -> 
     planner.expect(None, first_tokens=True)
     planner.step_done(1.11, 1.5, prefilling=False)  # its first tokens: G beyond e * P
     assert planner.group_s is not None and planner.group_s > 0
+
+
+def test_chunks_beside_decoding_rows_fit_a_bounded_step() -> None:
+    from mlxd.backend.prefill_plan import BESIDE_DECODE, MIN_CHUNK
+
+    planner = PrefillPlanner(8, static_budget=256, chunk=512)
+    assert planner.chunk_beside(decoding=4, prompts=1) == 512  # costs unknown: the whole chunk
+    planner = measured(0.020, 0.0002)  # a 20 ms decode step, 0.2 ms per prompt token
+    assert planner.chunk_beside(decoding=0, prompts=1) == 512  # nobody waits for tokens
+    beside = planner.chunk_beside(decoding=4, prompts=1)
+    assert beside == int((BESIDE_DECODE - 1) * 0.020 / 0.0002) == 100
+    assert 0.020 + 0.0002 * beside <= BESIDE_DECODE * 0.020 + 1e-9
+    assert planner.chunk_beside(decoding=4, prompts=2) == 50  # two prompts side by side
+    assert measured(0.001, 0.01).chunk_beside(4, 1) == MIN_CHUNK  # never below the floor
+    assert measured(0.5, 0.0001).chunk_beside(4, 1) == 512  # never above the chunk

@@ -3,7 +3,9 @@
 Nothing else in mlxd reads or writes mlx-lm's private state. What we rely on:
 
 - `BatchGenerator.prefill_batch_size` is read at every `next()`, so setting it sizes the next
-  prefill group; `_unprocessed_sequences` holds the prompts not yet started, in arrival order,
+  prefill group, and so is `prefill_step_size`, the tokens of each prompt the next chunk
+  runs (`PromptProcessingBatch.prompt` gets chunks no longer than that);
+  `_unprocessed_sequences` holds the prompts not yet started, in arrival order,
   as tuples whose [0] is the uid and [1] the prompt's token segments; `_prompt_batch` is the
   group being prefilled (length 0 when none); `_generation_batch._num_tokens[i]` is 0 for a
   sequence whose first token the next `next()` returns.
@@ -145,6 +147,7 @@ class BatchGen(Protocol):
     """What mlxd uses of `BatchGenerator`; the underscored members are private state."""
 
     prefill_batch_size: int
+    prefill_step_size: int
 
     def insert_segments(
         self,
@@ -352,6 +355,22 @@ def unmask_single_row(gen: BatchGen) -> None:
 def limit_next_prefill(gen: BatchGen, prompts: int) -> None:
     """At most `prompts` waiting prompts start prefilling at the next `next()` (0: none)."""
     gen.prefill_batch_size = prompts
+
+
+def set_prefill_chunk(gen: BatchGen, tokens: int) -> None:
+    """The next `next()` prefills at most `tokens` of each prompt (`prefill_step_size`, read
+    at every step to cut the next chunk of each prompt's first segment)."""
+    gen.prefill_step_size = tokens
+
+
+def prefill_group_size(gen: BatchGen) -> int:
+    """Prompts being prefilled side by side (0: none)."""
+    return len(gen._prompt_batch)
+
+
+def decoding_rows(gen: BatchGen) -> int:
+    """Sequences past their prefill: the rows the next step decodes."""
+    return len(gen._generation_batch.uids)
 
 
 def prefill_limit(gen: BatchGen) -> int:
