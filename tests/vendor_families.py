@@ -224,4 +224,16 @@ FAMILIES.append(
         enforced=True,
     )
 )
+_LLAMA_WEATHER = json.dumps({"name": "get_weather", "parameters": WEATHER})
+FAMILIES.append(
+    Family(
+        "Llama-3.3-70B-Instruct",  # Llama 3.1's template and syntax
+        "llama3",
+        [_LLAMA_WEATHER],
+        [_LLAMA_WEATHER + "; " + json.dumps({"name": "get_time", "parameters": TIME})],
+        None,
+        call_marker='{"name": "get_weather", "parameters": ',
+        enforced=True,
+    )
+)
 BY_NAME = {f.name: f for f in FAMILIES}

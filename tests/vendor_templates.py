@@ -16,7 +16,7 @@ vendors ship in their tokenizer_config.json):
                              commit 5801ed3557edfdfcd7d14e0821bf8adefdf1aaf1
   ByteDance-Seed-OSS.jinja   models/templates/ByteDance-Seed-OSS.jinja
                              commit b1933d306f928b19e1601e640c4f1a2eb84b238a
-The next three are not in the index's copy of ggml-org/llama.cpp; they were read from forks
+The next four are not in the index's copy of ggml-org/llama.cpp; they were read from forks
 that keep the same models/templates/ files:
   Hermes-3-Llama-3.1-8B-tool_use.jinja  ye-NX/llama.cpp
                              models/templates/NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja
@@ -24,6 +24,10 @@ that keep the same models/templates/ files:
   granite-3.3-2B-Instruct.jinja  ye-NX/llama.cpp
                              models/templates/ibm-granite-granite-3.3-2B-Instruct.jinja
                              commit b354d7c9ecb76c97c07098617cdebbdfffa2583e (CRLF line ends)
+  Llama-3.3-70B-Instruct.jinja  ye-NX/llama.cpp
+                             models/templates/meta-llama-Llama-3.3-70B-Instruct.jinja
+                             commit b354d7c9ecb76c97c07098617cdebbdfffa2583e (CRLF line ends;
+                             Llama 3.1's template: JSON calls, <|python_tag|> for built-in tools)
   Qwen3.5-4B.jinja           HermestoAizales/llama.cpp models/templates/Qwen3.5-4B.jinja
                              commit 0834e65824bc751ebb66596dbc2b6119687d2749
 """

@@ -134,9 +134,17 @@ def detect_tool_format(
             return ToolFormat(name, start, end, _wrap_mlx_parser(mlx_parser, tools))
     if KIMI_SECTION in vocab:  # Kimi-K2 instruct: its template never spells the section tokens
         return _mlx_format("kimi_k2", tools)
-    if _mentions(vocab, template, "<tool_call>"):
+    # What the template spells first (the model was trained on it), then the vocabulary.
+    for fmt, marker in (
+        (HERMES, "<tool_call>"),
+        (MISTRAL, "[TOOL_CALLS]"),
+        (LLAMA3, "<|python_tag|>"),
+    ):
+        if marker in template:
+            return fmt
+    if "<tool_call>" in vocab:
         return HERMES
-    if _mentions(vocab, template, "[TOOL_CALLS]"):
+    if "[TOOL_CALLS]" in vocab:
         return MISTRAL
     if "<|python_tag|>" in vocab or ('"parameters"' in template and "<|eot_id|>" in vocab):
         return LLAMA3
