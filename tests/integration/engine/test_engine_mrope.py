@@ -46,8 +46,10 @@ def answer(stream: ChatStream) -> tuple[str, FinishEvent]:
     return text, finish
 
 
-def ask(engine: Engine, info: ModelInfo, messages: list[dict[str, Any]]) -> tuple[str, FinishEvent]:
-    return answer(start_chat(engine, info, chat_request(messages, GREEDY)))
+def ask(
+    engine: Engine, info: ModelInfo, messages: list[dict[str, Any]], **options: Any
+) -> tuple[str, FinishEvent]:
+    return answer(start_chat(engine, info, chat_request(messages, {**GREEDY, **options})))
 
 
 def two_turns(
@@ -173,3 +175,45 @@ def test_quantized_kv_alone_equals_inside_a_batch(
     info = engine.load_model(tiny_mrope_model)
     streams = [start_chat(engine, info, chat_request(m, GREEDY)) for m in requests]
     assert [answer(s)[0] for s in streams] == alone
+
+
+@pytest.mark.usefixtures("verify_every_draft")
+def test_speculating_rows_rewind_to_the_same_answers(
+    make_engine: EngineFactory, tiny_mrope_model: Path
+) -> None:
+    """Prompt-lookup drafts on image and text rows in one batch: each verify step's rejected
+    positions are trimmed (the offset moves, the row's delta stays), so every answer is the
+    answer without speculation."""
+    echo = "Say it again: " + " ".join(f"{w}{i}" for i in range(12) for w in ("ab", "cd", "ef"))
+    requests = [image_turn(0, text=echo), text_turn(echo), image_turn(1, 2, text=echo)]
+    requests += [image_turn(3), text_turn("Hi")]
+    plain_engine = make_engine(prefix_cache_bytes=0)
+    plain_info = plain_engine.load_model(tiny_mrope_model)
+    plain = [ask(plain_engine, plain_info, m)[0] for m in requests]
+    engine = make_engine(prefix_cache_bytes=0)
+    info = engine.load_model(tiny_mrope_model)
+    drafting = {**GREEDY, "max_tokens": 64, "draft_kind": "ngram", "num_draft_tokens": 3}
+    streams = [start_chat(engine, info, chat_request(m, drafting)) for m in requests[:3]]
+    streams += [start_chat(engine, info, chat_request(m, GREEDY)) for m in requests[3:]]
+    answers = [answer(s)[0] for s in streams]
+    assert engine.stats().counters.draft_tokens_total > 0
+    long_plain = [ask(plain_engine, plain_info, m, max_tokens=64)[0] for m in requests[:3]]
+    assert answers == long_plain + plain[3:]
+
+
+def test_a_cancelled_image_row_leaves_the_others_as_alone(
+    make_engine: EngineFactory, tiny_mrope_model: Path
+) -> None:
+    requests = [image_turn(0), image_turn(1), text_turn("Hello there"), image_turn(2, 3)]
+    alone_engine = make_engine(max_batch=1, prefix_cache_bytes=0)
+    alone_info = alone_engine.load_model(tiny_mrope_model)
+    alone = [ask(alone_engine, alone_info, m)[0] for m in requests]
+    engine = make_engine(prefix_cache_bytes=0)
+    info = engine.load_model(tiny_mrope_model)
+    streams = [start_chat(engine, info, chat_request(m, GREEDY)) for m in requests]
+    next(iter(streams[1]))  # decoding inside the batch
+    streams[1].cancel()
+    kept = [answer(s)[0] for i, s in enumerate(streams) if i != 1]
+    assert kept == [a for i, a in enumerate(alone) if i != 1]
+    late = start_chat(engine, info, chat_request(requests[1], GREEDY))  # joins after the drop
+    assert answer(late)[0] == alone[1]
