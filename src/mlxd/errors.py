@@ -129,6 +129,10 @@ class DownloadError(MlxdError, exit_code=7, http_status=502):
     code = "download_failed"
 
 
+class UploadError(MlxdError, exit_code=7, http_status=502):
+    code = "upload_failed"
+
+
 class AuthError(MlxdError, exit_code=8, http_status=401, error_type="authentication_error"):
     code = "invalid_api_key"
 

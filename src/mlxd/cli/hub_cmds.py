@@ -1,4 +1,6 @@
-"""`mlxd pull REPO[@REV]`: preflight, download with a progress bar, verify."""
+"""The hub's commands. `mlxd pull REPO[@REV]`: preflight, download with a progress bar,
+verify. `mlxd push MODEL ORG/NAME`: upload a model (usually a store entry `mlxd convert`
+made); a preflight first, then one commit that a second push resumes."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ def add_parser(sub: Subparsers) -> None:
     p.add_argument("repo", help="ORG/NAME or ORG/NAME@REVISION")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_pull)
+    _add_push(sub)
 
 
 def cmd_pull(args: argparse.Namespace) -> int:
@@ -104,3 +107,50 @@ def _wait(worker: threading.Thread, plan: PullPlan, show_bar: bool) -> None:
         while worker.is_alive():
             progress.update(task, completed=min(downloaded_bytes(plan), plan.total_bytes))
             worker.join(0.2)
+
+
+# ---- push ---------------------------------------------------------------------------
+
+
+def _add_push(sub: Subparsers) -> None:
+    p = sub.add_parser(
+        "push",
+        help="upload a model to the Hugging Face hub",
+        description="Upload MODEL (a store name, org/name in the HF cache, or a directory) as "
+        "the hub repo ORG/NAME. Checks first: the model is healthy, a token is set "
+        "(HF_TOKEN or `hf auth login`) and accepted, the repo is created if missing and "
+        "refused if it holds model files (unless --force). Pushing again after an "
+        "interruption uploads only what is missing.",
+    )
+    p.add_argument("model", help="the model to upload")
+    p.add_argument("repo", help="ORG/NAME on the hub")
+    p.add_argument("--private", action="store_true", help="create the repo private")
+    p.add_argument("--force", action="store_true", help="upload into a repo that has files")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_push)
+
+
+def cmd_push(args: argparse.Namespace) -> int:
+    from mlxd.store.health import check
+    from mlxd.store.hub.upload import check_repo_id, push_folder
+    from mlxd.store.problems import Severity
+    from mlxd.store.resolve import resolve
+
+    check_repo_id(args.repo)  # before the model is looked at
+    ref = resolve(args.model)
+    blocking = (Severity.BROKEN, Severity.INCOMPLETE)  # too large to run here is still a model
+    bad = [p for p in check(ref.path).problems if p.severity in blocking]
+    if bad:
+        raise ModelBroken(f"{ref.name} is {bad[0].severity.value} ({bad[0].message}): not pushed")
+    bars = sys.stderr.isatty() and not args.json
+    result = push_folder(ref.path, ref.name, args.repo, private=args.private, force=args.force,
+                         progress=bars)  # fmt: skip
+    if args.json:
+        print_json(result.to_dict())
+        return 0
+    made = "created " if result.created else ""
+    print(
+        f"pushed {result.model} to {made}{result.repo_id}: {result.files} files, "
+        f"{human_size(result.bytes)}, commit {result.commit[:12]} -> {result.url}"
+    )
+    return 0
