@@ -160,9 +160,15 @@ class VisionFamily:
 _UNFED = "beside the input embeddings, which mlxd's batch does not feed"
 _CROSS_ATTENTION = f"its language model reads the image through cross-attention states {_UNFED}"
 _PER_LAYER = f"its language model takes per-layer inputs {_UNFED}"
+# mlx-vlm 0.7.10's llava_next splices each image's features in at one image token, while its
+# processor writes the anyres count of them: prompt positions and features disagree.
+_LLAVA_NEXT = (
+    "mlx-vlm's LLaVA-Next model splices an image's features in at one image token, while its "
+    "processor writes one token per feature, so no prompt fits both"
+)
 VISION_FAMILIES: dict[str, VisionFamily] = {
     "llava": VisionFamily("LLaVA", batches=True),
-    "llava_next": VisionFamily("LLaVA-Next"),
+    "llava_next": VisionFamily("LLaVA-Next", refused=_LLAVA_NEXT),
     "gemma3": VisionFamily("Gemma 3", batches=True),
     "idefics3": VisionFamily("Idefics3 / SmolVLM", batches=True),
     "mistral3": VisionFamily("Mistral 3 (Pixtral tower)", batches=True),

@@ -56,6 +56,7 @@ def add_parser(sub: Subparsers) -> None:
 
 def cmd_list(args: argparse.Namespace) -> int:
     from mlxd.store.catalog import list_models
+    from mlxd.store.facts import vision_label
 
     entries = list_models(args.pattern)
     if args.json:
@@ -67,7 +68,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             e.id if e.source != "store" else f"{e.id} (store)",
             human_size(e.size),
             _ago(e.modified),
-            e.kind,
+            vision_label(e.kind, e.vision),
             e.quantization,
             str(e.context_window or "-"),
             e.status,
@@ -134,6 +135,8 @@ def _kv_line(per_token: dict[str, int] | None) -> str:
 
 
 def _print_description(info: ModelDescription, files: bool, config: bool) -> None:
+    from mlxd.store.facts import vision_label
+
     q = info.quantization
     quant = (
         f"{q.get('bits')}-bit, group {q.get('group_size')}" if q and "bits" in q else (q or "none")
@@ -144,7 +147,7 @@ def _print_description(info: ModelDescription, files: bool, config: bool) -> Non
         ("source", info.ref.source + (f" @ {info.ref.revision}" if info.ref.revision else "")),
         ("path", str(info.ref.path)),
         ("architecture", info.architecture or "-"),
-        ("kind", info.kind),
+        ("kind", vision_label(info.kind, info.vision)),
         ("parameters", params),
         ("dtype", info.dtype or "-"),
         ("quantization", str(quant)),
@@ -159,6 +162,8 @@ def _print_description(info: ModelDescription, files: bool, config: bool) -> Non
         ("health", info.health.status),
         ("runnable", "yes" if info.runnable else f"no: {info.not_runnable_reason}"),
     ]
+    if info.vision is not None:
+        lines.insert(5, ("images", f"{info.vision.name}: {info.vision.serving}"))
     for key, value in lines:
         print(f"{key:<15} {value}")
     for problem in info.health.problems:

@@ -10,7 +10,7 @@ import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mlxd.checkpoint import context_window
+from mlxd.checkpoint import VisionFamily, context_window, vision_family
 from mlxd.config import store_dir
 from mlxd.store import facts
 from mlxd.store.containment import CODE as OUTSIDE
@@ -37,6 +37,7 @@ class CatalogEntry:
     context_window: int | None
     status: str  # ok / incomplete / broken / refused
     problems: tuple[Problem, ...] = field(default=())
+    vision: VisionFamily | None = None  # a vision model's family: batches, or why refused
 
     @property
     def name(self) -> str:
@@ -62,6 +63,7 @@ class CatalogEntry:
             "context_window": self.context_window,
             "status": self.status,
             "problems": [p.to_dict() for p in self.problems],
+            "vision": facts.vision_dict(self.vision),
         }
 
 
@@ -115,6 +117,7 @@ def entry(path: Path, name: str, source: Source, revision: str | None) -> Catalo
         context_window=context_window(config, tok_config.get("model_max_length")),
         status=report.status,
         problems=report.problems,
+        vision=vision_family(config),
     )
 
 

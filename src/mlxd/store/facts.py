@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from mlxd.checkpoint import embedding_spec
+from mlxd.checkpoint import VisionFamily, embedding_spec
 
 _VISION_TYPES = {"llava", "qwen2_vl", "qwen2_5_vl", "mllama", "idefics3", "paligemma", "pixtral"}
 
@@ -184,3 +184,18 @@ def _attention_layers(text: dict[str, Any], layers: int) -> int:
         if isinstance(every, int) and every > 0:
             return layers // every
     return layers
+
+
+def vision_dict(family: VisionFamily | None) -> dict[str, object] | None:
+    """A vision model's family as `mlxd list --json` / `mlxd show --json` print it."""
+    if family is None:
+        return None
+    return {"family": family.name, "batches": family.batches, "refused": family.refused}
+
+
+def vision_label(kind: str, family: VisionFamily | None) -> str:
+    """The KIND column / `kind` line: a vision model's family and how it is served."""
+    if family is None:
+        return kind
+    how = "refused" if family.refused else "batches" if family.batches else "not verified"
+    return f"{kind} ({family.name}, {how})"

@@ -14,7 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from mlxd.checkpoint import embedding_spec
+from mlxd.checkpoint import embedding_spec, vision_family
 from mlxd.errors import ModelBroken, ModelRefused, ModelTooLarge, one_line
 from mlxd.store import files as F
 from mlxd.store.containment import outside_problems
@@ -200,6 +200,9 @@ def _check_vision(root: Path, config: dict[str, Any]) -> list[Problem]:
     model_type = config.get("model_type")
     if not isinstance(model_type, str) or not model_type:
         return [_broken("no_model_type", "config.json has no model_type")]
+    family = vision_family(config)
+    if family is not None and family.refused:  # the loader refuses it: say so before loading
+        return [_broken("unsupported", f"{family.name} is not served: {family.refused}")]
     vlm = _package_dir("mlx_vlm")
     if vlm is None:
         return [

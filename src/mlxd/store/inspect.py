@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from mlxd.backend.tokenizer.checkpoint_tokenizer import TokenizerRoute, tokenizer_route
-from mlxd.checkpoint import context_window
+from mlxd.checkpoint import VisionFamily, context_window, vision_family
 from mlxd.errors import ModelBroken
 from mlxd.store import facts
 from mlxd.store.files import file_size, model_files
@@ -38,6 +38,7 @@ class ModelDescription:
     not_runnable_reason: str | None
     config: dict[str, Any] = field(default_factory=dict)
     kv_bytes_per_token: dict[str, int] | None = None  # "full", "8-bit", "4-bit" (--kv-bits)
+    vision: VisionFamily | None = None  # a vision model's family: batches, or why refused
 
     @property
     def size(self) -> int:
@@ -66,6 +67,7 @@ class ModelDescription:
             "health": self.health.to_dict(),
             "runnable": self.runnable,
             "not_runnable_reason": self.not_runnable_reason,
+            "vision": facts.vision_dict(self.vision),
         }
         if with_files:
             out["files"] = [{"name": n, "size": s} for n, s in self.files]
@@ -112,6 +114,7 @@ def describe(ref: str | ModelRef, deep: bool = True) -> ModelDescription:
         not_runnable_reason=reason,
         config=config,
         kv_bytes_per_token=facts.kv_bytes_per_token(config, facts.dtype(config, dtypes)),
+        vision=vision_family(config),
     )
 
 

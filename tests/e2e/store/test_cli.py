@@ -127,3 +127,32 @@ def test_rm_asks_on_a_terminal(home: Path, answer: str, removed: bool) -> None:
         os.close(follower)
     assert proc.returncode == (0 if removed else 1)
     assert (home / "hf" / "hub" / "models--org--tiny-quant").exists() is not removed
+
+
+def test_list_and_show_name_the_vision_family_and_how_it_is_served(
+    tmp_path: Path, tiny_vision_model: Path
+) -> None:
+    from tests.vision_families import make_family_checkpoint
+
+    gemma = make_family_checkpoint("gemma3", tmp_path / "src" / "gemma3")
+    store = tmp_path / "mlxd" / "models"
+    store.mkdir(parents=True)
+    place_in_cache(tmp_path / "hf" / "hub", "org/tiny-gemma3", gemma)
+    place_in_store(store, "llava", tiny_vision_model)
+    refused = place_in_store(store, "gemma3n", gemma)
+    config = json.loads((refused / "config.json").read_text())
+    (refused / "config.json").write_text(json.dumps({**config, "model_type": "gemma3n"}))
+
+    rows = {line.split()[0]: line for line in mlxd(tmp_path, "list").stdout.splitlines()[1:]}
+    assert "vision (Gemma 3, batches)" in rows["org/tiny-gemma3"]
+    assert "vision (LLaVA, batches)" in rows["llava"]
+    assert "vision (Gemma 3n, refused)" in rows["gemma3n"]
+    listed = {e["id"]: e["vision"] for e in mlxd(tmp_path, "list", "--json").json()}
+    assert listed["org/tiny-gemma3"] == {"family": "Gemma 3", "batches": True, "refused": None}
+    assert "per-layer inputs" in listed["gemma3n"]["refused"]
+    shown = mlxd(tmp_path, "show", "gemma3n")
+    assert "\nimages          Gemma 3n: refused: its language model takes per-layer" in shown.stdout
+    assert mlxd(tmp_path, "show", "tiny-gemma3", "--json").json()["vision"]["batches"] is True
+    assert rows["gemma3n"].endswith("broken") and rows["org/tiny-gemma3"].endswith("ok")
+    health = mlxd(tmp_path, "health", "gemma3n")
+    assert health.code == ModelBroken.exit_code and "Gemma 3n is not served" in health.stdout
