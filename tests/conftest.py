@@ -165,3 +165,19 @@ def demo_model(tmp_path_factory: pytest.TempPathFactory) -> DemoModel:
         pytest.fail(f"mlxd import of the demo model failed: {done.stderr.strip()}")
     report = json.loads(done.stdout)
     return DemoModel(home=home, path=Path(report["path"]), name=DEFAULT_MODEL_NAME, report=report)
+
+
+@pytest.fixture(scope="session")
+def tiny_mtp_model(checkpoints_dir: Path, tiny_chat_model: Path) -> Path:
+    """The tiny chat llama with a random MTP head in an mtp.safetensors beside it."""
+    from tests.mtp_checkpoints import copy_with_head
+
+    return copy_with_head(tiny_chat_model, checkpoints_dir / "tiny-mtp")
+
+
+@pytest.fixture(scope="session")
+def tiny_gated_mtp_model(checkpoints_dir: Path, tiny_gated_model: Path) -> Path:
+    """The tiny qwen3_next with a random MTP head (zero-centred norms) beside it."""
+    from tests.mtp_checkpoints import copy_with_head
+
+    return copy_with_head(tiny_gated_model, checkpoints_dir / "tiny-gated-mtp")

@@ -32,6 +32,7 @@ class DraftKind(StrEnum):
     NONE = "none"
     NGRAM = "ngram"  # prompt lookup: the continuation of the last tokens' latest earlier match
     MODEL = "model"  # a smaller model with the same vocabulary
+    MTP = "mtp"  # the checkpoint's multi-token-prediction head (backend.speculation.mtp_head)
 
 
 class ModelKind(StrEnum):

@@ -224,14 +224,18 @@ class BatchRunner:
             return False
         if kind is DraftKind.MODEL and self.loaded.draft is None:
             return False
+        if kind is DraftKind.MTP and self.loaded.mtp is None:
+            return False
         if procs or not (sampler is GREEDY or isinstance(sampler, spec_compat.DraftVerifier)):
             return False
         return self._rewindable
 
     def _speculation(self) -> Drafts:
         if self._drafts is None:
-            self._drafts = batch_drafts(self.loaded.draft, self.vocab_size, self.prefill_chunk)
-            spec_compat.enable_speculation(self._gen, self._drafts, self.loaded.model)
+            self._drafts = batch_drafts(self.loaded, self.vocab_size, self.prefill_chunk)
+            spec_compat.enable_speculation(
+                self._gen, self._drafts, self.loaded.model, hidden=self.loaded.mtp is not None
+            )
         return self._drafts
 
     def _segments_done(self, uids: list[int]) -> None:

@@ -13,6 +13,7 @@ from mlxd.backend.kv import kv_footprint, quantize_kv
 from mlxd.backend.loader import load_checkpoint, load_with_draft
 from mlxd.backend.memory import free_unused
 from mlxd.backend.prefix import DiskTier, PrefixCache
+from mlxd.backend.speculation.mtp_head import with_mtp_head
 
 
 class MlxBackend:
@@ -39,6 +40,7 @@ class MlxBackend:
         if loaded.embedder is not None:
             return loaded
         quantize_kv(loaded.model, self.config.kv_bits, self.config.kv_group_size)
+        loaded = with_mtp_head(loaded)  # before the headroom: the head's weights count too
         room = available_memory()
         return replace(loaded, kv=kv_footprint(loaded.model), kv_headroom=room[0] if room else None)
 

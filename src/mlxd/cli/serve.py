@@ -87,10 +87,10 @@ def _add_engine_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--draft-kind",
-        choices=("none", "ngram", "model"),
+        choices=("none", "ngram", "model", "mtp"),
         help="speculative decoding for requests that do not choose (request field: "
-        "draft_kind, which may turn it off): ngram = prompt lookup, model = the draft model "
-        "(default: model with --draft-model, else none)",
+        "draft_kind, which may turn it off): ngram = prompt lookup, model = the draft model, "
+        "mtp = the checkpoint's MTP head (default: model with --draft-model, else none)",
     )
     p.add_argument(
         "--num-draft-tokens",

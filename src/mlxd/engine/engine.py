@@ -257,6 +257,10 @@ class Engine:
                     f"no draft model is attached to {info.name}", param="draft_kind"
                 )
             kind = DraftKind.NONE  # the engine's default, on a model without a draft
+        if kind is DraftKind.MTP and info.mtp_problem is not None:
+            if params.draft_kind is DraftKind.MTP:
+                raise InvalidRequest(info.mtp_problem, param="draft_kind")
+            kind = DraftKind.NONE
         k = params.num_draft_tokens or self.cfg.num_draft_tokens
         if kind is params.draft_kind and k == params.num_draft_tokens:
             return params

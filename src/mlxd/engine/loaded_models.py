@@ -61,6 +61,7 @@ class ModelInfo:
     kv: KvFootprint = field(default_factory=KvFootprint)  # KV bytes of one sequence
     kv_headroom: int | None = None  # memory the process could still use once it loaded
     embedding: EmbeddingSpec | None = None  # an embedding model's pooling and normalizing
+    mtp_problem: str | None = None  # why kind `mtp` cannot draft on it (None: it has a head)
 
     def require(self, kind: ModelKind) -> None:
         """Raise InvalidRequest (param `model`) unless this model serves `kind`."""
@@ -123,6 +124,7 @@ class ModelEntry:
             kv=loaded.kv,
             kv_headroom=loaded.kv_headroom,
             embedding=loaded.embedder.spec if loaded.embedder is not None else None,
+            mtp_problem=None if loaded.mtp is not None else loaded.mtp_problem or "no MTP head",
         )
         return cls(info, loaded)
 

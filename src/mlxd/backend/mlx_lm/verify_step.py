@@ -28,6 +28,7 @@ from mlx_lm.sample_utils import greedy_sampler
 
 from mlxd.backend.kv import BatchQuantizedKVCache, RowQuantizedKVCache
 from mlxd.backend.mlx_lm.compat import BatchedGenerationBatch
+from mlxd.backend.mlx_lm.hidden_tap import HiddenTap
 from mlxd.backend.mlx_lm.recurrent_rollback import RecurrentRollback, recurrent_mixers
 from mlxd.backend.sampling.logits_processing import process_rows
 
@@ -54,6 +55,8 @@ class RowDrafter(Protocol):
     def record(self, uid: int, drafted: int, accepted: int) -> None: ...
 
     def started(self, rows: int, width: int) -> None: ...
+
+    def observe(self, uids: list[int], hidden: object, kept: list[int]) -> None: ...
 
 
 @runtime_checkable
@@ -120,13 +123,17 @@ def keep_rows(cache: PromptCache, indices: list[int]) -> None:
         layer.filter(mx.array(indices))  # type: ignore[no-untyped-call]
 
 
-def enable_speculation(gen: BatchGen, drafter: RowDrafter, model: Module) -> None:
+def enable_speculation(
+    gen: BatchGen, drafter: RowDrafter, model: Module, *, hidden: bool = False
+) -> None:
     """From now on each decode step of `gen` verifies the drafts `drafter` proposes
-    (`model`'s recurrent layers, if any, are rolled back after each verify)."""
+    (`model`'s recurrent layers, if any, are rolled back after each verify); `hidden`: each
+    step's pre-norm hidden states go to `drafter.observe` (an MTP head reads them)."""
     batch = gen._generation_batch
     batch.__class__ = SpeculativeGenerationBatch
     batch._mlxd_drafter = drafter  # type: ignore[attr-defined]
     batch._mlxd_rollback = RecurrentRollback.for_model(model)  # type: ignore[attr-defined]
+    batch._mlxd_tap = HiddenTap.on(model) if hidden else None  # type: ignore[attr-defined]
 
 
 class SpeculativeGenerationBatch(BatchedGenerationBatch):
@@ -138,6 +145,7 @@ class SpeculativeGenerationBatch(BatchedGenerationBatch):
 
     _mlxd_drafter: RowDrafter
     _mlxd_rollback: RecurrentRollback | None
+    _mlxd_tap: HiddenTap | None
 
     def next(self) -> list[GenerationBatch.Response]:
         if not self.uids:
@@ -148,13 +156,20 @@ class SpeculativeGenerationBatch(BatchedGenerationBatch):
         drafts = self._mlxd_drafter.propose(self.uids, self.tokens, last, room)
         width = max(len(d) for d in drafts)
         self._mlxd_drafter.started(len(self.uids), width)
+        uids = list(self.uids)
         if width == 0:
-            return super().next()
-        return self._verify(last, drafts, width)
+            responses, kept = super().next(), [1] * len(uids)
+        else:
+            responses, kept = self._verify(last, drafts, width)
+        tap = self._mlxd_tap
+        if tap is not None and tap.last is not None:
+            self._mlxd_drafter.observe(uids, tap.last, kept)
+        return responses
 
     def _verify(
         self, last: list[int], drafts: list[list[int]], width: int
-    ) -> list[GenerationBatch.Response]:
+    ) -> tuple[list[GenerationBatch.Response], list[int]]:
+        """The step's responses, and how many of the forward's positions each row kept."""
         rows = [[t, *d] + [0] * (width - len(d)) for t, d in zip(last, drafts, strict=True)]
         inputs = mx.array(rows, dtype=mx.uint32)
         rollback = self._mlxd_rollback
@@ -172,7 +187,8 @@ class SpeculativeGenerationBatch(BatchedGenerationBatch):
         rewind_rows(self.prompt_cache, [width + 1 - len(t) for t in kept])
         if rollback is not None and saved is not None:
             rollback.restore(self.prompt_cache, saved, [len(t) for t in kept])
-        return self._emit(kept, finish, logprobs, next_tokens, next_logprobs)
+        responses = self._emit(kept, finish, logprobs, next_tokens, next_logprobs)
+        return responses, [len(t) for t in kept]
 
     def _judge(self, logprobs: mx.array, drafts: list[list[int]]) -> list[tuple[int, int]]:
         """Per row: how many drafts it accepts and the token that follows them. A greedy row

@@ -26,19 +26,23 @@ from mlx_lm.models.cache import make_prompt_cache
 from mlxd.backend.mlx_lm import compat
 from mlxd.backend.mlx_lm import verify_step as spec_compat
 from mlxd.backend.speculation.drafts import DraftRequest, Drafts
+from mlxd.backend.speculation.mtp_drafter import MtpDrafter
 from mlxd.types import common_prefix_len
 
 if TYPE_CHECKING:
     from mlx.nn.layers.base import Module
 
     from mlxd.backend.api import LoadedModel
+    from mlxd.backend.speculation.mtp_head import MtpHead
 
 
-def batch_drafts(draft: LoadedModel | None, vocab_size: int, prefill_chunk: int) -> Drafts:
-    """One batch's speculation: prompt lookup for rows of kind `ngram`, and `draft`'s
-    proposals (when the model was loaded with one) for rows of kind `model`."""
+def batch_drafts(loaded: LoadedModel, vocab_size: int, prefill_chunk: int) -> Drafts:
+    """One batch's speculation: prompt lookup for rows of kind `ngram`, the draft model's
+    proposals (when `loaded` has one) for rows of kind `model`, its MTP head's for `mtp`."""
+    draft = loaded.draft
     model = DraftModel(draft.model, vocab_size, prefill_chunk) if draft is not None else None
-    return Drafts(model)
+    head = cast("MtpHead | None", loaded.mtp)
+    return Drafts(model, MtpDrafter(head, vocab_size) if head is not None else None)
 
 
 class DraftModel:

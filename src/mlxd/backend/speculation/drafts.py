@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from mlxd.backend.api import DraftCount
 from mlxd.backend.speculation.draft_policy import Acceptance, DraftPolicy
 from mlxd.types import DraftKind
+
+if TYPE_CHECKING:
+    from mlxd.backend.speculation.mtp_drafter import MtpDrafter
 
 # Prompt lookup matches the last MAX_NGRAM..MIN_NGRAM tokens, longest first: a one-token
 # match drafts too often on a CPU, where every drafted position costs a forward position.
@@ -70,7 +73,8 @@ class DraftRequest:
 
 
 class ModelDrafter(Protocol):
-    """A draft model's proposals (backend.draft_model.DraftModel)."""
+    """A drafter asked after the width is chosen: a draft model (draft_model.DraftModel) or
+    an MTP head (mtp_drafter.MtpDrafter)."""
 
     def propose(self, asks: list[DraftRequest]) -> list[list[int]]: ...
 
@@ -80,7 +84,8 @@ class ModelDrafter(Protocol):
 @dataclass(slots=True)
 class _Row:
     k: int
-    index: NgramIndex | None  # None: the draft model proposes
+    index: NgramIndex | None  # None: `kind`'s drafter proposes
+    kind: DraftKind = DraftKind.NGRAM
     fixed: bool = False  # verifies its whole draft at every step (a seeded sampled row)
     odds: Acceptance = field(default_factory=Acceptance)
 
@@ -90,6 +95,7 @@ class Drafts:
     """The speculating rows of one batch (by uid) and their draft/accept counts."""
 
     model: ModelDrafter | None = None  # proposes for the rows of kind `model`
+    mtp: MtpDrafter | None = None  # proposes for the rows of kind `mtp`
     policy: DraftPolicy = field(default_factory=DraftPolicy)  # how wide each step verifies
     rows: dict[int, _Row] = field(default_factory=dict)
     counts: dict[int, DraftCount] = field(default_factory=dict)  # since the last take_counts
@@ -98,14 +104,26 @@ class Drafts:
         """A speculating row; `fixed`: its drafts are verified whatever the policy says (a
         seeded sampled row's tokens depend on which drafts are verified, and a seed repeats)."""
         if k > 0 and kind is DraftKind.NGRAM:
-            self.rows[uid] = _Row(k, NgramIndex(), fixed)
-        elif k > 0 and kind is DraftKind.MODEL and self.model is not None:
-            self.rows[uid] = _Row(k, None, fixed)
+            self.rows[uid] = _Row(k, NgramIndex(), DraftKind.NGRAM, fixed)
+        elif k > 0 and self._drafter(kind) is not None:
+            self.rows[uid] = _Row(k, None, kind, fixed)
+            if kind is DraftKind.MTP and self.mtp is not None:
+                self.mtp.start(uid)
 
     def discard(self, uid: int) -> None:
         row = self.rows.pop(uid, None)
-        if row is not None and row.index is None and self.model is not None:
-            self.model.discard(uid)
+        drafter = self._drafter(row.kind) if row is not None else None
+        if drafter is not None:
+            drafter.discard(uid)
+
+    def observe(self, uids: list[int], hidden: object, kept: list[int]) -> None:
+        """The step's forward over rows `uids` gave these pre-norm hidden states (rows x
+        positions x hidden), of which each row's first `kept[i]` positions stay."""
+        if self.mtp is not None:
+            self.mtp.observe(uids, hidden, kept)
+
+    def _drafter(self, kind: DraftKind) -> ModelDrafter | None:
+        return {DraftKind.MODEL: self.model, DraftKind.MTP: self.mtp}.get(kind)
 
     def propose(
         self, uids: list[int], contexts: list[list[int]], last: list[int], room: list[int]
@@ -134,18 +152,21 @@ class Drafts:
         least = max((k for _, row, k in offers if row.fixed), default=0)
         chances = [(row.odds, k) for _, row, k in offers]
         width = self.policy.width(len(uids), chances, most, least)
-        asks: list[tuple[int, DraftRequest]] = []
+        asks: dict[DraftKind, list[tuple[int, DraftRequest]]] = {}
         for i, row, k in offers:
             if width == 0:
                 row.odds.idle()
                 drafts[i] = []
             elif row.index is None:
-                asks.append((i, DraftRequest(uids[i], contexts[i], last[i], min(k, width))))
+                ask = DraftRequest(uids[i], contexts[i], last[i], min(k, width))
+                asks.setdefault(row.kind, []).append((i, ask))
             else:
                 drafts[i] = drafts[i][:width]
-        if asks and self.model is not None:
-            proposed = self.model.propose([ask for _, ask in asks])
-            for (i, _), draft in zip(asks, proposed, strict=True):
+        for kind, kind_asks in asks.items():
+            drafter = self._drafter(kind)
+            assert drafter is not None  # add() keeps only rows whose drafter exists
+            proposed = drafter.propose([ask for _, ask in kind_asks])
+            for (i, _), draft in zip(kind_asks, proposed, strict=True):
                 drafts[i] = draft
         return drafts
 

@@ -1,0 +1,141 @@
+"""An MTP head's proposals for the rows that speculate with kind `mtp`, batched.
+
+The head reads the target's pre-norm hidden state at position t and token t+1 and predicts
+token t+2. Each step's target forward leaves, per row, the hidden states of the positions
+its cache kept (`observe`); the next token after each is known when the row next drafts (the
+context then holds them, `last` follows). So each proposal:
+
+1. feeds every asking row the (hidden, next token) pairs of its positions not yet fed,
+   right-padded to the longest, the padding rewound (as draft_model.py does): the head's own
+   KV holds one entry per target position it saw, never a rejected draft's;
+2. the head's output at each row's last pair gives the first draft; K-1 chained one-token
+   steps (the head's own output hidden state with the previous draft) give the rest, and
+   those chained entries are rewound at once.
+
+A row's head KV starts at its first decode step: the prompt's hidden states come from the
+prefill, which this does not read (not primed over the prompt; its drafts start weaker).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, cast
+
+import mlx.core as mx
+from mlx_lm.models.cache import BatchKVCache
+
+from mlxd.backend.mlx_lm import verify_step as spec_compat
+
+if TYPE_CHECKING:
+    from mlxd.backend.mlx_lm.compat import PromptCache
+    from mlxd.backend.speculation.drafts import DraftRequest
+    from mlxd.backend.speculation.mtp_head import MtpHead
+
+# Hidden states kept per row between its drafts (older ones are dropped: a gap in its KV).
+_MAX_PENDING = 64
+
+
+class MtpDrafter:
+    """Greedy proposals of one MTP head for many rows (speculation.drafts.Drafts calls)."""
+
+    def __init__(self, head: MtpHead, vocab_size: int) -> None:
+        self.head = head
+        self.vocab_size = vocab_size
+        self._cache: PromptCache | None = None  # one row per uid of _uids
+        self._uids: list[int] = []
+        self._pending: dict[int, list[mx.array]] = {}  # uid -> hidden states not yet fed
+
+    def start(self, uid: int) -> None:
+        """A row of kind `mtp` joined: keep its hidden states from the next forward on."""
+        self._pending.setdefault(uid, [])
+
+    def observe(self, uids: list[int], hidden: object, kept: list[int]) -> None:
+        """The target's forward over rows `uids`: each row keeps its first kept[i] positions
+        of `hidden` (rows x positions x hidden, pre-norm)."""
+        states = cast("mx.array", hidden)
+        for i, (uid, n) in enumerate(zip(uids, kept, strict=True)):
+            if uid in self._pending:
+                rows = self._pending[uid]
+                rows.extend(states[i, j] for j in range(n))
+                del rows[:-_MAX_PENDING]
+
+    def propose(self, asks: list[DraftRequest]) -> list[list[int]]:
+        """Per ask: its k greedy draft tokens (none for a row with no hidden state yet)."""
+        self._admit([ask.uid for ask in asks if ask.uid not in self._uids])
+        feeds = self._feeds(asks)
+        if not any(feeds.values()):
+            return [[] for _ in asks]
+        hidden, logits = self._catch_up(feeds)
+        steps = max(ask.k for ask in asks)
+        tokens = [mx.argmax(logits, axis=-1).astype(mx.uint32)]
+        for _ in range(steps - 1):
+            hidden, logits = self._step(hidden[:, None, :], tokens[-1][:, None])
+            tokens.append(mx.argmax(logits[:, -1, :], axis=-1).astype(mx.uint32))
+            hidden = hidden[:, -1, :]
+        drafted = mx.stack(tokens, axis=1)
+        mx.eval(drafted)
+        if steps > 1:
+            assert self._cache is not None
+            spec_compat.rewind_rows(self._cache, [steps - 1] * len(self._uids))
+        rows = cast("list[list[int]]", drafted.tolist())
+        where = {uid: i for i, uid in enumerate(self._uids)}
+        return [rows[where[a.uid]][: a.k] if feeds.get(a.uid) else [] for a in asks]
+
+    def discard(self, uid: int) -> None:
+        """The row left the batch: drop its head cache."""
+        self._pending.pop(uid, None)
+        if uid not in self._uids:
+            return
+        i = self._uids.index(uid)
+        del self._uids[i]
+        if not self._uids:
+            self._cache = None
+        elif self._cache is not None:
+            spec_compat.keep_rows(self._cache, [j for j in range(len(self._uids) + 1) if j != i])
+
+    def _admit(self, uids: list[int]) -> None:
+        """New rows: an empty head cache each, appended to the batch."""
+        for uid in uids:
+            self._uids.append(uid)
+            row: PromptCache = [BatchKVCache([0])]
+            if self._cache is None:
+                self._cache = row
+            else:
+                spec_compat.append_rows(self._cache, row)
+
+    def _feeds(self, asks: list[DraftRequest]) -> dict[int, list[tuple[mx.array, int]]]:
+        """Per asking row, its unfed (hidden, next token) pairs: its pending states are its
+        context's last positions, the token after each is the next one (`last` at the end)."""
+        feeds: dict[int, list[tuple[mx.array, int]]] = {}
+        for ask in asks:
+            states, self._pending[ask.uid] = self._pending.get(ask.uid, []), []
+            after = [*ask.context, ask.last][-len(states) :] if states else []
+            feeds[ask.uid] = list(zip(states, after, strict=True))
+        return feeds
+
+    def _catch_up(self, feeds: dict[int, list[tuple[mx.array, int]]]) -> tuple[mx.array, mx.array]:
+        """Feed every row its pairs (right-padded, the padding then rewound); the head's
+        hidden state and logits at each row's last pair (rows x ...; a row fed nothing:
+        garbage)."""
+        rows = [feeds.get(uid, []) for uid in self._uids]
+        width = max(len(pairs) for pairs in rows)
+        size = self.head.fc.weight.shape[0]
+        zero = mx.zeros((size,), dtype=self.head.fc.weight.dtype)
+        hidden = mx.stack(
+            [mx.stack([h for h, _ in pairs] + [zero] * (width - len(pairs))) for pairs in rows]
+        )
+        tokens = mx.array(
+            [[t for _, t in pairs] + [0] * (width - len(pairs)) for pairs in rows],
+            dtype=mx.uint32,
+        )
+        out, logits = self._step(hidden, tokens)
+        assert self._cache is not None
+        spec_compat.rewind_rows(self._cache, [width - len(pairs) for pairs in rows])
+        at = mx.array([max(len(pairs), 1) - 1 for pairs in rows])
+        last_hidden = mx.take_along_axis(out, at[:, None, None], axis=1)[:, 0, :]
+        last_logits = mx.take_along_axis(logits, at[:, None, None], axis=1)[:, 0, :]
+        return last_hidden, last_logits
+
+    def _step(self, hidden: mx.array, tokens: mx.array) -> tuple[mx.array, mx.array]:
+        assert self._cache is not None
+        out, logits = self.head(hidden.astype(self.head.fc.weight.dtype), tokens, self._cache)
+        return out, logits[..., : self.vocab_size]

@@ -1,0 +1,122 @@
+"""Speculation with the checkpoint's MTP head (issue 27, kind `mtp`): greedy output equals
+greedy output without speculation on a tiny llama and a tiny Qwen3-Next with random heads
+(an mtp.safetensors beside each), alone and in a batch of 8 mixing mtp, ngram and no
+drafts; a head built to predict its target exactly has every draft accepted; a checkpoint
+without a head, or with one that does not fit, is refused in one line. Real forwards."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mlxd.engine import Engine, ModelInfo
+from mlxd.errors import InvalidRequest
+from mlxd.types import DraftKind
+from tests.mtp_checkpoints import copy_with_head, make_successor_checkpoint, successor
+
+from .engine_helpers import random_prompts, request
+
+pytestmark = pytest.mark.usefixtures("verify_every_draft")
+
+MTP, NGRAM, NONE = DraftKind.MTP, DraftKind.NGRAM, DraftKind.NONE
+
+
+def _prompts(info: ModelInfo, n: int) -> list[list[int]]:
+    return random_prompts(n, info.vocab_size, (5, 25), seed=13)
+
+
+def _run(engine: Engine, info: ModelInfo, prompts: list[list[int]], **params: object):
+    handles = [engine.submit(request(info, p, **params)) for p in prompts]
+    return [h.collect()[0] for h in handles]
+
+
+def _counts(engine: Engine) -> tuple[int, int, int]:
+    c = engine.stats().counters
+    return c.draft_tokens_total, c.accepted_tokens_total, c.steps_total
+
+
+@pytest.fixture(params=["tiny_mtp_model", "tiny_gated_mtp_model"])
+def with_head(request: pytest.FixtureRequest, make_engine) -> tuple[Engine, ModelInfo]:
+    engine = make_engine()
+    return engine, engine.load_model(request.getfixturevalue(request.param))
+
+
+def test_mtp_alone_equals_plain(with_head: tuple[Engine, ModelInfo]) -> None:
+    engine, info = with_head
+    assert info.mtp_problem is None
+    params = dict(max_tokens=30, ignore_eos=True)
+    for prompt in _prompts(info, 3):
+        plain = _run(engine, info, [prompt], draft_kind=NONE, **params)
+        assert _run(engine, info, [prompt], draft_kind=MTP, num_draft_tokens=3, **params) == plain
+    drafted, _, _ = _counts(engine)
+    assert drafted > 0
+
+
+def test_mtp_mixed_batch_of_8_equals_plain(with_head: tuple[Engine, ModelInfo]) -> None:
+    engine, info = with_head
+    prompts = _prompts(info, 8)
+    params = dict(max_tokens=24, ignore_eos=True)
+    plain = _run(engine, info, prompts, draft_kind=NONE, **params)
+    kinds = [MTP, NGRAM, NONE]
+    handles = [
+        engine.submit(
+            request(info, p, draft_kind=kinds[i % 3], num_draft_tokens=1 + i % 4, **params)
+        )
+        for i, p in enumerate(prompts)
+    ]
+    assert [h.collect()[0] for h in handles] == plain
+    drafted, _, _ = _counts(engine)
+    assert drafted > 0
+
+
+def test_a_head_that_predicts_its_target_has_every_draft_accepted(
+    make_engine, tmp_path: Path
+) -> None:
+    """The target's next token is successor(current); the head computes the same map, so
+    after the first step every draft is accepted: 1 + K tokens per forward."""
+    path = make_successor_checkpoint(tmp_path / "successor")
+    engine = make_engine()
+    info = engine.load_model(path)
+    prompts = _prompts(info, 4)
+    params = dict(max_tokens=40, ignore_eos=True)
+    plain = _run(engine, info, prompts, draft_kind=NONE, **params)
+    for prompt, tokens in zip(prompts, plain, strict=True):
+        expected = [successor(prompt[-1], info.vocab_size)]
+        while len(expected) < len(tokens):
+            expected.append(successor(expected[-1], info.vocab_size))
+        assert tokens == expected  # the checkpoint does what it says
+    _, _, before = _counts(engine)
+    for prompt, tokens in zip(prompts, plain, strict=True):
+        assert _run(engine, info, [prompt], draft_kind=MTP, num_draft_tokens=3, **params) == [
+            tokens
+        ]
+    drafted, accepted, after = _counts(engine)
+    assert drafted > 0 and accepted == drafted
+    assert 160 / (after - before) >= 3.0  # tokens per step: 4 per forward, less the first
+
+
+def test_no_head_is_refused_in_one_line(make_engine, tiny_chat_model: Path) -> None:
+    engine = make_engine()
+    info = engine.load_model(tiny_chat_model)
+    with pytest.raises(InvalidRequest, match="carries no MTP head") as caught:
+        engine.submit(request(info, [5, 6, 7], draft_kind=MTP, max_tokens=4))
+    assert "\n" not in str(caught.value) and caught.value.param == "draft_kind"
+    # The engine's default kind falls back to none on it (as `model` without a draft).
+    default = make_engine(draft_kind=MTP)
+    other = default.load_model(tiny_chat_model)
+    assert len(_run(default, other, [[5, 6, 7]], max_tokens=4, ignore_eos=True)[0]) == 4
+
+
+def test_a_head_that_does_not_fit_is_refused(
+    make_engine, tiny_chat_model: Path, tmp_path: Path
+) -> None:
+    path = copy_with_head(tiny_chat_model, tmp_path / "misfit", shapes={"mtp.fc.weight": (8, 8)})
+    engine = make_engine()
+    info = engine.load_model(path)
+    assert info.mtp_problem is not None and "does not fit" in info.mtp_problem
+    with pytest.raises(InvalidRequest, match="does not fit") as caught:
+        engine.submit(request(info, [5, 6, 7], draft_kind=MTP, max_tokens=4))
+    assert "\n" not in str(caught.value)
+    plain = _run(engine, info, [[5, 6, 7]], max_tokens=4, ignore_eos=True)
+    assert len(plain[0]) == 4  # the model itself serves as before
