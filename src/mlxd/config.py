@@ -572,6 +572,7 @@ SAMPLING_BOUNDS: dict[str, Bounds] = {
     "xtc_probability": Bounds(0.0, 1.0),
     "xtc_threshold": Bounds(0.0, 0.5),  # above 0.5 at most one token could pass it
     "loop_repeats": Bounds(2, 1 << 10),
+    "max_reasoning_tokens": Bounds(0, 1 << 20),  # 0: the reasoning block is closed at once
 }
 
 # The server caps an unspecified max_tokens at this fraction of the context window.

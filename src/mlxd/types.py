@@ -63,6 +63,7 @@ class SamplingParams:
     xtc_probability: float = _DEFAULT["xtc_probability"]  # 0: XTC off
     xtc_threshold: float = _DEFAULT["xtc_threshold"]
     loop_repeats: int | None = None  # None: no loop detection
+    max_reasoning_tokens: int | None = None  # None: reasoning is bounded by max_tokens only
     logit_bias: tuple[tuple[int, float], ...] = ()
     seed: int | None = None
     max_tokens: int | None = None  # None: the engine's budget rule decides
@@ -107,6 +108,16 @@ class GrammarString:
 
 
 GrammarPiece = GrammarText | GrammarJson | GrammarString
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningMarkers:
+    """A model's reasoning block in token ids, for the engine's reasoning budget (set by the
+    chat layer from the markers it detects); `open`: the prompt already opened the block."""
+
+    start: tuple[int, ...]
+    end: tuple[int, ...]
+    open: bool = False
 
 
 @dataclass(frozen=True, slots=True)

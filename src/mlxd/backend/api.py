@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from mlxd.checkpoint import EmbeddingSpec
-from mlxd.types import FinishReason, ImageInputs, PromptBoundaries, SamplingParams, TokenLogprob
+from mlxd.types import (
+    FinishReason,
+    ImageInputs,
+    PromptBoundaries,
+    ReasoningMarkers,
+    SamplingParams,
+    TokenLogprob,
+)
 
 if TYPE_CHECKING:
     from mlx.nn.layers.base import Module
@@ -131,7 +138,8 @@ class NewSequence:
     """One sequence for `Runner.insert`. `max_tokens` is its budget of generated tokens;
     `grammar` (compiled before submit) masks its logits; `boundaries` are where the chat
     layer's prompt parts end (prefix-cache snapshot points); `images` are merged into the
-    prompt's embeddings at prefill."""
+    prompt's embeddings at prefill; `reasoning` are the markers params.max_reasoning_tokens
+    counts and forces."""
 
     prompt_ids: list[int]
     params: SamplingParams
@@ -140,6 +148,7 @@ class NewSequence:
     grammar: CompiledGrammar | None = None
     boundaries: PromptBoundaries = PromptBoundaries()
     images: ImageInputs | None = None
+    reasoning: ReasoningMarkers | None = None
 
 
 @dataclass(slots=True)

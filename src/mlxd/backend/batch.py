@@ -25,6 +25,7 @@ from mlxd.backend.mlx_lm import compat, row_deltas
 from mlxd.backend.mlx_lm import verify_step as spec_compat
 from mlxd.backend.prefill_plan import PrefillPlanner
 from mlxd.backend.prefix import PrefixCache, SnapshotKind, SnapshotPlan, SnapshotPlans
+from mlxd.backend.sampling.reasoning_budget import ReasoningBudget
 from mlxd.backend.sampling.samplers import (
     GREEDY,
     Processor,
@@ -88,9 +89,13 @@ class BatchRunner:
         cache, start = self._image_cache(prompt_ids, images, reuse.cache, cached)
         plan = self._snapshots.plan(prompt_ids, key, seq.boundaries, reuse.turn, start)
         report = _FailureReport(self._failed)
-        mask = GrammarMask(seq.grammar) if seq.grammar is not None else None
+        masks: list[Processor] = []
+        if params.max_reasoning_tokens is not None and seq.reasoning is not None:
+            masks.append(ReasoningBudget(params.max_reasoning_tokens, seq.reasoning))
+        if seq.grammar is not None:
+            masks.append(GrammarMask(seq.grammar))  # after the budget: it sees forced tokens
         sampler, procs = row_sampling(
-            params, self._vocab, report, self.fault_hook, seq.request_id, mask
+            params, self._vocab, report, self.fault_hook, seq.request_id, masks
         )
         stops = set(params.stop_token_ids)
         if not params.ignore_eos:

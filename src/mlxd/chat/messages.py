@@ -28,6 +28,7 @@ __all__ = [
     "join_text",
     "normalize_messages",
     "normalize_tools",
+    "effort_template_kwargs",
 ]
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -38,6 +39,20 @@ IMAGE_PART_TYPES = ("image_url",)  # OpenAI's image content part
 TEMPLATE_KWARGS_ALLOWED = frozenset(
     {"enable_thinking", "thinking", "reasoning_effort", "thinking_budget", "reasoning"}
 )
+# OpenAI's reasoning efforts as GPT-OSS's levels (its template reads `reasoning_effort`).
+_EFFORT_LEVEL = {"none": "low", "minimal": "low", "low": "low", "medium": "medium",
+                 "high": "high", "xhigh": "high"}  # fmt: skip
+
+
+def effort_template_kwargs(effort: str) -> dict[str, Any]:
+    """A reasoning effort (OpenAI's reasoning_effort, Responses' reasoning.effort, Ollama's
+    think level) as the switches reasoning templates read: `reasoning_effort` (GPT-OSS:
+    low/medium/high; it cannot stop reasoning, so none/minimal are low) and `enable_thinking`
+    (Qwen3 and others: "none"/"minimal" turn thinking off)."""
+    level = _EFFORT_LEVEL.get(effort)
+    if level is None:
+        raise InvalidRequest(f"unknown reasoning effort {effort!r}", param="reasoning_effort")
+    return {"reasoning_effort": level, "enable_thinking": effort not in ("none", "minimal")}
 
 
 def normalize_messages(messages: object) -> list[dict[str, Any]]:

@@ -114,6 +114,9 @@ _OPTION_LIST = [
       for name, kind, text in _REPETITION),
     Option("seed", "--seed", SEED, "random seed for reproducible sampling", "seed"),
     Option("max_tokens", "--max-tokens", INT, "most tokens to generate", "max_tokens"),
+    Option("max_reasoning_tokens", "--max-reasoning-tokens", INT,
+           "end the reasoning after this many tokens, then answer (0: no reasoning)",
+           "max_reasoning_tokens"),
     Option("logit_bias", "--logit-bias", LOGIT_BIAS,
            'bias per token id, JSON {"id": bias}; bounds apply to each bias', "logit_bias"),
     Option("logprobs", "--logprobs", BOOL, "return the log probability of each token",
@@ -163,6 +166,7 @@ class ChatOptions:
     loop_repeats: int | None = None
     seed: int | None = None
     max_tokens: int | None = None
+    max_reasoning_tokens: int | None = None
     logit_bias: tuple[tuple[int, float], ...] | None = None  # (token id, bias), sorted
     logprobs: bool | None = None
     top_logprobs: int | None = None

@@ -35,6 +35,7 @@ from mlxd.types import (
     FinishReason,
     ModelKind,
     OutputConstraint,
+    ReasoningMarkers,
     SamplingParams,
     TokenEvent,
     Usage,
@@ -195,7 +196,36 @@ def start_chat(engine: Engine, info: ModelInfo, request: ChatRequest) -> ChatStr
     )
     warnings = (warning,) if warning else ()
     params = _params(info, options, request.max_tokens_policy)
-    return _submit(engine, info, prompt, params, stream_filter, constraint, warnings)
+    closed = end is not None and prompt.text.rstrip().endswith(end)  # thinking turned off
+    markers = None if closed else _reasoning_markers(info, formats, reasoning_open)
+    return _submit(engine, info, prompt, params, stream_filter, constraint, warnings, markers)
+
+
+# GPT-OSS reasons in its analysis channel; closing it opens the final one (harmony format).
+HARMONY_REASONING = (
+    "<|channel|>analysis<|message|>",
+    "<|end|><|start|>assistant<|channel|>final<|message|>",
+)
+
+
+def _reasoning_markers(
+    info: ModelInfo, formats: Formats, reasoning_open: bool
+) -> ReasoningMarkers | None:
+    """The reasoning block in token ids, for the engine's budget: the detected markers, or
+    for harmony the analysis channel, closed into the final one."""
+    if formats.harmony:
+        start, end = HARMONY_REASONING
+    elif formats.reasoning is not None:
+        start, end = formats.reasoning
+    else:
+        return None
+    encode = info.tokenizer.encode
+    ids = encode(end, add_special_tokens=False)
+    if not ids:
+        return None
+    return ReasoningMarkers(
+        tuple(encode(start, add_special_tokens=False)), tuple(ids), reasoning_open
+    )
 
 
 def chat_prompt(info: ModelInfo, request: ChatRequest) -> BuiltPrompt:
@@ -221,6 +251,15 @@ def _inputs(
     return messages, visible, forced, formats
 
 
+def _template_kwargs(request: ChatRequest) -> dict[str, Any] | None:
+    """The request's template switches; a reasoning budget is also told to templates that
+    read `thinking_budget` (Seed-OSS), unless the client set that switch itself."""
+    budget = request.options.max_reasoning_tokens
+    if budget is None:
+        return request.template_kwargs
+    return {"thinking_budget": budget, **(request.template_kwargs or {})}
+
+
 def _prompt(
     info: ModelInfo,
     request: ChatRequest,
@@ -235,7 +274,7 @@ def _prompt(
         info.tokenizer,
         messages,
         tools,
-        request.template_kwargs,
+        _template_kwargs(request),
         request.template,
         images=images,
         window=info.context_window,
@@ -278,6 +317,7 @@ def _submit(
     stream_filter: StreamFilter,
     constraint: OutputConstraint | None = None,
     warnings: tuple[str, ...] = (),
+    reasoning: ReasoningMarkers | None = None,
 ) -> ChatStream:
     from mlxd.engine.request import EngineRequest  # the engine package is heavy: import on use
 
@@ -289,6 +329,7 @@ def _submit(
         boundaries=prompt.boundaries,
         images=prompt.images,
         until_shown=True,
+        reasoning=reasoning,
     )
     handle = engine.submit(request)
     return ChatStream(handle, stream_filter, prompt, warnings)

@@ -34,6 +34,7 @@ def _sequence(request: Request) -> NewSequence:
         request.grammar,
         request.boundaries,
         request.images,
+        request.reasoning,
     )
 
 

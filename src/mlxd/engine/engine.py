@@ -228,6 +228,7 @@ class Engine:
             grammar=req.grammar,
             boundaries=req.boundaries,
             images=req.images,
+            reasoning=req.reasoning,
             loops=LoopWatch(req.params.loop_repeats) if req.params.loop_repeats else None,
         )
 

@@ -12,7 +12,14 @@ from mlxd.config import LIMITS, SAMPLING_BOUNDS
 from mlxd.engine.collector import Collector
 from mlxd.engine.loops import LoopWatch
 from mlxd.errors import ContextOverflow, InvalidRequest
-from mlxd.types import ImageInputs, PromptBoundaries, SamplingParams, Timings, Usage
+from mlxd.types import (
+    ImageInputs,
+    PromptBoundaries,
+    ReasoningMarkers,
+    SamplingParams,
+    Timings,
+    Usage,
+)
 
 if TYPE_CHECKING:  # llguidance loads with the first constrained request
     from mlxd.backend.api import CompiledGrammar
@@ -26,7 +33,8 @@ class EngineRequest:
     where the chat layer's prompt parts end (prefix-cache snapshot points). `images` (vision
     models) are merged into the prompt's embeddings at prefill. `until_shown`: the consumer
     may hold tokens back as text; every token is delivered at once until it calls
-    RequestHandle.shown()."""
+    RequestHandle.shown(). `reasoning`: the model's reasoning markers, which
+    params.max_reasoning_tokens needs (without them it has no effect)."""
 
     model: str
     prompt_ids: list[int]
@@ -35,6 +43,7 @@ class EngineRequest:
     boundaries: PromptBoundaries = field(default_factory=PromptBoundaries)
     images: ImageInputs | None = None
     until_shown: bool = False
+    reasoning: ReasoningMarkers | None = None
 
 
 class RequestStatus(StrEnum):
@@ -57,6 +66,7 @@ class Request:
     grammar: CompiledGrammar | None = None
     boundaries: PromptBoundaries = field(default_factory=PromptBoundaries)
     images: ImageInputs | None = None
+    reasoning: ReasoningMarkers | None = None
     loops: LoopWatch | None = None  # loop detection, when the request asks for it
     status: RequestStatus = RequestStatus.WAITING
     uid: int | None = None  # the backend's sequence id once admitted
@@ -146,6 +156,10 @@ def validate(req: EngineRequest, vocab_size: int, takes_images: bool = False) ->
     in_prompt = all(0 <= at <= len(req.prompt_ids) for at in req.boundaries.positions())
     _check(in_prompt, "boundaries", "positions within the prompt")
     _check(all(0 <= t < vocab_size for t in p.stop_token_ids), "stop_token_ids", "in vocab")
+    marks = req.reasoning
+    if marks is not None:
+        ids = (*marks.start, *marks.end)
+        _check(bool(marks.end) and all(0 <= t < vocab_size for t in ids), "reasoning", "in vocab")
     if req.grammar is not None and p.ignore_eos:
         # A finished answer can only be followed by EOS: it must end the sequence.
         raise InvalidRequest(

@@ -48,6 +48,9 @@ TRIP_SCRIPT = [
 STOP_SCRIPT = ["Yes", " fine", ".", " It", " is", " forty", "-two", " now", "!"]
 # Reasons in 4 tokens, then answers in 2 (then EOS: 9 completion tokens).
 THINK_SCRIPT = ["<think>", "First", " I", " think", ".", "</think>", "Answer", "!"]
+# Reasons forever ("Hmm more Hmm more ..."): only a reasoning budget gets it to "Paris."
+PONDER_SCRIPT = ["<think>", "Hmm", " more", "</think>", "Paris", "."]
+PONDERING = {" more": "Hmm"}
 FIM_MIDDLE = "    return a + b"
 # Greedy continues the script from the prompt's last token: FIM_MIDDLE only after <|fim_middle|>.
 FIM_SCRIPT = ["<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", FIM_MIDDLE]
@@ -67,6 +70,7 @@ def server_home(tmp_path_factory: pytest.TempPathFactory, tiny_chat_model: Path)
     make_scripted_checkpoint(store / "scripted-trip", TRIP_SCRIPT)
     make_scripted_checkpoint(store / "scripted-stop", STOP_SCRIPT)
     make_scripted_checkpoint(store / "scripted-think", THINK_SCRIPT)
+    make_scripted_checkpoint(store / "scripted-ponder", PONDER_SCRIPT, successors=PONDERING)
     make_scripted_checkpoint(store / "scripted-fim", FIM_SCRIPT)
     shutil.copytree(tiny_chat_model, store / "tiny-long")
     config = json.loads((store / "tiny-long" / "config.json").read_text())

@@ -21,7 +21,7 @@ ChatML template (Hermes <tool_call>, <think>), so it exercises the same detectio
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tests.checkpoints import CHATML_TEMPLATE, SPECIAL_TOKENS, train_tokenizer
@@ -40,11 +40,15 @@ WEATHER_SCRIPT = (
 
 
 def make_scripted_checkpoint(
-    path: Path, script: Sequence[str], template: str | None = CHATML_TEMPLATE
+    path: Path,
+    script: Sequence[str],
+    template: str | None = CHATML_TEMPLATE,
+    successors: Mapping[str, str] | None = None,
 ) -> Path:
     """Write a llama checkpoint whose greedy output is "".join(script) then EOS.
 
-    Chunks must be distinct, non-empty strings. Returns `path`.
+    Chunks must be distinct, non-empty strings. `successors` overrides which chunk follows
+    a chunk (a loop: a model that reasons forever). Returns `path`.
     """
     import mlx.core as mx
     from mlx.utils import tree_flatten
@@ -79,7 +83,9 @@ def make_scripted_checkpoint(
         if "norm" in k:
             weights[k] = mx.ones(weights[k].shape)
     weights["model.embed_tokens.weight"] = mx.eye(vocab_size, hidden)
-    weights["lm_head.weight"] = _successor_matrix(ids, vocab_size, hidden, eos_id)
+    by_chunk = dict(zip(script, ids, strict=True))
+    jumps = {by_chunk[a]: by_chunk[b] for a, b in (successors or {}).items()}
+    weights["lm_head.weight"] = _successor_matrix(ids, vocab_size, hidden, eos_id, jumps)
     model.load_weights(list(weights.items()))
     mx.eval(model.parameters())
     mx.save_safetensors(str(path / "model.safetensors"), weights, metadata={"format": "mlx"})
@@ -88,13 +94,15 @@ def make_scripted_checkpoint(
     return path
 
 
-def _successor_matrix(ids: list[int], vocab: int, hidden: int, eos_id: int):
+def _successor_matrix(
+    ids: list[int], vocab: int, hidden: int, eos_id: int, jumps: Mapping[int, int]
+):
     import mlx.core as mx
     import numpy as np
 
     succ = np.full(vocab, ids[0])  # any other token: start the script
     for cur, nxt in zip(ids, [*ids[1:], eos_id], strict=True):
-        succ[cur] = nxt
+        succ[cur] = jumps.get(cur, nxt)
     w = np.zeros((vocab, hidden), dtype=np.float32)
     w[succ, np.arange(vocab)] = 1.0  # logits[v] = sum_t w[v, t] * onehot(t)
     return mx.array(w)

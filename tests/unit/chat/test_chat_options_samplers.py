@@ -75,3 +75,17 @@ def test_cli_flags_carry_the_same_names() -> None:
         "repeat_last_n": 32,
         "loop_repeats": 3,
     }
+
+
+def test_reasoning_efforts_map_onto_the_template_switches() -> None:
+    from mlxd.chat.messages import effort_template_kwargs
+
+    assert effort_template_kwargs("none") == {"reasoning_effort": "low", "enable_thinking": False}
+    assert effort_template_kwargs("minimal")["enable_thinking"] is False
+    assert effort_template_kwargs("medium") == {
+        "reasoning_effort": "medium",
+        "enable_thinking": True,
+    }
+    assert effort_template_kwargs("xhigh")["reasoning_effort"] == "high"
+    with pytest.raises(InvalidRequest):
+        effort_template_kwargs("max")

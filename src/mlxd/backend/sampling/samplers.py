@@ -279,9 +279,10 @@ def row_sampling(
     on_error: OnError,
     hook: FaultHook | None,
     request_id: str,
-    mask: Processor | None = None,
+    masks: Sequence[Processor] = (),
 ) -> tuple[Sampler, list[Processor]]:
-    """One row's sampler and logits processors (`mask`, e.g. a grammar's, last), each
+    """One row's sampler and logits processors (`masks`, a reasoning budget's and a
+    grammar's, last), each
     guarded so that an exception fails only this request (a plain greedy row is not wrapped:
     nothing in it can raise)."""
     sampler = make_sampler(params, vocab.size, vocab.xtc_keep)
@@ -289,8 +290,7 @@ def row_sampling(
         sampler = guard_sampler(sampler, on_error, hook, request_id)
     breakers = vocab.breaker_ids(params.dry_sequence_breakers) if params.dry else ()
     procs = [guard_processor(p, on_error) for p in make_processors(params, breakers)]
-    if mask is not None:
-        procs.append(guard_processor(mask, on_error))
+    procs += [guard_processor(mask, on_error) for mask in masks]
     return sampler, procs
 
 

@@ -93,8 +93,9 @@ ToolChoiceParam = Annotated[
 
 
 class ThinkingEnabled(WireModel):
-    """Turns a reasoning model's thinking on (the `enable_thinking` template switch). The
-    budget is not enforced apart from max_tokens, which bounds thinking and answer alike."""
+    """Turns a reasoning model's thinking on (the `enable_thinking` template switch);
+    `budget_tokens` is the engine's reasoning budget (max_reasoning_tokens): after that many
+    thinking tokens the block is closed and the answer follows."""
 
     type: Literal["enabled"]
     budget_tokens: MaxTokens
@@ -195,7 +196,10 @@ class CountTokensRequest(WireModel):
 class MessagesRequest(CountTokensRequest):
     """POST /v1/messages: max_tokens is required, as in Anthropic's API."""
 
-    OPTION_FIELDS: ClassVar[Mapping[str, str]] = {"response_format": "output_config.format"}
+    OPTION_FIELDS: ClassVar[Mapping[str, str]] = {
+        "response_format": "output_config.format",
+        "max_reasoning_tokens": "thinking.budget_tokens",
+    }
     max_tokens: MaxTokens
     stream: StrictBool = False
     stop_sequences: StopList | None = None
@@ -221,6 +225,8 @@ class MessagesRequest(CountTokensRequest):
                 opts[name] = value
         if self.stop_sequences:
             opts["stop"] = list(self.stop_sequences)
+        if isinstance(self.thinking, ThinkingEnabled):
+            opts["max_reasoning_tokens"] = self.thinking.budget_tokens
         fmt = self.output_config.format if self.output_config else None
         if fmt is not None:
             spec = JsonSchemaFormat(name="output", schema=fmt.schema_)

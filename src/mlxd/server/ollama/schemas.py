@@ -23,6 +23,7 @@ from pydantic import (
     field_validator,
 )
 
+from mlxd.chat.messages import effort_template_kwargs
 from mlxd.chat.tool_choice import ToolChoice
 from mlxd.config import parse_duration
 from mlxd.server.fields import (
@@ -183,7 +184,9 @@ class OllamaRequest(WireModel):
 
     def template_kwargs(self) -> dict[str, Any] | None:
         """`think` as the template switch reasoning templates read."""
-        return None if self.think is None else {"enable_thinking": self.think is not False}
+        if isinstance(self.think, str):  # a level: GPT-OSS's reasoning_effort, thinking on
+            return effort_template_kwargs(self.think)
+        return None if self.think is None else {"enable_thinking": self.think}
 
     def chat_tool_choice(self) -> ToolChoice:
         return ToolChoice()

@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from mlxd.chat.messages import check_template_kwargs, join_text
+from mlxd.chat.messages import check_template_kwargs, effort_template_kwargs, join_text
 from mlxd.chat.tool_choice import ToolChoice
 from mlxd.config import LIMITS
 from mlxd.server.fields import (
@@ -60,6 +60,7 @@ SAMPLING_FIELDS = (
     "xtc_probability",
     "xtc_threshold",
     "loop_repeats",
+    "max_reasoning_tokens",
     "seed",
     "ignore_eos",
     "draft_kind",
@@ -95,6 +96,8 @@ class SamplingFields(WireModel):
     xtc_probability: Annotated[StrictFloat, within("xtc_probability")] | None = None
     xtc_threshold: Annotated[StrictFloat, within("xtc_threshold")] | None = None
     loop_repeats: Annotated[StrictInt, within("loop_repeats")] | None = None
+    # Extension: the reasoning budget (Anthropic's thinking.budget_tokens on /v1/messages).
+    max_reasoning_tokens: Annotated[StrictInt, within("max_reasoning_tokens")] | None = None
     logit_bias: (
         Annotated[
             dict[StrictStr, Annotated[StrictFloat, within("logit_bias")]],
@@ -277,6 +280,7 @@ class ChatCompletionRequest(SamplingFields):
     tools: Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     chat_template_kwargs: dict[StrictStr, Any] | None = None
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
     # A Jinja chat template instead of the model's (vLLM's extension); only when the operator
     # allows it (MLXD_REQUEST_CHAT_TEMPLATE=1), refused otherwise (openai.routes).
     chat_template: Annotated[StrictStr, Field(min_length=1, max_length=1 << 20)] | None = None
@@ -309,8 +313,10 @@ class ChatCompletionRequest(SamplingFields):
         return ToolChoice.parse(choice)
 
     def template_kwargs(self) -> dict[str, Any] | None:
-        """chat_template_kwargs, checked against the chat layer's allow-list."""
-        return check_template_kwargs(self.chat_template_kwargs) or None
+        """reasoning_effort as the template switches (chat.messages), then
+        chat_template_kwargs (checked against the chat layer's allow-list), which win."""
+        effort = effort_template_kwargs(self.reasoning_effort) if self.reasoning_effort else {}
+        return {**effort, **check_template_kwargs(self.chat_template_kwargs)} or None
 
     def options(self) -> dict[str, Any]:
         opts = self.sampling_options()

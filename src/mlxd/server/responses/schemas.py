@@ -27,6 +27,7 @@ from pydantic import (
     model_validator,
 )
 
+from mlxd.chat.messages import effort_template_kwargs
 from mlxd.chat.tool_choice import ToolChoice
 from mlxd.server.fields import (
     MAX_TOOLS,
@@ -171,10 +172,6 @@ class ResponsesRequest(WireModel):
         return ToolChoice.parse(choice)
 
     def template_kwargs(self) -> dict[str, Any] | None:
-        """reasoning.effort as the switches reasoning templates read ("none": thinking off)."""
+        """reasoning.effort as the switches reasoning templates read (chat.messages)."""
         effort = self.reasoning.effort if self.reasoning else None
-        if effort is None:
-            return None
-        if effort == "none":
-            return {"enable_thinking": False}
-        return {"reasoning_effort": effort}
+        return None if effort is None else effort_template_kwargs(effort)

@@ -141,6 +141,7 @@ def test_every_option_is_sent_as_the_server_field_of_its_name() -> None:
         "repeat_last_n": 32, "dry_multiplier": 0.8, "dry_base": 1.5, "dry_allowed_length": 3,
         "dry_penalty_last_n": 256, "dry_sequence_breakers": ["\n", "|"],
         "xtc_probability": 0.5, "xtc_threshold": 0.2, "loop_repeats": 4,
+        "max_reasoning_tokens": 64,
     }  # fmt: skip
     assert set(options) == set(OPTIONS)  # a new option must be added here, and to the wire
     messages = [{"role": "user", "content": "hi"}]
