@@ -139,3 +139,15 @@ def _entries(home: Path) -> list[str]:
     store = home / "mlxd" / "models"
     names = [p.name for p in store.iterdir()] if store.exists() else []
     return sorted(n for n in names if not n.startswith("."))
+
+
+def test_convert_a_cached_repo(tmp_path: Path, hf_source: Path) -> None:
+    from tests.integration.store.cachefixture import place_in_cache
+
+    place_in_cache(tmp_path / "hf" / "hub", "org/Tiny-HF", hf_source)
+    result = mlxd(tmp_path, "quantize", "org/Tiny-HF", "--json")
+    assert result.code == 0, result.stderr
+    made = result.json()
+    assert (made["name"], made["source"], made["quantize"]) == ("tiny-hf-4bit", "org/Tiny-HF", "4")
+    assert not any(p.is_symlink() for p in Path(made["path"]).iterdir())
+    _greedy(tmp_path, "tiny-hf-4bit")
