@@ -161,6 +161,7 @@ def _print_description(info: ModelDescription, files: bool, config: bool) -> Non
         ("size", human_size(info.size)),
         ("health", info.health.status),
         ("runnable", "yes" if info.runnable else f"no: {info.not_runnable_reason}"),
+        ("mtp head", info.mtp_head or "none"),
     ]
     if info.vision is not None:
         lines.insert(5, ("images", f"{info.vision.name}: {info.vision.serving}"))

@@ -39,6 +39,7 @@ class ModelDescription:
     config: dict[str, Any] = field(default_factory=dict)
     kv_bytes_per_token: dict[str, int] | None = None  # "full", "8-bit", "4-bit" (--kv-bits)
     vision: VisionFamily | None = None  # a vision model's family: batches, or why refused
+    mtp_head: str | None = None  # where its MTP head is and whether it fits (facts.mtp_head)
 
     @property
     def size(self) -> int:
@@ -68,6 +69,7 @@ class ModelDescription:
             "runnable": self.runnable,
             "not_runnable_reason": self.not_runnable_reason,
             "vision": facts.vision_dict(self.vision),
+            "mtp_head": self.mtp_head,
         }
         if with_files:
             out["files"] = [{"name": n, "size": s} for n, s in self.files]
@@ -115,6 +117,7 @@ def describe(ref: str | ModelRef, deep: bool = True) -> ModelDescription:
         config=config,
         kv_bytes_per_token=facts.kv_bytes_per_token(config, facts.dtype(config, dtypes)),
         vision=vision_family(config),
+        mtp_head=facts.mtp_head(root, headers, config),
     )
 
 
