@@ -151,6 +151,13 @@ SETTINGS: dict[str, Setting[Any]] = {
         "runs alone)",
         int,
     ),
+    "embed_step_ms": Setting(
+        "MLXD_EMBED_STEP_MS",
+        "20",
+        "while chats decode, the time an engine step may spend embedding (from the measured "
+        "cost; at least one input runs)",
+        int,
+    ),
     "embed_max_inputs": Setting(
         "MLXD_EMBED_MAX_INPUTS", "2048", "most inputs in one embeddings request", int
     ),

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from mlxd.backend.api import Backend, DraftCount, NewSequence, Runner, StepResult
 from mlxd.engine.collector import Collector, StreamWaker
-from mlxd.engine.embedding import EmbedBatch, EmbedJob, EmbedQueue, fail_job
+from mlxd.engine.embedding import EmbedBatch, EmbedJob, EmbedPace, EmbedQueue, fail_job
 from mlxd.engine.engine_config import EngineConfig
 from mlxd.engine.inbox import Cancel, Embed, KeepAlive, LoadModel, Message, Submit
 from mlxd.engine.loaded_models import LoadedModels, ModelEntry
@@ -77,7 +77,8 @@ class EngineCore:
         self.live = live
         self.on_dequeue = on_dequeue  # a waiting request left the queue (admitted or ended)
         self.scheduler = Scheduler(cfg.max_batch, cfg.kv_budget_tokens)
-        self.embeds = EmbedQueue(cfg.embed_step_tokens)
+        self.embeds = EmbedQueue()
+        self.embed_pace = EmbedPace(cfg.embed_step_tokens, cfg.embed_step_s)
         self.counters = Counters()
         self.model: str | None = None
         self.runner: Runner | None = None
@@ -174,7 +175,8 @@ class EngineCore:
             if result is not None:
                 self._postprocess(result)
         if self.embeds.has_work:
-            self._embed(self.embeds.take())
+            decoding = bool(self.scheduler.running)
+            self._embed(self.embeds.take(lambda m: self.embed_pace.budget(m, decoding)))
         self.counters.steps_total += 1
         self.last_progress = time.monotonic()
 
@@ -307,7 +309,9 @@ class EngineCore:
         try:
             if entry is None or entry.loaded.embedder is None:
                 raise ModelNotFound(f"embedding model {batch.model} is not loaded")
+            began = time.perf_counter()
             vectors = entry.loaded.embedder.embed(batch.ids())
+            self.embed_pace.measured(batch.model, batch.padded_tokens, time.perf_counter() - began)
         except Exception as exc:  # this batch's requests fail; the engine goes on
             error = (
                 exc

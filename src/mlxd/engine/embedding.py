@@ -71,12 +71,37 @@ class EmbedBatch:
     def ids(self) -> list[list[int]]:
         return [job.request.inputs[i] for job, i in self.rows]
 
+    @property
+    def padded_tokens(self) -> int:
+        return len(self.rows) * max(len(job.request.inputs[i]) for job, i in self.rows)
+
+
+class EmbedPace:
+    """How many padded tokens one step may embed: `step_tokens` while nothing decodes; beside
+    decoding rows, what fits in `step_s` at the model's measured cost per token, so a decode
+    step waits for embeddings about `step_s` at most (one row always runs)."""
+
+    def __init__(self, step_tokens: int, step_s: float) -> None:
+        self.step_tokens = step_tokens
+        self.step_s = step_s
+        self._cost: dict[str, float] = {}  # model -> seconds per padded token (running mean)
+
+    def budget(self, model: str, decoding: bool) -> int:
+        cost = self._cost.get(model)
+        if not decoding or cost is None or cost <= 0:
+            return self.step_tokens  # unmeasured: the first batch measures it
+        return max(1, min(self.step_tokens, int(self.step_s / cost)))
+
+    def measured(self, model: str, tokens: int, seconds: float) -> None:
+        cost = seconds / max(tokens, 1)
+        last = self._cost.get(model)
+        self._cost[model] = cost if last is None else (last + cost) / 2
+
 
 class EmbedQueue:
     """The engine thread's embedding jobs, first come first served."""
 
-    def __init__(self, step_tokens: int) -> None:
-        self.step_tokens = step_tokens
+    def __init__(self) -> None:
         self._jobs: deque[EmbedJob] = deque()
 
     @property
@@ -98,18 +123,19 @@ class EmbedQueue:
     def jobs(self) -> list[EmbedJob]:
         return list(self._jobs)
 
-    def take(self) -> EmbedBatch | None:
+    def take(self, budget: Callable[[str], int]) -> EmbedBatch | None:
         """The next batch: rows of the oldest job's model, in order, while the padded batch
-        (rows x longest row) stays within step_tokens; at least one row."""
+        (rows x longest row) stays within `budget(model)` tokens; at least one row."""
         model = next((j.request.model for j in self._jobs if j.next_row < len(j.vectors)), None)
         if model is None:
             return None
+        tokens = budget(model)
         rows: list[tuple[EmbedJob, int]] = []
         width = 0
         for job in (j for j in self._jobs if j.request.model == model):
             while job.next_row < len(job.vectors):
                 length = len(job.request.inputs[job.next_row])
-                if rows and (len(rows) + 1) * max(width, length) > self.step_tokens:
+                if rows and (len(rows) + 1) * max(width, length) > tokens:
                     return EmbedBatch(model, rows)
                 rows.append((job, job.next_row))
                 width = max(width, length)

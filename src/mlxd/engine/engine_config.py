@@ -33,9 +33,11 @@ class EngineConfig:
     max_batch: int = setting_field("max_batch")
     max_queue: int = setting_field("max_queue")
     prefill_chunk: int = setting_field("prefill_chunk")
-    # Embeddings: each engine step also embeds up to embed_step_tokens padded input tokens
-    # (engine/embedding.py); a request holds at most embed_max_inputs inputs.
+    # Embeddings: each engine step also embeds up to embed_step_tokens padded input tokens,
+    # and beside decoding rows what fits in embed_step_s at the measured cost (at least one
+    # input; engine/embedding.py); a request holds at most embed_max_inputs inputs.
     embed_step_tokens: int = setting_field("embed_step_tokens")
+    embed_step_s: float = setting_field("embed_step_ms", _ms_to_s)
     embed_max_inputs: int = setting_field("embed_max_inputs")
     kv_budget_tokens: int = setting_field("kv_budget_tokens")
     kv_budget_bytes: int = setting_field("kv_budget_bytes")  # 0: from memory left at load

@@ -30,6 +30,8 @@ RUNS = {
     "experiments.prefill_plan_bench": ["--kind", "tiny", "--concurrency", "2", "--requests", "2",
                                        "--max-tokens", "4", "--policies", "planner,one"],
     "experiments.prefill_plan_model": [],
+    "embeddings_bench": ["--size", "tiny", "--seconds", "0.5", "--clients", "1,2", "--chats", "2",
+                         "--tokens", "4"],
     "soak": ["--minutes", "0.1", "--clients", "2", "--sample-seconds", "2"],
     "experiments.sampling_bench": ["--trees", f"new={ROOT / 'src'}", "--rows", "1", "--loads",
                                    "greedy_bias", "--steps", "5", "--rounds", "1"],
