@@ -9,8 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from mlxd.checkpoint import VisionFamily, embedding_spec
-from mlxd.errors import MlxdError
-from mlxd.store.safetensors_meta import SafetensorsHeader, read_header
 
 _VISION_TYPES = {"llava", "qwen2_vl", "qwen2_5_vl", "mllama", "idefics3", "paligemma", "pixtral"}
 
@@ -201,35 +199,3 @@ def vision_label(kind: str, family: VisionFamily | None) -> str:
         return kind
     how = "refused" if family.refused else "batches" if family.batches else "not verified"
     return f"{kind} ({family.name}, {how})"
-
-
-MTP_SIDECAR = "mtp.safetensors"  # as backend.speculation.mtp_head reads it
-
-
-def mtp_head(root: Path, headers: list[SafetensorsHeader], config: dict[str, Any]) -> str | None:
-    """One line on the checkpoint's MTP head (`--draft-kind mtp`), from safetensors headers:
-    where its tensors are and whether `fc` fits the hidden size; None without one."""
-    text = config.get("text_config", config)
-    nextn = text.get("num_nextn_predict_layers")
-    prefix = f"model.layers.{text.get('num_hidden_layers')}." if nextn else "mtp."
-    sidecar = root / MTP_SIDECAR
-    if sidecar.is_file():
-        try:
-            tensors, where = list(read_header(sidecar).tensors), MTP_SIDECAR
-        except MlxdError as exc:
-            return f"{MTP_SIDECAR} unreadable: {exc}"
-    else:
-        tensors = [t for h in headers for t in h.tensors if t.name.startswith(prefix)]
-        where = f"{prefix}* in the checkpoint"
-    if not tensors:
-        declared = nextn or text.get("mtp_num_hidden_layers")
-        return "declared in config.json, no tensors shipped" if declared else None
-    hidden = text.get("hidden_size")
-    fc = next((t for t in tensors if t.name.endswith(("fc.weight", "eh_proj.weight"))), None)
-    if fc is None:
-        return f"{where}: {len(tensors)} tensors, no fc / eh_proj: not usable"
-    if isinstance(hidden, int) and fc.shape != (hidden, 2 * hidden):
-        return (
-            f"{where}: fc is {list(fc.shape)}, hidden size {hidden} wants [{hidden}, {2 * hidden}]"
-        )
-    return f"{where}: {len(tensors)} tensors (usable: --draft-kind mtp)"

@@ -8,13 +8,13 @@ from typing import Any
 
 from mlxd.backend.tokenizer.checkpoint_tokenizer import TokenizerRoute, tokenizer_route
 from mlxd.checkpoint import VisionFamily, context_window, vision_family
-from mlxd.errors import ModelBroken
+from mlxd.errors import MlxdError, ModelBroken
 from mlxd.store import facts
 from mlxd.store.files import file_size, model_files
 from mlxd.store.health import HealthReport, check, check_runnable
 from mlxd.store.model_ref import ModelRef
 from mlxd.store.resolve import resolve
-from mlxd.store.safetensors_meta import count_parameters
+from mlxd.store.safetensors_meta import SafetensorsHeader, count_parameters, read_header
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +39,7 @@ class ModelDescription:
     config: dict[str, Any] = field(default_factory=dict)
     kv_bytes_per_token: dict[str, int] | None = None  # "full", "8-bit", "4-bit" (--kv-bits)
     vision: VisionFamily | None = None  # a vision model's family: batches, or why refused
-    mtp_head: str | None = None  # where its MTP head is and whether it fits (facts.mtp_head)
+    mtp_head: str | None = None  # where its MTP head is and whether it fits (inspect.mtp_head)
 
     @property
     def size(self) -> int:
@@ -117,7 +117,7 @@ def describe(ref: str | ModelRef, deep: bool = True) -> ModelDescription:
         config=config,
         kv_bytes_per_token=facts.kv_bytes_per_token(config, facts.dtype(config, dtypes)),
         vision=vision_family(config),
-        mtp_head=facts.mtp_head(root, headers, config),
+        mtp_head=mtp_head(root, headers, config),
     )
 
 
@@ -165,3 +165,35 @@ def _files(root: Path) -> list[tuple[str, int]]:
         return [(p.relative_to(root).as_posix(), file_size(p)) for p in model_files(root)]
     except OSError:
         return []
+
+
+MTP_SIDECAR = "mtp.safetensors"  # as backend.speculation.mtp_head reads it
+
+
+def mtp_head(root: Path, headers: list[SafetensorsHeader], config: dict[str, Any]) -> str | None:
+    """One line on the checkpoint's MTP head (`--draft-kind mtp`), from safetensors headers:
+    where its tensors are and whether `fc` fits the hidden size; None without one."""
+    text = config.get("text_config", config)
+    nextn = text.get("num_nextn_predict_layers")
+    prefix = f"model.layers.{text.get('num_hidden_layers')}." if nextn else "mtp."
+    sidecar = root / MTP_SIDECAR
+    if sidecar.is_file():
+        try:
+            tensors, where = list(read_header(sidecar).tensors), MTP_SIDECAR
+        except MlxdError as exc:
+            return f"{MTP_SIDECAR} unreadable: {exc}"
+    else:
+        tensors = [t for h in headers for t in h.tensors if t.name.startswith(prefix)]
+        where = f"{prefix}* in the checkpoint"
+    if not tensors:
+        declared = nextn or text.get("mtp_num_hidden_layers")
+        return "declared in config.json, no tensors shipped" if declared else None
+    hidden = text.get("hidden_size")
+    fc = next((t for t in tensors if t.name.endswith(("fc.weight", "eh_proj.weight"))), None)
+    if fc is None:
+        return f"{where}: {len(tensors)} tensors, no fc / eh_proj: not usable"
+    if isinstance(hidden, int) and fc.shape != (hidden, 2 * hidden):
+        return (
+            f"{where}: fc is {list(fc.shape)}, hidden size {hidden} wants [{hidden}, {2 * hidden}]"
+        )
+    return f"{where}: {len(tensors)} tensors (usable: --draft-kind mtp)"
