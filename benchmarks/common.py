@@ -238,6 +238,7 @@ class Sample:
     ttft: float
     gaps: list[float] = field(default_factory=list)
     tokens: int = 0
+    text: str = ""  # the visible text, in order
 
 
 async def sse_lines(response: httpx.Response) -> AsyncIterator[str]:
@@ -256,6 +257,7 @@ async def stream_chat(client: httpx.AsyncClient, url: str, body: dict[str, objec
     t0 = last = time.perf_counter()
     sample: Sample | None = None
     chunks = usage_tokens = 0
+    text = ""
     async with client.stream("POST", url + "/v1/chat/completions", json=body) as r:
         r.raise_for_status()
         async for line in sse_lines(r):
@@ -264,8 +266,10 @@ async def stream_chat(client: httpx.AsyncClient, url: str, body: dict[str, objec
             data = json.loads(line[6:])
             if data.get("usage"):
                 usage_tokens = data["usage"]["completion_tokens"]
-            if not _chunk_text(data):
+            piece = _chunk_text(data)
+            if not piece:
                 continue
+            text += piece
             now = time.perf_counter()
             chunks += 1
             if sample is None:
@@ -276,6 +280,7 @@ async def stream_chat(client: httpx.AsyncClient, url: str, body: dict[str, objec
     if sample is None:  # nothing visible streamed (held back to the end): the client's TTFT
         sample = Sample(ttft=time.perf_counter() - t0)
     sample.tokens = usage_tokens or chunks
+    sample.text = text
     return sample
 
 

@@ -1,11 +1,14 @@
 """Images and text together: `mlxd serve` against mlx-vlm's own server on the same tiny vision
-checkpoint (tests/vision_checkpoints.py: llava, CLIP tower, llama text model).
+checkpoint of --family: llava (tests/vision_checkpoints.py: CLIP tower, llama text model) or
+an M-RoPE family, qwen2_5_vl / qwen2_vl / qwen3_vl (tests/mrope_checkpoints.py).
 
 Closed loop: --clients streaming clients (8), half sending image turns (a distinct PNG per
 request, as a data: URL) and half text turns (distinct prompts), each --per-client requests
 one after another, greedy, EOS suppressed with logit_bias so every answer is --max-tokens
 long. Per server: aggregate completion tokens/s, time to first token (p50/p99) of image and
-text turns, and failed requests; --rounds alternates the server order. JSON on stdout.
+text turns, and failed requests; --rounds alternates the server order. After its first round
+each server answers every request of it again alone, one at a time: `differ_from_alone` counts
+the answers that changed. JSON on stdout.
 
 mlx-vlm 0.7.10's llava processor passes the tokenizer's `padding` to the image processor,
 which transformers 5.24 refuses (every image request fails in mlx-vlm's own server and its
@@ -14,6 +17,7 @@ processor only (`--no-shim` measures it as shipped).
 
     python -m benchmarks.vision_bench                              # 8 clients, 2 rounds
     python -m benchmarks.vision_bench --max-tokens 64 --per-client 4 --size small
+    python -m benchmarks.vision_bench --family qwen2_5_vl
 """
 
 from __future__ import annotations
@@ -69,6 +73,20 @@ runpy.run_module("mlx_vlm.server", run_name="__main__", alter_sys=True)
 """
 
 
+FAMILIES = ("llava", "qwen2_5_vl", "qwen2_vl", "qwen3_vl")  # the shim is llava's alone
+
+
+def make_checkpoint(family: str, root: Path, size: str) -> Path:
+    """The tiny random checkpoint of `family` the tests build, in `root`."""
+    if family == "llava":
+        from tests.vision_checkpoints import make_vision_checkpoint
+
+        return make_vision_checkpoint(root / "tiny-vision", size=size)
+    from tests.mrope_checkpoints import make_mrope_checkpoint
+
+    return make_mrope_checkpoint(root / f"tiny-{family}", family, size=size)
+
+
 def server_command(kind: str, model: Path, port: int, shim: bool) -> list[str]:
     if kind == "mlxd":
         return mlxd_serve(model, port)
@@ -97,7 +115,10 @@ def body_for(client: int, n: int, image: bool, args: argparse.Namespace, eos: in
     }
 
 
-async def run_load(url: str, model: str, args: argparse.Namespace, eos: int) -> dict:
+async def run_load(
+    url: str, model: str, args: argparse.Namespace, eos: int, answers: dict | None = None
+) -> dict:
+    """One closed-loop load; `answers`, when given, gets each request's text by (client, n)."""
     limits = httpx.Limits(max_connections=args.clients + 4)
     images: list[Sample] = []
     texts: list[Sample] = []
@@ -115,6 +136,8 @@ async def run_load(url: str, model: str, args: argparse.Namespace, eos: int) -> 
                     failed += 1
                     continue
                 (images if image else texts).append(sample)
+                if answers is not None:
+                    answers[cid, n] = sample.text
 
         t0 = time.perf_counter()
         await asyncio.gather(*(worker(c) for c in range(args.clients)))
@@ -134,14 +157,31 @@ async def run_load(url: str, model: str, args: argparse.Namespace, eos: int) -> 
     }
 
 
-def bench(kind: str, model_dir: Path, args: argparse.Namespace, eos: int) -> dict:
+async def differ_from_alone(
+    url: str, model: str, args: argparse.Namespace, eos: int, answers: dict
+) -> int:
+    """How many of the load's answers change when their request runs alone."""
+    differ = 0
+    async with httpx.AsyncClient(timeout=900) as client:
+        for (cid, n), text in sorted(answers.items()):
+            body = dict(body_for(cid, n, cid < args.clients // 2, args, eos), model=model)
+            differ += (await stream_chat(client, url, body)).text != text
+    return differ
+
+
+def bench(kind: str, model_dir: Path, args: argparse.Namespace, eos: int, check: bool) -> dict:
     port = free_port()
-    cmd = server_command(kind, model_dir, port, not args.no_shim)
+    cmd = server_command(kind, model_dir, port, args.family == "llava" and not args.no_shim)
     model = "default" if kind == "mlxd" else str(model_dir)
     with running(cmd, port, dict(os.environ, HF_HUB_OFFLINE="1")) as url:
         warm = argparse.Namespace(**{**vars(args), "clients": 2, "per_client": 1})
         asyncio.run(run_load(url, model, warm, eos))  # warm-up: one image and one text turn
-        result = asyncio.run(run_load(url, model, args, eos))
+        answers: dict = {}
+        result = asyncio.run(run_load(url, model, args, eos, answers))
+        if check:
+            result["differ_from_alone"] = asyncio.run(
+                differ_from_alone(url, model, args, eos, answers)
+            )
         progress(kind, result)
         return result
 
@@ -154,35 +194,39 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--size", default="tiny", choices=["tiny", "small", "big"])
     parser.add_argument("--no-shim", action="store_true", help="run mlx-vlm's server as shipped")
+    parser.add_argument("--family", default="llava", choices=sorted(FAMILIES))
+    parser.add_argument("--servers", default="mlxd,mlx_vlm", help="comma-separated")
     args = parser.parse_args()
-
-    from tests.vision_checkpoints import make_vision_checkpoint
+    kinds = [k for k in ("mlxd", "mlx_vlm") if k in args.servers.split(",")]
 
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = make_vision_checkpoint(Path(tmp) / "tiny-vision", size=args.size)
+        model_dir = make_checkpoint(args.family, Path(tmp), args.size)
         eos = eos_id(model_dir)
-        runs: dict[str, list[dict]] = {"mlxd": [], "mlx_vlm": []}
+        runs: dict[str, list[dict]] = {kind: [] for kind in kinds}
         for r in range(args.rounds):
-            order = ["mlxd", "mlx_vlm"] if r % 2 == 0 else ["mlx_vlm", "mlxd"]
-            for kind in order:
-                runs[kind].append(bench(kind, model_dir, args, eos))
+            for kind in kinds if r % 2 == 0 else kinds[::-1]:
+                runs[kind].append(bench(kind, model_dir, args, eos, check=r == 0))
+    keys = ("agg_tok_s", "ttft_p99_ms", "image_ttft_p99_ms", "text_ttft_p99_ms")
     summary = {
         key: round(
             statistics.median(m[key] for m in runs["mlxd"])
             / max(statistics.median(v[key] for v in runs["mlx_vlm"]), 1e-9),
             3,
         )
-        for key in ("agg_tok_s", "ttft_p99_ms", "image_ttft_p99_ms", "text_ttft_p99_ms")
+        for key in (keys if len(kinds) == 2 else ())
     }
+    source = "vision_checkpoints.py" if args.family == "llava" else "mrope_checkpoints.py"
     out = {
         "benchmark": "vision_bench",
-        "checkpoint": f"tests/vision_checkpoints.py llava, text size {args.size}",
+        "family": args.family,
+        "checkpoint": f"tests/{source} {args.family}, text size {args.size}",
         "clients": args.clients,
         "image_clients": args.clients // 2,
         "per_client": args.per_client,
         "max_tokens": args.max_tokens,
         "rounds": args.rounds,
-        "peer": "mlx_vlm.server 0.7.10" + ("" if args.no_shim else " (llava processor shim)"),
+        "peer": "mlx_vlm.server 0.7.10"
+        + ("" if args.no_shim or args.family != "llava" else " (llava processor shim)"),
         "runs": runs,
         "mlxd_over_mlx_vlm_median": summary,
     }

@@ -43,8 +43,11 @@ _PROCESSORS = {
 }
 
 
-def make_mrope_checkpoint(path: Path, family: str = "qwen2_5_vl", seed: int = 0) -> Path:
-    """Write a tiny `family` checkpoint (one of FAMILIES) into `path` and return it."""
+def make_mrope_checkpoint(
+    path: Path, family: str = "qwen2_5_vl", seed: int = 0, size: str = "tiny"
+) -> Path:
+    """Write a `family` checkpoint (one of FAMILIES; text model dims of tests/checkpoints.py
+    SIZES[size], in heads of 32) into `path` and return it."""
     import mlx.core as mx
     from mlx.utils import tree_flatten
     from tokenizers import AddedToken
@@ -56,7 +59,7 @@ def make_mrope_checkpoint(path: Path, family: str = "qwen2_5_vl", seed: int = 0)
     tok.save(str(path / "tokenizer.json"))
     ids = {t: tok.token_to_id(t) for t in SPECIAL_TOKENS + VISION_TOKENS}
     _write_processor_files(path, family, ids)
-    config = _config(family, tok.get_vocab_size(), ids)
+    config = _config(family, tok.get_vocab_size(), ids, size)
     module = importlib.import_module(f"mlx_vlm.models.{family}")
     model_config = module.ModelConfig.from_dict(json.loads(json.dumps(config)))
     model_config.text_config = module.TextConfig.from_dict(config["text_config"])
@@ -105,10 +108,11 @@ def _write_processor_files(path: Path, family: str, ids: dict[str, int]) -> None
     _write(path / "processor_config.json", {"processor_class": processor})
 
 
-def _config(family: str, vocab: int, ids: dict[str, int]) -> dict[str, Any]:
-    # Two heads of 32: M-RoPE splits 16 frequency pairs, and quantized KV's groups of 32 fit.
-    dims = {**SIZES["tiny"], "num_attention_heads": 2, "num_key_value_heads": 2}
-    head_dim = dims["hidden_size"] // dims["num_attention_heads"]
+def _config(family: str, vocab: int, ids: dict[str, int], size: str) -> dict[str, Any]:
+    # Heads of 32: M-RoPE splits 16 frequency pairs, and quantized KV's groups of 32 fit.
+    heads = SIZES[size]["hidden_size"] // 32
+    dims = {**SIZES[size], "num_attention_heads": heads, "num_key_value_heads": heads}
+    head_dim = 32
     text: dict[str, Any] = {
         "model_type": family,
         **dims,

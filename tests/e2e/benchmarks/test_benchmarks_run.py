@@ -33,6 +33,8 @@ RUNS = {
     "embeddings_bench": ["--size", "tiny", "--seconds", "0.5", "--clients", "1,2", "--chats", "2",
                          "--tokens", "4"],
     "soak": ["--minutes", "0.1", "--clients", "2", "--sample-seconds", "2"],
+    "vision_bench": ["--family", "qwen2_5_vl", "--clients", "2", "--per-client", "1",
+                     "--max-tokens", "4", "--rounds", "1", "--servers", "mlxd"],
     "experiments.sampling_bench": ["--trees", f"new={ROOT / 'src'}", "--rows", "1", "--loads",
                                    "greedy_bias", "--steps", "5", "--rounds", "1"],
 }  # fmt: skip
