@@ -69,6 +69,7 @@ class Family:
     quiet_system: str = ""  # appended to the system prompt to turn reasoning off
     call_marker: str | None = None  # how an earlier call shows in the prompt (None: not shown)
     enforced: bool = False  # tool_choice required/named is enforced by the grammar
+    lead: tuple[str, ...] = ()  # written before an answer or calls (closing a forced <think>)
 
 
 DS = ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>")
@@ -234,6 +235,29 @@ FAMILIES.append(
         None,
         call_marker='{"name": "get_weather", "parameters": ',
         enforced=True,
+    )
+)
+
+
+def _minimax_invoke(name: str, args: dict[str, Any]) -> str:
+    params = "".join(f'<parameter name="{k}">{v}</parameter>\n' for k, v in args.items())
+    return f'\n<invoke name="{name}">\n{params}</invoke>\n'
+
+
+FAMILIES.append(
+    Family(
+        "MiniMax-M2",
+        "minimax_m2",
+        ["<minimax:tool_call>", _minimax_invoke("get_weather", WEATHER), "</minimax:tool_call>"],
+        [
+            "<minimax:tool_call>",
+            _minimax_invoke("get_weather", WEATHER) + _minimax_invoke("get_time", TIME)[1:],
+            "</minimax:tool_call>",
+        ],
+        [THOUGHT, "</think>", "Sunny."],  # the prompt always opens <think>
+        call_marker='<minimax:tool_call>\n<invoke name="get_weather">',
+        enforced=True,
+        lead=("</think>",),
     )
 )
 BY_NAME = {f.name: f for f in FAMILIES}

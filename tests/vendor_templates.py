@@ -16,6 +16,8 @@ vendors ship in their tokenizer_config.json):
                              commit 5801ed3557edfdfcd7d14e0821bf8adefdf1aaf1
   ByteDance-Seed-OSS.jinja   models/templates/ByteDance-Seed-OSS.jinja
                              commit b1933d306f928b19e1601e640c4f1a2eb84b238a
+  MiniMax-M2.jinja           models/templates/unsloth-MiniMax-M2.jinja
+                             commit a21f05affbf67c90f2ac574f1bdd7197ccbe2369
 The next four are not in the index's copy of ggml-org/llama.cpp; they were read from forks
 that keep the same models/templates/ files:
   Hermes-3-Llama-3.1-8B-tool_use.jinja  ye-NX/llama.cpp

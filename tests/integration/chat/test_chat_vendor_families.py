@@ -43,6 +43,7 @@ def _messages(family: Family, *rest: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _checkpoint(root: Path, family: Family, kind: str, script: list[str]) -> Path:
     path = root / f"family-{family.name}-{kind}"
+    script = script if kind == "think" else [*family.lead, *script]
     if not (path / "config.json").exists():
         make_scripted_checkpoint(path, script, template=vendor_template(family.name))
     return path

@@ -161,7 +161,9 @@ def test_a_forced_call_without_a_known_format_is_only_asked_for():
     for formats in (
         Formats(reasoning=None, harmony=False, tool=None),
         Formats(None, False, ToolFormat("pythonic", "<|tool_call_start|>", None, json.loads)),
-        Formats(None, False, ToolFormat("minimax_m2", "<minimax:tool_call>", None, json.loads)),
+        Formats(
+            None, False, ToolFormat("kimi_k2", "<|tool_calls_section_begin|>", None, json.loads)
+        ),
     ):
         constraint, warning = chat_constraint(
             formats, schema=None, forced=TOOLS, reasoning_open=False
@@ -220,3 +222,40 @@ def test_xml_call_choice_writes_required_parameters_typed():
         GrammarJson('{"type": "integer"}'),
         GrammarText("</parameter>\n</function>\n</seed:tool_call>"),
     )
+
+
+XML_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "w",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "enum": ["Paris", "Rome"]},
+                "days": {"type": "integer"},
+            },
+            "required": ["city", "days"],
+        },
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("syntax", "module", "start", "end"),
+    [
+        ("qwen3_coder", "qwen3_coder", "<tool_call>", "</tool_call>"),
+        ("seed_oss", "qwen3_coder", "<seed:tool_call>", "</seed:tool_call>"),
+        ("glm47", "glm47", "<tool_call>", "</tool_call>"),
+        ("minimax_m2", "minimax_m2", "<minimax:tool_call>", "</minimax:tool_call>"),
+    ],
+)
+def test_xml_call_choice_reads_back_through_the_parser(syntax, module, start, end):
+    import importlib
+
+    (choice,) = call_choices(syntax, [XML_TOOL], 100) or ()
+    values = iter(["Paris", "3"])  # what the grammar lets through for each value piece
+    text = "".join(p.text if isinstance(p, GrammarText) else next(values) for p in choice)
+    assert text.startswith(start) and text.endswith(end)
+    parse = importlib.import_module(f"mlx_lm.tool_parsers.{module}").parse_tool_call
+    call = parse(text.removeprefix(start).removesuffix(end), [XML_TOOL])
+    assert call == {"name": "w", "arguments": {"city": "Paris", "days": 3}}

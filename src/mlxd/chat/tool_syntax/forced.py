@@ -4,6 +4,7 @@ grammar choice per allowed tool (chat.constraints builds the OutputConstraint fr
     qwen3_coder  <tool_call> <function=NAME> <parameter=K> V </parameter> </function> </tool_call>
     seed_oss     the same inside <seed:tool_call>...</seed:tool_call>
     glm47        <tool_call>NAME <arg_key>K</arg_key> <arg_value>V</arg_value> </tool_call>
+    minimax_m2   <minimax:tool_call> <invoke name="NAME"> <parameter name="K">V</parameter> ...
     deepseek     its call tokens around NAME<｜tool▁sep｜>{JSON}
     harmony      <|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{JSON}<|call|>
 (newlines between the tags as each family writes them).
@@ -48,6 +49,12 @@ _XML = {
         "<parameter={key}>",
         "</parameter>\n",
         "</function>\n</seed:tool_call>",
+    ),
+    "minimax_m2": _XmlSyntax(
+        '<minimax:tool_call>\n<invoke name="{name}">\n',
+        '<parameter name="{key}">',
+        "</parameter>\n",
+        "</invoke>\n</minimax:tool_call>",
     ),
     "glm47": _XmlSyntax(
         "<tool_call>{name}\n",
