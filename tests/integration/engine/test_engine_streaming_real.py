@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import math
+import time
+
 from mlxd.types import FinishEvent, TokenEvent
 
 from .engine_helpers import random_prompts, request
 
 
-def token_events(engine, info, prompt) -> tuple[list[TokenEvent], FinishEvent]:
+def token_events(engine, info, prompt) -> tuple[list[TokenEvent], FinishEvent, float]:
+    start = time.monotonic()
     events = list(engine.submit(request(info, prompt, max_tokens=40, ignore_eos=True)))
     finish = events[-1]
     assert isinstance(finish, FinishEvent) and finish.error is None
-    return [e for e in events if isinstance(e, TokenEvent)], finish
+    return [e for e in events if isinstance(e, TokenEvent)], finish, time.monotonic() - start
 
 
 def test_stream_interval_merges_deltas_and_keeps_tokens(make_engine, tiny_chat_model) -> None:
@@ -20,11 +24,11 @@ def test_stream_interval_merges_deltas_and_keeps_tokens(make_engine, tiny_chat_m
     info_every = every.load_model(tiny_chat_model)
     info_coalesced = coalesced.load_model(tiny_chat_model)
     for prompt in random_prompts(3, info_every.vocab_size, (5, 60), seed=9):
-        events_every, _ = token_events(every, info_every, prompt)
-        events_coalesced, finish = token_events(coalesced, info_coalesced, prompt)
+        events_every, _, _ = token_events(every, info_every, prompt)
+        events_coalesced, finish, seconds = token_events(coalesced, info_coalesced, prompt)
         joined = [t for e in events_coalesced for t in e.token_ids]
         assert joined == [t for e in events_every for t in e.token_ids]
         assert len(joined) == finish.usage.completion_tokens == 40
-        # 40 tokens take ~40 ms on this checkpoint, far less than the 1 s interval: the
-        # consumer is woken for the first token and then by the finish only.
-        assert len(events_coalesced) <= 2
+        # The consumer is woken for the first token, then at most once per 1 s interval, and
+        # by the finish: 40 tokens take ~40 ms here (2 events), longer on a loaded machine.
+        assert len(events_coalesced) <= 2 + math.floor(seconds)
