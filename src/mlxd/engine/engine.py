@@ -288,8 +288,9 @@ class Engine:
 
     def resident(self) -> tuple[ResidentModel, ...]:
         """Each loaded model now (residency.resident_models); cheap, from any thread."""
-        live = self._live.snapshot()
-        return resident_models(self._models, live, self.cfg.model_ttl_seconds, time.monotonic())
+        live, ttl = self._live.snapshot(), self.cfg.model_ttl_seconds
+        embedding = [job.request.model for job in self._core.embeds.jobs()]  # one C-level copy
+        return resident_models(self._models, live, ttl, time.monotonic(), embedding)
 
     def stats(self) -> EngineStats:
         core = self._core

@@ -156,16 +156,22 @@ class Residency:
 
 
 def resident_models(
-    models: LoadedModels, live: Sequence[Request], ttl: float, now: float
+    models: LoadedModels,
+    live: Sequence[Request],
+    ttl: float,
+    now: float,
+    embedding: Sequence[str] = (),
 ) -> tuple[ResidentModel, ...]:
-    """Each loaded model, its live requests (`live`: every accepted, unfinished one) and
-    when the policy above would unload it if nothing else came."""
+    """Each loaded model, its live requests (`live`: every accepted, unfinished one; the
+    embedding jobs' models in `embedding`, each running) and when the policy above would
+    unload it if nothing else came."""
     out = []
     for info, use in models.snapshot():
         mine = [r for r in live if r.model == info.name]
         queued = sum(r.status is RequestStatus.WAITING for r in mine)
+        embeds = sum(name == info.name for name in embedding)
         limit = idle_limit(use, ttl)
-        busy = {info.name} if mine else set()
+        busy = {info.name} if mine or embeds else set()
         idle = max(0.0, now - use.last_used)
         never = use.pinned or limit == math.inf or use.in_use(busy, now)
         out.append(
@@ -175,7 +181,7 @@ def resident_models(
                 kind=info.kind,
                 weight_bytes=info.weight_bytes,
                 draft=info.draft.name if info.draft is not None else None,
-                running=len(mine) - queued,
+                running=len(mine) - queued + embeds,
                 queued=queued,
                 pinned=use.pinned,
                 idle_seconds=round(idle, 3),

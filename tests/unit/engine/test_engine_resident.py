@@ -393,3 +393,13 @@ def test_resident_counts_requests_per_model_and_says_when_each_unloads() -> None
         idle = {m.name: m for m in engine.resident()}
         assert all(0 < idle[n].unloads_in_seconds <= 600 for n in "bc")  # type: ignore[operator]
         assert idle["c"].kind.value == "generation" and idle["c"].draft is None
+
+
+def test_resident_models_count_embedding_jobs_as_running() -> None:
+    from mlxd.engine.residency import resident_models
+
+    a, b = resident_models(table_with("a", "b"), [], 60.0, 110.0, embedding=["b", "b"])
+    assert (a.running, a.idle_seconds, a.unloads_in_seconds) == (0, 10.0, 50.0)
+    assert (b.running, b.queued, b.unloads_in_seconds) == (2, 0, None)
+    (never,) = resident_models(table_with("c"), [], 0.0, 110.0)
+    assert (never.ttl_seconds, never.unloads_in_seconds) == (None, None)
