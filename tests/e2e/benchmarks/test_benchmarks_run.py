@@ -35,6 +35,9 @@ RUNS = {
     "soak": ["--minutes", "0.1", "--clients", "2", "--sample-seconds", "2"],
     "vision_bench": ["--family", "qwen2_5_vl", "--clients", "2", "--per-client", "1",
                      "--max-tokens", "4", "--rounds", "1", "--servers", "mlxd"],
+    "kv_memory_bench": ["--kind", "tiny", "--kv-group-size", "32", "--context", "64",
+                        "--conversations", "2", "--quality-prompts", "2", "--quality-tokens",
+                        "4", "--long", "256", "--decode-tokens", "4"],
     "experiments.sampling_bench": ["--trees", f"new={ROOT / 'src'}", "--rows", "1", "--loads",
                                    "greedy_bias", "--steps", "5", "--rounds", "1"],
 }  # fmt: skip

@@ -1,0 +1,293 @@
+"""Quantized KV (`--kv-bits`) against full precision, in process, one engine per setting:
+KV bytes per context token, peak RSS at --conversations conversations of --context tokens,
+how many such conversations fit a fixed KV budget, decode tokens/s at that batch, greedy
+quality against full precision (agreement over the first --quality-tokens tokens and the
+mean |logprob| difference of the chosen tokens, --quality-prompts chat prompts), and the
+step time (the decoding rows' inter-token latency) of 4 decoding rows while a --long-token
+prompt prefills, against their steps before it arrived; JSON.
+
+Each setting runs in its own child process (peak RSS is the child's `ru_maxrss`). Use the
+demo model for quality (`--model DIR`: an imported checkpoint; the SmolLM2 demo has an 8k
+window, so --long stays under it); without --model a generated `medium` checkpoint runs
+(random weights: its quality figures mean little).
+
+    python -m benchmarks.kv_memory_bench --model ~/.mlxd/models/demo
+    python -m benchmarks.kv_memory_bench --kind tiny --context 64 --conversations 2 \
+        --quality-prompts 2 --quality-tokens 4 --long 256 --decode-tokens 4   # smallest run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import emit, fast_blas, pct, progress
+
+QUESTIONS = [
+    "What is the capital of France?", "Explain photosynthesis in two sentences.",
+    "Write a haiku about the sea.", "How do I reverse a list in Python?",
+    "Name three primary colors.", "What causes the seasons on Earth?",
+    "Give me a recipe for pancakes.", "Who wrote Hamlet?", "What is 17 times 23?",
+    "Describe a cat to someone who has never seen one.", "What is machine learning?",
+    "Translate 'good morning' into Spanish.", "Why is the sky blue?",
+    "List the planets of the solar system.", "How does a bicycle stay upright?",
+    "What is the boiling point of water?", "Summarize the plot of Cinderella.",
+    "Write a limerick about a programmer.", "What are the benefits of exercise?",
+    "How do vaccines work?",
+]  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", type=Path, help="a checkpoint directory (default: generated)")
+    ap.add_argument("--kind", default="medium", help="generated checkpoint size without --model")
+    ap.add_argument("--bits", default="0,8,4", help="settings to compare (0: full precision)")
+    ap.add_argument("--kv-group-size", type=int, default=64)
+    ap.add_argument("--conversations", type=int, default=8)
+    ap.add_argument("--context", type=int, default=4096, help="prompt tokens per conversation")
+    ap.add_argument("--decode-tokens", type=int, default=64)
+    ap.add_argument("--budget-bytes", type=int, default=1 << 30, help="the fixed KV budget")
+    ap.add_argument("--quality-prompts", type=int, default=20)
+    ap.add_argument("--quality-tokens", type=int, default=64)
+    ap.add_argument("--long", type=int, default=7000, help="the long prompt's tokens")
+    ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # child: one setting
+    args = ap.parse_args()
+    if args.one is not None:
+        print(json.dumps(run_setting(args, args.one)))
+        return
+    model = args.model or generated(args.kind)
+    settings = {}
+    for bits in (int(b) for b in args.bits.split(",")):
+        progress("kv_bits", bits)
+        settings[bits] = child(args, model, bits)
+    emit(report(args, model, settings))
+
+
+def generated(kind: str) -> Path:
+    from tests.checkpoints import make_checkpoint
+
+    root = Path(tempfile.mkdtemp(prefix="kv-bench-"))
+    head_dim = 32 if kind == "tiny" else None  # quantization groups need 32 or more
+    return make_checkpoint(root / kind, "chat", size=kind, head_dim=head_dim)
+
+
+def child(args: argparse.Namespace, model: Path, bits: int) -> dict[str, Any]:
+    argv, rest = [], iter(sys.argv[1:])
+    for a in rest:
+        if a == "--model":
+            next(rest, None)  # and its value: the child gets the resolved one
+        elif not a.startswith("--model="):
+            argv.append(a)
+    cmd = [sys.executable, "-m", "benchmarks.kv_memory_bench", *argv, "--model", str(model)]
+    done = subprocess.run([*cmd, "--one", str(bits)], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(done.stderr[-3000:])
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def run_setting(args: argparse.Namespace, bits: int) -> dict[str, Any]:
+    """One child: every measurement of one --kv-bits setting."""
+    fast_blas()
+    from mlxd.engine import Engine, EngineConfig
+
+    steps: list[tuple[float, bool]] = []  # each engine step's start, and whether it was
+    long_prefilling = threading.Event()  # while the long prompt waited or prefilled
+
+    def on_step(site: str, _request: str | None) -> None:
+        if site == "step":
+            steps.append((time.perf_counter(), long_prefilling.is_set()))
+
+    config = EngineConfig.from_settings(
+        max_batch=max(8, args.conversations), kv_bits=bits, kv_group_size=args.kv_group_size,
+        prefix_cache_bytes=0, stream_interval_s=0.0, kv_budget_bytes=1 << 40, fault_hook=on_step,
+    )  # fmt: skip
+    engine = Engine(config)
+    try:
+        info = engine.load_model(args.model)
+        # Within the model's window (a generated checkpoint has 2048 positions).
+        args.context = min(args.context, info.context_window - args.decode_tokens - 1)
+        args.long = min(args.long, info.context_window - 2)
+        out: dict[str, Any] = {
+            "kv_bits": bits,
+            "context_tokens": args.context,
+            "kv_bytes_per_token": info.kv.bytes_per_token,
+            "kv_bytes_per_conversation": info.kv.bytes_for(args.context + args.decode_tokens),
+        }
+        out.update(conversations(engine, info, args))
+        out["quality"] = greedy_answers(engine, info, args)
+        out["long_prompt"] = long_prompt(engine, info, args, steps, long_prefilling)
+    finally:
+        engine.close()
+    return out
+
+
+def conversations(engine: Any, info: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """--conversations prompts of --context tokens at once: peak RSS and decode tokens/s."""
+    from mlxd.engine import EngineRequest
+    from mlxd.types import SamplingParams
+
+    rng = random.Random(0)
+    prompts = [
+        [rng.randrange(10, info.vocab_size - 10) for _ in range(args.context)]
+        for _ in range(args.conversations)
+    ]
+    params = SamplingParams(max_tokens=args.decode_tokens, ignore_eos=True, temperature=0.0)
+    handles = [engine.submit(EngineRequest(info.name, p, params)) for p in prompts]
+    timings = [h.collect()[1].timings for h in handles]  # all submitted at once
+    # Decode rate once every row decodes: the tokens after the last first token, over the
+    # time from it to the last finish.
+    window = max(t.total_s for t in timings) - max(t.ttft_s for t in timings)
+    tokens = sum(args.decode_tokens - 1 for _ in timings)
+    return {
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "decode_tokens_per_s": round(tokens / window, 1) if window > 0 else None,
+    }
+
+
+def greedy_answers(engine: Any, info: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Each chat prompt's greedy tokens and their logprobs."""
+    from mlxd.engine import EngineRequest
+    from mlxd.types import SamplingParams, TokenEvent
+
+    answers = []
+    params = SamplingParams(
+        max_tokens=args.quality_tokens, ignore_eos=True, temperature=0.0, logprobs=True
+    )
+    for question in (QUESTIONS * 4)[: args.quality_prompts]:
+        messages = [{"role": "user", "content": question}]
+        ids = chat_ids(info, messages)
+        tokens, logprobs = [], []
+        for event in engine.submit(EngineRequest(info.name, ids, params)):
+            if isinstance(event, TokenEvent):
+                tokens.extend(event.token_ids)
+                logprobs.extend(lp.logprob for lp in event.logprobs)
+        answers.append({"tokens": tokens, "logprobs": logprobs})
+    return answers
+
+
+def chat_ids(info: Any, messages: list[dict[str, str]]) -> list[int]:
+    tokenizer = info.tokenizer
+    if getattr(tokenizer, "has_chat_template", False):
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        return list(ids)
+    return list(tokenizer.encode(messages[0]["content"]))
+
+
+def long_prompt(
+    engine: Any,
+    info: Any,
+    args: argparse.Namespace,
+    steps: list[tuple[float, bool]],
+    prefilling: threading.Event,
+) -> dict[str, Any]:
+    """Step times of 4 decoding rows before a --long prompt and while it prefills."""
+    from mlxd.engine import EngineRequest, RequestStatus
+    from mlxd.types import SamplingParams
+
+    rng = random.Random(1)
+    rows = [
+        engine.submit(EngineRequest(
+            info.name, [rng.randrange(10, 400) for _ in range(16)],
+            SamplingParams(max_tokens=100_000, ignore_eos=True, temperature=0.0),
+        ))
+        for _ in range(4)
+    ]  # fmt: skip
+    drain = [threading.Thread(target=lambda h=h: [None for _ in h], daemon=True) for h in rows]
+    for t in drain:
+        t.start()
+    while not all(h.status is RequestStatus.DECODING for h in rows):
+        time.sleep(0.01)
+    steps.clear()
+    time.sleep(0.5)  # decode alone for a while: the baseline steps
+    long_ids = [rng.randrange(10, info.vocab_size - 10) for _ in range(args.long)]
+    prefilling.set()
+    handle = engine.submit(EngineRequest(info.name, long_ids, SamplingParams(max_tokens=1)))
+    started = time.perf_counter()
+    handle.collect()
+    ttft = time.perf_counter() - started
+    prefilling.clear()
+    for h in rows:
+        h.cancel()
+    for t in drain:
+        t.join(30)
+    before = _gaps([s for s in steps if not s[1]], steps)
+    during = _gaps([s for s in steps if s[1]], steps)
+    return {
+        "long_prompt_tokens": args.long,
+        "long_ttft_s": round(ttft, 3),
+        "itl_before_median_ms": _ms(statistics.median(before)) if before else None,
+        "itl_during_median_ms": _ms(statistics.median(during)) if during else None,
+        "itl_during_p99_ms": _ms(pct(during, 99)) if during else None,
+        "steps_during": len(during),
+    }
+
+
+def _gaps(chosen: list[tuple[float, bool]], every: list[tuple[float, bool]]) -> list[float]:
+    """Each chosen step's length: the time to the next step boundary."""
+    times = [t for t, _ in every]
+    index = {t: i for i, t in enumerate(times)}
+    return [times[index[t] + 1] - t for t, _ in chosen if index[t] + 1 < len(times)]
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 2)
+
+
+def report(args: argparse.Namespace, model: Path, settings: dict[int, Any]) -> dict[str, Any]:
+    full = settings.get(0)
+    out: dict[str, Any] = {
+        "bench": "kv_memory_bench",
+        "command": "python -m benchmarks.kv_memory_bench " + " ".join(sys.argv[1:]),
+        "model": str(model),
+        "budget_bytes": args.budget_bytes,
+        "settings": {},
+    }
+    for bits, s in settings.items():
+        entry = {k: v for k, v in s.items() if k != "quality"}
+        entry["conversations_in_budget"] = args.budget_bytes // s["kv_bytes_per_conversation"]
+        if full is not None and bits != 0:
+            entry["quality"] = agreement(full["quality"], s["quality"], args.quality_tokens)
+            if full["decode_tokens_per_s"] and s["decode_tokens_per_s"]:
+                entry["decode_vs_full"] = round(
+                    s["decode_tokens_per_s"] / full["decode_tokens_per_s"], 3
+                )
+            entry["conversations_vs_full"] = round(
+                full["kv_bytes_per_conversation"] / s["kv_bytes_per_conversation"], 3
+            )
+        out["settings"][str(bits)] = entry
+    return out
+
+
+def agreement(full: list[dict[str, Any]], quant: list[dict[str, Any]], n: int) -> dict[str, Any]:
+    """Greedy agreement (tokens equal to full precision's, from the start) and the mean
+    |logprob| difference of the chosen tokens where both agree."""
+    agreed, diffs = [], []
+    for a, b in zip(full, quant, strict=True):
+        same = 0
+        for x, y in zip(a["tokens"][:n], b["tokens"][:n], strict=False):
+            if x != y:
+                break
+            same += 1
+        agreed.append(same)
+        diffs += [abs(p - q) for p, q in zip(a["logprobs"], b["logprobs"], strict=False)][:same]
+    return {
+        "mean_agreed_tokens": round(statistics.mean(agreed), 2),
+        "token_agreement": round(sum(agreed) / (n * len(agreed)), 3),
+        "prompts_fully_agreeing": sum(1 for a in agreed if a == n),
+        "mean_abs_logprob_diff": round(statistics.mean(diffs), 4) if diffs else None,
+    }
+
+
+if __name__ == "__main__":
+    main()
