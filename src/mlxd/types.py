@@ -84,30 +84,33 @@ class SamplingParams:
         return self.dry_multiplier > 0.0 and self.dry_penalty_last_n != 0
 
 
-@dataclass(frozen=True, slots=True)
-class GrammarText:
-    """Literal text in a constrained answer (a marker in it is written as its token)."""
-
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class GrammarJson:
-    """A JSON value valid against `schema` (JSON text)."""
-
-    schema: str
+class PieceKind(StrEnum):
+    TEXT = "text"  # literal text (a marker in it is written as its token)
+    JSON = "json"  # a JSON value valid against the schema in `text`
+    STRING = "string"  # a raw string value (XML-style parameters)
 
 
 @dataclass(frozen=True, slots=True)
-class GrammarString:
-    """A raw string value (XML-style parameters): one of `options`, or without options up to
-    `max_chars` characters without "<" (so it cannot run into the closing tag)."""
+class GrammarPiece:
+    """One piece of a constrained answer. A STRING is one of `options`, or without options up
+    to `max_chars` characters without "<" (so it cannot run into the closing tag)."""
 
-    max_chars: int
+    kind: PieceKind
+    text: str = ""  # TEXT: the text; JSON: the schema as JSON text
+    max_chars: int = 0
     options: tuple[str, ...] = ()
 
+    @classmethod
+    def literal(cls, text: str) -> GrammarPiece:
+        return cls(PieceKind.TEXT, text)
 
-GrammarPiece = GrammarText | GrammarJson | GrammarString
+    @classmethod
+    def json_value(cls, schema: str) -> GrammarPiece:
+        return cls(PieceKind.JSON, schema)
+
+    @classmethod
+    def raw_string(cls, max_chars: int, options: tuple[str, ...] = ()) -> GrammarPiece:
+        return cls(PieceKind.STRING, max_chars=max_chars, options=options)
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ from mlxd.chat.tool_choice import NAMED_HINT, REQUIRED_HINT, ToolChoice
 from mlxd.chat.tool_syntax.families import SYNTAXES, Syntax
 from mlxd.chat.tool_syntax.forced import call_choices
 from mlxd.errors import InvalidRequest
-from mlxd.types import GrammarJson, GrammarString, GrammarText
+from mlxd.types import GrammarPiece, PieceKind
 from tests.unit.chat.test_chat_formats import Tok
 
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}}
@@ -191,8 +191,8 @@ def test_a_forced_call_in_other_syntaxes_is_one_grammar_choice_per_tool(formats,
     constraint, warning = chat_constraint(formats, schema=None, forced=TOOLS, reasoning_open=False)
     assert warning is None and constraint is not None and len(constraint.choices) == 2
     first = constraint.choices[0]
-    assert isinstance(first[0], GrammarText) and first[0].text.startswith(opening)
-    assert all(isinstance(p, GrammarText | GrammarJson | GrammarString) for p in first)
+    assert first[0].kind is PieceKind.TEXT and first[0].text.startswith(opening)
+    assert all(isinstance(p, GrammarPiece) for p in first)
 
 
 def test_xml_call_choice_writes_required_parameters_typed():
@@ -214,13 +214,13 @@ def test_xml_call_choice_writes_required_parameters_typed():
     }
     (choice,) = call_choices("seed_oss", [tool], 100) or ()
     assert choice == (
-        GrammarText("<seed:tool_call>\n<function=w>\n<parameter=city>"),
-        GrammarString(0, ("Paris", "Rome")),
-        GrammarText("</parameter>\n<parameter=note>"),
-        GrammarString(9),
-        GrammarText("</parameter>\n<parameter=days>"),
-        GrammarJson('{"type": "integer"}'),
-        GrammarText("</parameter>\n</function>\n</seed:tool_call>"),
+        GrammarPiece.literal("<seed:tool_call>\n<function=w>\n<parameter=city>"),
+        GrammarPiece.raw_string(0, ("Paris", "Rome")),
+        GrammarPiece.literal("</parameter>\n<parameter=note>"),
+        GrammarPiece.raw_string(9),
+        GrammarPiece.literal("</parameter>\n<parameter=days>"),
+        GrammarPiece.json_value('{"type": "integer"}'),
+        GrammarPiece.literal("</parameter>\n</function>\n</seed:tool_call>"),
     )
 
 
@@ -254,7 +254,7 @@ def test_xml_call_choice_reads_back_through_the_parser(syntax, module, start, en
 
     (choice,) = call_choices(syntax, [XML_TOOL], 100) or ()
     values = iter(["Paris", "3"])  # what the grammar lets through for each value piece
-    text = "".join(p.text if isinstance(p, GrammarText) else next(values) for p in choice)
+    text = "".join(p.text if p.kind is PieceKind.TEXT else next(values) for p in choice)
     assert text.startswith(start) and text.endswith(end)
     parse = importlib.import_module(f"mlx_lm.tool_parsers.{module}").parse_tool_call
     call = parse(text.removeprefix(start).removesuffix(end), [XML_TOOL])

@@ -37,7 +37,7 @@ from mlxd.backend.structured.finite_schema import has_finite_instance
 from mlxd.backend.structured.schema_bounds import ValueCaps, with_default_bounds
 from mlxd.config import setting_float, setting_int
 from mlxd.errors import EngineBusy, EngineUnavailable, InvalidRequest
-from mlxd.types import GrammarJson, GrammarText, OutputConstraint, Tokenizer
+from mlxd.types import OutputConstraint, PieceKind, Tokenizer
 
 if TYPE_CHECKING:
     from collections.abc import Collection
@@ -205,10 +205,10 @@ def _choices_lark(constraint: OutputConstraint, tokenizer: llguidance.LLTokenize
     for i, choice in enumerate(constraint.choices):
         items: list[str] = []
         for k, piece in enumerate(choice):
-            if isinstance(piece, GrammarText):
+            if piece.kind is PieceKind.TEXT:
                 items += _pieces(piece.text, tokenizer)
-            elif isinstance(piece, GrammarJson):
-                rules.append(f"j{i}_{k}: %json {_json_body(piece.schema, constraint.param)}")
+            elif piece.kind is PieceKind.JSON:
+                rules.append(f"j{i}_{k}: %json {_json_body(piece.text, constraint.param)}")
                 items.append(f"j{i}_{k}")
             elif piece.options:
                 items.append("(" + " | ".join(json.dumps(o) for o in piece.options) + ")")

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlxd.chat.tool_syntax.deepseek import CALL_BEGIN, CALL_END, CALLS_BEGIN, CALLS_END, SEP
-from mlxd.types import GrammarJson, GrammarPiece, GrammarString, GrammarText
+from mlxd.types import GrammarPiece, PieceKind
 
 __all__ = ["call_choices"]
 
@@ -93,9 +93,9 @@ def call_choices(
 def _json_call(opening: str, closing: str, fn: Mapping[str, Any]) -> Choice:
     params = fn.get("parameters") or {"type": "object"}
     return (
-        GrammarText(opening.replace("{name}", fn["name"])),
-        GrammarJson(json.dumps(params, ensure_ascii=False)),
-        GrammarText(closing),
+        GrammarPiece.literal(opening.replace("{name}", fn["name"])),
+        GrammarPiece.json_value(json.dumps(params, ensure_ascii=False)),
+        GrammarPiece.literal(closing),
     )
 
 
@@ -103,24 +103,24 @@ def _xml_call(xml: _XmlSyntax, fn: Mapping[str, Any], string_chars: int) -> Choi
     params = fn.get("parameters") or {}
     properties = params.get("properties") or {}
     required = [k for k in properties if k in (params.get("required") or ())]
-    pieces: list[GrammarPiece] = [GrammarText(xml.opening.replace("{name}", fn["name"]))]
+    pieces: list[GrammarPiece] = [GrammarPiece.literal(xml.opening.replace("{name}", fn["name"]))]
     for key in required:
-        pieces.append(GrammarText(xml.param_open.replace("{key}", key)))
+        pieces.append(GrammarPiece.literal(xml.param_open.replace("{key}", key)))
         pieces.append(_value(properties[key], string_chars))
-        pieces.append(GrammarText(xml.param_close))
-    pieces.append(GrammarText(xml.closing))
+        pieces.append(GrammarPiece.literal(xml.param_close))
+    pieces.append(GrammarPiece.literal(xml.closing))
     return tuple(_merged(pieces))
 
 
 def _value(schema: object, string_chars: int) -> GrammarPiece:
     if not isinstance(schema, Mapping) or schema.get("type") != "string":
-        return GrammarJson(json.dumps(schema if isinstance(schema, Mapping) else {}))
+        return GrammarPiece.json_value(json.dumps(schema if isinstance(schema, Mapping) else {}))
     enum = schema.get("enum")
     if isinstance(enum, list) and enum and all(isinstance(e, str) and "<" not in e for e in enum):
-        return GrammarString(0, tuple(enum))
+        return GrammarPiece.raw_string(0, tuple(enum))
     limit = schema.get("maxLength")
     bound = min(limit, string_chars) if isinstance(limit, int) and limit >= 0 else string_chars
-    return GrammarString(bound)
+    return GrammarPiece.raw_string(bound)
 
 
 def _merged(pieces: list[GrammarPiece]) -> list[GrammarPiece]:
@@ -128,8 +128,8 @@ def _merged(pieces: list[GrammarPiece]) -> list[GrammarPiece]:
     out: list[GrammarPiece] = []
     for piece in pieces:
         last = out[-1] if out else None
-        if isinstance(piece, GrammarText) and isinstance(last, GrammarText):
-            out[-1] = GrammarText(last.text + piece.text)
+        if last is not None and piece.kind is PieceKind.TEXT and last.kind is PieceKind.TEXT:
+            out[-1] = GrammarPiece.literal(last.text + piece.text)
         else:
             out.append(piece)
     return out
