@@ -7,7 +7,7 @@ from typing import Any
 
 import mlx.core as mx
 import pytest
-from mlx_lm.models.cache import BatchKVCache, KVCache
+from mlx_lm.models.cache import ArraysCache, BatchKVCache, KVCache
 
 from mlxd.backend.kv.quantized_batch import BatchQuantizedKVCache, RowQuantizedKVCache
 from mlxd.backend.mlx_lm.row_deltas import BatchDelta, carry_delta, row_positions, without_delta
@@ -40,7 +40,11 @@ def test_merge_keeps_each_rows_delta_and_positions_count_from_its_offset(
     plain = BatchQuantizedKVCache if quantized else BatchKVCache
     assert isinstance(batch, BatchDelta) and isinstance(batch, plain)
     assert positions([batch], 3, 2) == [[2, 3], [2, 3], [1, 2]]
-    assert type(batch.extract(0)) is (RowQuantizedKVCache if quantized else KVCache)
+    row0 = without_delta([batch.extract(2)])[0]
+    assert type(row0) is (RowQuantizedKVCache if quantized else KVCache) and row0.offset == 7
+    if not quantized:  # mlx-vlm's Qwen3.5 re-merges its rows through the batch's own class
+        again = type(batch).merge([batch.extract(i) for i in (2, 0)])
+        assert positions([again], 2) == [[1], [2]]
 
 
 def test_filter_extend_and_trim_move_the_deltas_with_their_rows() -> None:
@@ -76,3 +80,13 @@ def test_only_a_row_cache_carries_a_delta() -> None:
     again = row(3, -1)
     assert positions(carry_delta(again, -2), 1) == [[1]]  # a second insert sets it anew
     assert positions([], 2, 3) == [[0, 1, 2], [0, 1, 2]]
+
+
+def test_the_delta_rides_on_the_first_layer_that_counts_positions() -> None:
+    """A hybrid model's recurrent layers (ArraysCache) have no offset: the first attention
+    layer carries the delta, and its positions are read there."""
+    recurrent = ArraysCache(size=2)  # type: ignore[no-untyped-call]
+    cache = [recurrent, *row(5, -3)]
+    carry_delta(cache, -3)
+    assert cache[0] is recurrent and positions(cache, 1) == [[2]]
+    assert type(without_delta(cache)[1]) is KVCache and without_delta(cache)[0] is recurrent
