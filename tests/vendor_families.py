@@ -70,6 +70,7 @@ class Family:
     call_marker: str | None = None  # how an earlier call shows in the prompt (None: not shown)
     enforced: bool = False  # tool_choice required/named is enforced by the grammar
     lead: tuple[str, ...] = ()  # written before an answer or calls (closing a forced <think>)
+    answer_tags: tuple[str, str] | None = None  # written around an answer (Command-R7B)
 
 
 DS = ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>")
@@ -258,6 +259,35 @@ FAMILIES.append(
         call_marker='<minimax:tool_call>\n<invoke name="get_weather">',
         enforced=True,
         lead=("</think>",),
+    )
+)
+
+
+def _cohere(*calls: tuple[str, dict[str, Any]]) -> str:
+    items = [
+        {"tool_call_id": str(i), "tool_name": n, "parameters": a} for i, (n, a) in enumerate(calls)
+    ]
+    return json.dumps(items)
+
+
+COHERE_RESPONSE = ("<|START_RESPONSE|>", "<|END_RESPONSE|>")
+FAMILIES.append(
+    Family(
+        "command-r7b-12-2024-tool_use",
+        "command_r",
+        ["<|START_ACTION|>", _cohere(*CALLS_ONE), "<|END_ACTION|>"],
+        ["<|START_ACTION|>", _cohere(*CALLS_TWO), "<|END_ACTION|>"],
+        [
+            "<|START_THINKING|>",
+            THOUGHT,
+            "<|END_THINKING|>",
+            COHERE_RESPONSE[0],
+            "Sunny.",
+            COHERE_RESPONSE[1],
+        ],
+        call_marker='"tool_name": "get_weather", "parameters": ',
+        enforced=True,
+        answer_tags=COHERE_RESPONSE,
     )
 )
 BY_NAME = {f.name: f for f in FAMILIES}

@@ -18,6 +18,9 @@ vendors ship in their tokenizer_config.json):
                              commit b1933d306f928b19e1601e640c4f1a2eb84b238a
   MiniMax-M2.jinja           models/templates/unsloth-MiniMax-M2.jinja
                              commit a21f05affbf67c90f2ac574f1bdd7197ccbe2369
+  command-r7b-12-2024-tool_use.jinja
+                             models/templates/CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja
+                             commit 041462bd55ae7be3ddfbd7a7356f01715740c50d
 The next four are not in the index's copy of ggml-org/llama.cpp; they were read from forks
 that keep the same models/templates/ files:
   Hermes-3-Llama-3.1-8B-tool_use.jinja  ye-NX/llama.cpp

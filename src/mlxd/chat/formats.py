@@ -49,6 +49,7 @@ THINK = ("<think>", "</think>")
 OTHER_THINK = (("<seed:think>", "</seed:think>"), ("<|START_THINKING|>", "<|END_THINKING|>"))
 HARMONY_MARKERS = ("<|channel|>", "<|message|>")
 KIMI_SECTION = "<|tool_calls_section_begin|>"
+RESPONSE_TAGS = ("<|START_RESPONSE|>", "<|END_RESPONSE|>")  # Command-R7B wraps its answer
 
 Parser = Callable[[str], list[dict[str, Any]]]  # raises ValueError when the text is no call
 
@@ -70,6 +71,8 @@ class Formats:
     reasoning: tuple[str, str] | None  # (start, end) markers, None: no reasoning split
     harmony: bool  # GPT-OSS harmony channels (its own reasoning and tool syntax)
     tool: ToolFormat | None
+    # Markers around the answer that are layout, dropped from it (Command-R7B's response tags).
+    layout: tuple[str, ...] = ()
 
 
 def detect_formats(
@@ -89,7 +92,10 @@ def detect_formats(
     else:
         markers = explicit_markers(reasoning)
     tool = None if harmony else detect_tool_format(tokenizer, vocab, template, tools)
-    return Formats(reasoning=markers, harmony=harmony and reasoning == "auto", tool=tool)
+    layout = RESPONSE_TAGS if _mentions_all(vocab, template, RESPONSE_TAGS) else ()
+    return Formats(
+        reasoning=markers, harmony=harmony and reasoning == "auto", tool=tool, layout=layout
+    )
 
 
 def detect_reasoning(
@@ -207,7 +213,7 @@ _MARKERS = frozenset(
         "[TOOL_CALLS]",
         "<|python_tag|>",
     }
-    | {"<|eot_id|>"}
+    | {"<|eot_id|>", *RESPONSE_TAGS}
     | EVIDENCE
 )
 _VOCAB_CACHE: weakref.WeakKeyDictionary[Tokenizer, frozenset[str]] = weakref.WeakKeyDictionary()
@@ -241,6 +247,10 @@ def _template_text(tokenizer: Tokenizer) -> str:
 
 def _mentions(vocab: frozenset[str], template: str, marker: str) -> bool:
     return marker in vocab or marker in template
+
+
+def _mentions_all(vocab: frozenset[str], template: str, markers: tuple[str, ...]) -> bool:
+    return all(m in vocab for m in markers) or all(m in template for m in markers)
 
 
 def explicit_markers(reasoning: object) -> tuple[str, str]:

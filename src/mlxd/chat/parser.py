@@ -201,7 +201,7 @@ class OutputParser:
         if self.mode is Mode.TOOL:
             assert self.tool is not None
             return (self.tool.end,) if self.tool.end else ()
-        markers = []
+        markers = list(self.formats.layout)
         if self.formats.reasoning is not None:
             markers.append(self.formats.reasoning[0])
         if self.tool is not None and self.tool.start:
@@ -216,6 +216,8 @@ class OutputParser:
         elif self.mode is Mode.CONTENT and self.tool is not None and marker == self.tool.start:
             self.mode, self._tool_buf, self._at_start = Mode.TOOL, "", False
             self._tool_marker = marker
+        elif self.mode is Mode.CONTENT and marker in self.formats.layout:
+            self._strip = True  # layout around the answer: dropped
         elif self.mode is Mode.CONTENT:
             self.mode, self._strip = Mode.REASONING, True
         elif self.mode is Mode.REASONING:

@@ -43,9 +43,15 @@ def _messages(family: Family, *rest: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _checkpoint(root: Path, family: Family, kind: str, script: list[str]) -> Path:
     path = root / f"family-{family.name}-{kind}"
+    if kind == "answer" and family.answer_tags is not None:
+        script = [family.answer_tags[0], *script, family.answer_tags[1]]
     script = script if kind == "think" else [*family.lead, *script]
     if not (path / "config.json").exists():
         make_scripted_checkpoint(path, script, template=vendor_template(family.name))
+        # Command-R7B's preamble alone is over 4096 tokens of the tiny tokenizer.
+        config = json.loads((path / "config.json").read_text())
+        config["max_position_embeddings"] = 16384
+        (path / "config.json").write_text(json.dumps(config))
     return path
 
 

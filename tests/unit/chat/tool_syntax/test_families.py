@@ -11,7 +11,7 @@ import pytest
 from mlxd.chat.formats import detect_formats
 from mlxd.chat.parser import OutputParser, merge_events, parse_output
 from mlxd.chat.tool_syntax.deepseek import parse_deepseek
-from mlxd.types import TextDelta, ToolCall, Warning
+from mlxd.types import ReasoningDelta, TextDelta, ToolCall, Warning
 from tests.unit.chat.test_chat_formats import Tok
 
 TOOLS = [
@@ -159,3 +159,18 @@ def test_tool_syntax_detection_from_template_or_vocabulary(vocab, template, expe
 )
 def test_tool_syntax_other_reasoning_markers(vocab, template, expected):
     assert detect_formats(Tok(vocab, template)).reasoning == expected
+
+
+def test_command_r_response_tags_are_layout_in_any_split():
+    tok = Tok(["<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_THINKING|>", "<|END_THINKING|>"])
+    formats = detect_formats(tok)
+    assert formats.layout == ("<|START_RESPONSE|>", "<|END_RESPONSE|>")
+    text = "<|START_THINKING|>Plan.<|END_THINKING|><|START_RESPONSE|>Hi there.<|END_RESPONSE|>"
+    whole = parse_output(text, formats)
+    assert whole == [ReasoningDelta("Plan."), TextDelta("Hi there.")]
+    for cut in range(1, len(text)):
+        parser = OutputParser(formats)
+        assert (
+            merge_events(parser.feed(text[:cut]) + parser.feed(text[cut:]) + parser.flush())
+            == whole
+        )
