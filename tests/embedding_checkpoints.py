@@ -6,7 +6,9 @@ make_encoder(path)  BERT (mlx-embeddings' class), WordPiece tokenizer with [CLS]
                     CLS pooling, normalized (like bge)
 make_decoder(path)  Qwen3 (mlx-lm's class), byte-level BPE tokenizer that appends
                     <|endoftext|>, last-token pooling, normalized (like Qwen3-Embedding)
-`pooling` overrides the checkpoint's pooling mode (cls, mean, max, lasttoken).
+`pooling` overrides the checkpoint's pooling mode (cls, mean, max, lasttoken). make_decoder's
+`flat=True` stores the body as Qwen ships Qwen3-Embedding: keys without `model.`, and no
+`lm_head` although the config unties it (as the 8B checkpoint does).
 """
 
 from __future__ import annotations
@@ -49,7 +51,9 @@ def make_encoder(path: Path, seed: int = 0, pooling: str = "cls", size: str = "t
     return path
 
 
-def make_decoder(path: Path, seed: int = 0, pooling: str = "lasttoken", size: str = "tiny") -> Path:
+def make_decoder(
+    path: Path, seed: int = 0, pooling: str = "lasttoken", size: str = "tiny", flat: bool = False
+) -> Path:
     from mlx_lm.models import qwen3
     from tokenizers.processors import TemplateProcessing
 
@@ -82,8 +86,21 @@ def make_decoder(path: Path, seed: int = 0, pooling: str = "lasttoken", size: st
     }
     model = qwen3.Model(qwen3.ModelArgs.from_dict(config))
     _save(path, model, config, seed)
+    if flat:
+        _flatten(path, config)
     _sentence_transformers(path, pooling, dims["hidden_size"])
     return path
+
+
+def _flatten(path: Path, config: dict) -> None:
+    import mlx.core as mx
+
+    weights = mx.load(str(path / "model.safetensors"))
+    flat = {k.removeprefix("model."): v for k, v in weights.items() if not k.startswith("lm_head")}
+    mx.save_safetensors(str(path / "model.safetensors"), flat, metadata={"format": "pt"})
+    (path / "config.json").write_text(
+        json.dumps({**config, "tie_word_embeddings": False}, indent=2)
+    )
 
 
 def _wordpiece_tokenizer(path: Path) -> int:

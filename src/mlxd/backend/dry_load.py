@@ -24,8 +24,16 @@ def weight_mismatch(path: Path) -> str | None:
     prepare_mlx()  # the fast BLAS before mlx, and mlx_lm without transformers
     from mlx_lm.utils import load_model
 
+    from mlxd.backend.mlx_lm.flat_body import embedding_classes
+    from mlxd.checkpoint import embedding_spec, read_json_object
+
+    # A decoder embedding checkpoint binds as its loader binds it (flat bodies included).
+    spec = embedding_spec(Path(path), read_json_object(Path(path) / "config.json"))
     try:
-        load_model(Path(path), lazy=True, strict=True)
+        if spec is not None and not spec.encoder:
+            load_model(Path(path), lazy=True, strict=True, get_model_classes=embedding_classes)
+        else:
+            load_model(Path(path), lazy=True, strict=True)
     except Exception as exc:  # noqa: BLE001 - any refusal is the answer
         text = one_line(exc, with_type=False, whole=True)
         return text if len(text) <= _MAX_CHARS else text[: _MAX_CHARS - 3] + "..."

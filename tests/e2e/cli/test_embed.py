@@ -76,5 +76,16 @@ def test_list_and_show_report_the_embedding_kind(
     assert kinds["bge-tiny"] == kinds["qwen3-embed-tiny"] == "embedding"
     shown = run_mlxd("show", "bge-tiny", "--json", env=cli_env)
     assert shown.returncode == 0 and json.loads(shown.stdout)["kind"] == "embedding"
-    health = run_mlxd("health", "bge-tiny", env=cli_env)
+    for name in ("bge-tiny", "qwen3-embed-tiny"):
+        health = run_mlxd("health", name, env=cli_env)
+        assert health.returncode == 0, health.stdout + health.stderr
+
+
+def test_qwen_s_flat_layout_is_healthy_and_embeds(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    from tests.embedding_checkpoints import make_decoder
+
+    flat = make_decoder(tmp_path / "flat", flat=True)
+    health = run_mlxd("health", str(flat), env=cli_env)
     assert health.returncode == 0, health.stdout + health.stderr
+    proc = run_mlxd("embed", str(flat), "hello", env=cli_env)
+    assert proc.returncode == 0 and len(json.loads(proc.stdout)) == 64

@@ -146,3 +146,21 @@ def test_embeddings_beside_streaming_chats_leave_greedy_output_unchanged(
         c.join(60)
     assert beside == alone
     assert served and set(served) == {32}
+
+
+def test_a_flat_headless_decoder_checkpoint_loads_and_agrees(
+    make_engine: EngineFactory, tmp_path: Path, tiny_decoder_embedding_model: Path
+) -> None:
+    """Qwen's own Qwen3-Embedding layout: body keys without `model.`, no head, untied."""
+    from tests.embedding_checkpoints import make_decoder
+
+    flat = make_decoder(tmp_path / "flat", flat=True)
+    engine = make_engine()
+    nested, bare = engine.load_model(tiny_decoder_embedding_model), engine.load_model(flat)
+    rows = _rows(nested, TEXTS[:4])
+    a = engine.embed(EmbedRequest(nested.name, rows)).result(60).vectors
+    b = engine.embed(EmbedRequest(bare.name, rows)).result(60).vectors
+    assert all(
+        max(abs(x - y) for x, y in zip(u, v, strict=True)) <= TOLERANCE
+        for u, v in zip(a, b, strict=True)
+    )

@@ -47,14 +47,15 @@ def load_embedding(
 ) -> tuple[Module, TokenizerWrapper, MlxEmbedder]:
     """The model, tokenizer and embedder of the embedding checkpoint at `path`; any failure
     is a one-line ModelBroken."""
-    from mlxd.backend.mlx_lm.compat import load, load_tokenizer
+    from mlxd.backend.mlx_lm.compat import load_tokenizer
+    from mlxd.backend.mlx_lm.flat_body import load_embedding_body
 
     try:
         if spec.encoder:
             model, body = encoder_body(path)
             tokenizer = load_tokenizer(path, None, trust_remote_code=trust_remote_code)
         else:
-            model, tokenizer = load(path, trust_remote_code=trust_remote_code)
+            model, tokenizer = load_embedding_body(path, trust_remote_code=trust_remote_code)
             body = decoder_body(model, path.name)
     except ModelBroken:
         raise
