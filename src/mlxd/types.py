@@ -189,6 +189,7 @@ class Timings:
     total_s: float = 0.0  # submit -> finish
     draft_tokens: int = 0  # speculative decoding: draft tokens the target verified
     accepted_draft_tokens: int = 0  # of those, accepted (each saved one target forward)
+    draft_kind: str | None = None  # the kind that drafted them (ngram, model, mtp); None: none
 
 
 @dataclass(frozen=True, slots=True)

@@ -174,11 +174,13 @@ class DraftCount:
 class StepResult:
     """The step's tokens, and the sequences whose sampler or logits processor raised during
     it (uid -> the first exception): the engine fails those and ignores their tokens.
-    `drafts` holds the rows that verified drafts in the step (uid -> counts)."""
+    `drafts` holds the rows that verified drafts in the step (uid -> counts); `parked`: the
+    step's rows offered drafts and the drafting policy verified none (it loses there)."""
 
     tokens: list[StepOutput]
     failed: dict[int, BaseException] = field(default_factory=dict)
     drafts: dict[int, DraftCount] = field(default_factory=dict)
+    parked: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -206,7 +206,7 @@ class BatchRunner:
             failed = {}
         if drafts is None:
             return StepResult(outputs, failed)
-        return StepResult(outputs, failed, drafts.take_counts())
+        return StepResult(outputs, failed, drafts.take_counts(), drafts.take_parked())
 
     def _finished(self, r: compat.Generated) -> None:
         """A sequence ended in this step: forget it, keep its final cache (prompt + answer)."""

@@ -70,6 +70,7 @@ def timings_json(finish: FinishEvent, *, remote: bool = False) -> dict[str, Any]
         "decode_tokens_per_s": round(decode_tps(finish), 3),
         "draft_tokens": None if remote else timings.draft_tokens,
         "accepted_draft_tokens": None if remote else timings.accepted_draft_tokens,
+        "draft_kind": None if remote else timings.draft_kind,
     }
 
 

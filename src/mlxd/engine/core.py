@@ -239,6 +239,7 @@ class EngineCore:
         now = time.monotonic()
         if result.drafts:
             self._count_drafts(result.drafts)
+        self.counters.parked_steps_total += result.parked
         first, later = self._deliver(result, now)
         self.counters.generation_tokens_total += len(result.tokens)
         self.waker.step_done(now, first, later)
@@ -258,6 +259,10 @@ class EngineCore:
             if request is not None:
                 request.draft_tokens += count.drafted
                 request.accepted_draft_tokens += count.accepted
+                kind = request.params.draft_kind
+                if kind is not None and kind.value in counters.drafted_by_kind:
+                    counters.drafted_by_kind[kind.value] += count.drafted
+                    counters.accepted_by_kind[kind.value] += count.accepted
 
     def _deliver(self, result: StepResult, now: float) -> tuple[list[Collector], list[Collector]]:
         """Push each token to its request's collector (the stop token itself is never

@@ -13,6 +13,7 @@ from mlxd.engine.collector import Collector
 from mlxd.engine.loops import LoopWatch
 from mlxd.errors import ContextOverflow, InvalidRequest
 from mlxd.types import (
+    DraftKind,
     ImageInputs,
     PromptBoundaries,
     ReasoningMarkers,
@@ -106,6 +107,7 @@ class Request:
             total_s=now - start,
             draft_tokens=self.draft_tokens,
             accepted_draft_tokens=self.accepted_draft_tokens,
+            draft_kind=_drafting_kind(self.params.draft_kind),
         )
 
 
@@ -178,3 +180,7 @@ def _check_images(images: ImageInputs, prompt_ids: list[int], takes_images: bool
 def _check(ok: bool, param: str, rule: str) -> None:
     if not ok:
         raise InvalidRequest(f"{param} must be {rule}", param=param)
+
+
+def _drafting_kind(kind: DraftKind | None) -> str | None:
+    return kind.value if kind is not None and kind is not DraftKind.NONE else None

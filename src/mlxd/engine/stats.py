@@ -7,7 +7,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from mlxd.backend.api import ClusterStats, PrefixCacheStats, RankStatus
-from mlxd.types import FinishReason, ModelKind
+from mlxd.types import DraftKind, FinishReason, ModelKind
 
 __all__ = [
     "ClusterStats",
@@ -32,6 +32,9 @@ class EngineState(StrEnum):
     def open(self) -> bool:
         """The engine thread still runs requests (ready or draining)."""
         return self in (EngineState.READY, EngineState.DRAINING)
+
+
+_KINDS = tuple(k.value for k in DraftKind if k is not DraftKind.NONE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +65,10 @@ class Counters:
     draft_tokens_total: int = 0  # draft tokens verified (speculative decoding)
     accepted_tokens_total: int = 0  # of those, accepted
     embedded_tokens_total: int = 0  # input tokens of embedding requests run
+    parked_steps_total: int = 0  # steps whose rows offered drafts, none verified (the policy)
+    # Draft tokens verified / accepted by draft kind (ngram, model, mtp); every kind present.
+    drafted_by_kind: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_KINDS, 0))
+    accepted_by_kind: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_KINDS, 0))
     # Finished requests by finish reason; every key present from the start, so readers
     # never see the dict change size.
     by_reason: dict[str, int] = field(default_factory=lambda: {r.value: 0 for r in FinishReason})
@@ -79,7 +86,12 @@ class Counters:
 
     def snapshot(self) -> Counters:
         """A copy for a reader (the engine thread goes on mutating this one)."""
-        return replace(self, by_reason=dict(self.by_reason))
+        return replace(
+            self,
+            by_reason=dict(self.by_reason),
+            drafted_by_kind=dict(self.drafted_by_kind),
+            accepted_by_kind=dict(self.accepted_by_kind),
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from mlxd.types import FinishReason
 
 if TYPE_CHECKING:
     from mlxd.engine import ClusterStats, EngineStats
+    from mlxd.engine.stats import Counters
 
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _FINISH_REASONS = {reason.value: 0 for reason in FinishReason}
@@ -130,6 +131,7 @@ class Metrics:
         )
         for reason, n in sorted(self.finished.items()):
             out.append(f'mlxd_requests_finished_total{{reason="{reason}"}} {n}')
+        _draft_lines(out, counters)
         _header(out, "mlxd_models_loaded", "gauge", "models loaded in the engine now")
         out.append(f"mlxd_models_loaded {len(engine_stats.models_loaded)}")
         if engine_stats.blas:
@@ -145,6 +147,24 @@ class Metrics:
             _header(out, "process_resident_memory_bytes", "gauge", "resident memory (RSS)")
             out.append(f"process_resident_memory_bytes {resident}")
         return "\n".join(out) + "\n"
+
+
+def _draft_lines(out: list[str], counters: Counters) -> None:
+    """Speculation by draft kind, and the steps the drafting policy parked it."""
+    for name, counts, what in (
+        ("mlxd_draft_tokens_by_kind_total", counters.drafted_by_kind, "verified"),
+        ("mlxd_accepted_draft_tokens_by_kind_total", counters.accepted_by_kind, "accepted"),
+    ):
+        _header(out, name, "counter", f"speculative decoding: draft tokens {what}, by kind")
+        out.extend(f'{name}{{kind="{kind}"}} {n}' for kind, n in sorted(counts.items()))
+    _header(
+        out,
+        "mlxd_speculation_parked_steps_total",
+        "counter",
+        "decode steps whose rows offered drafts and the drafting policy verified none "
+        "(a wider verify would lose there)",
+    )
+    out.append(f"mlxd_speculation_parked_steps_total {counters.parked_steps_total}")
 
 
 def _cluster_lines(out: list[str], cluster: ClusterStats) -> None:

@@ -57,8 +57,13 @@ def test_greedy_answers_equal_with_and_without_the_draft(drafting: ServerProcess
 
     before = metric(httpx.get(drafting.url + "/metrics").text, "mlxd_draft_tokens_total")
     speculated = answer()  # the server's default: the draft model
-    drafted = metric(httpx.get(drafting.url + "/metrics").text, "mlxd_draft_tokens_total")
+    text = httpx.get(drafting.url + "/metrics").text
+    drafted = metric(text, "mlxd_draft_tokens_total")
     assert drafted > before
+    by_kind = 'mlxd_draft_tokens_by_kind_total{kind="model"}'
+    assert metric(text, by_kind) == drafted  # the one kind that drafted here
+    assert metric(text, 'mlxd_draft_tokens_by_kind_total{kind="mtp"}') == 0
+    assert "mlxd_speculation_parked_steps_total " in text
     assert answer(draft_kind="none") == speculated
     assert answer(draft_kind="model", num_draft_tokens=1) == speculated
 

@@ -45,6 +45,7 @@ def test_a_row_whose_drafts_are_rejected_stops_drafting_when_width_costs(
         assert drafted >= 4 * (TOKENS - 4)  # the last steps have less room
     else:  # a few probes: the first steps, then one now and then as the record relaxes
         assert 0 < drafted <= TOKENS // 8
+        assert engine.stats().counters.parked_steps_total > TOKENS // 2  # parked, counted
 
 
 def test_a_seeded_sampled_row_repeats_whatever_the_step_costs(

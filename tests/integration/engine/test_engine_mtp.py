@@ -65,9 +65,16 @@ def test_mtp_mixed_batch_of_8_equals_plain(with_head: tuple[Engine, ModelInfo]) 
         )
         for i, p in enumerate(prompts)
     ]
-    assert [h.collect()[0] for h in handles] == plain
-    drafted, _, _ = _counts(engine)
+    results = [h.collect() for h in handles]
+    assert [tokens for tokens, _ in results] == plain
+    drafted, accepted, _ = _counts(engine)
     assert drafted > 0
+    counters = engine.stats().counters  # per kind, adding up to the totals
+    assert counters.drafted_by_kind["mtp"] > 0 and counters.drafted_by_kind["model"] == 0
+    assert sum(counters.drafted_by_kind.values()) == drafted
+    assert sum(counters.accepted_by_kind.values()) == accepted
+    kinds_seen = [finish.timings.draft_kind for _, finish in results]
+    assert kinds_seen[:3] == ["mtp", "ngram", None]
 
 
 def test_a_head_that_predicts_its_target_has_every_draft_accepted(

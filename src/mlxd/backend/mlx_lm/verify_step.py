@@ -19,6 +19,7 @@ What we rely on:
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
 
 import mlx.core as mx
@@ -54,7 +55,7 @@ class RowDrafter(Protocol):
 
     def record(self, uid: int, drafted: int, accepted: int) -> None: ...
 
-    def started(self, rows: int, width: int) -> None: ...
+    def started(self, rows: int, width: int, at: float | None = None) -> None: ...
 
     def observe(self, uids: list[int], hidden: object, kept: list[int]) -> None: ...
 
@@ -153,9 +154,10 @@ class SpeculativeGenerationBatch(BatchedGenerationBatch):
         mx.eval(self._next_tokens)
         last = cast("list[int]", self._next_tokens.tolist())
         room = [m - n - 1 for m, n in zip(self.max_tokens, self._num_tokens, strict=True)]
+        began = time.perf_counter()  # the drafting counts in the step it drafts for
         drafts = self._mlxd_drafter.propose(self.uids, self.tokens, last, room)
         width = max(len(d) for d in drafts)
-        self._mlxd_drafter.started(len(self.uids), width)
+        self._mlxd_drafter.started(len(self.uids), width, began)
         uids = list(self.uids)
         if width == 0:
             responses, kept = super().next(), [1] * len(uids)

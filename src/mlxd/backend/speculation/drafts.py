@@ -99,6 +99,7 @@ class Drafts:
     policy: DraftPolicy = field(default_factory=DraftPolicy)  # how wide each step verifies
     rows: dict[int, _Row] = field(default_factory=dict)
     counts: dict[int, DraftCount] = field(default_factory=dict)  # since the last take_counts
+    parked: int = 0  # steps where rows offered drafts and the policy verified none
 
     def add(self, uid: int, kind: DraftKind, k: int, fixed: bool = False) -> None:
         """A speculating row; `fixed`: its drafts are verified whatever the policy says (a
@@ -153,6 +154,7 @@ class Drafts:
         chances = [(row.odds, k) for _, row, k in offers]
         width = self.policy.width(len(uids), chances, most, least)
         asks: dict[DraftKind, list[tuple[int, DraftRequest]]] = {}
+        self.parked += bool(offers) and width == 0
         for i, row, k in offers:
             if width == 0:
                 row.odds.idle()
@@ -170,9 +172,11 @@ class Drafts:
                 drafts[i] = draft
         return drafts
 
-    def started(self, rows: int, width: int) -> None:
-        """A step over `rows` rows verifying `width` drafts per row (0: plain) starts now."""
-        self.policy.costs.started(rows, width, time.perf_counter())
+    def started(self, rows: int, width: int, at: float | None = None) -> None:
+        """A step over `rows` rows verifying `width` drafts per row (0: plain) started at
+        `at` (perf_counter; None: now), its drafting included: a draft model's or an MTP
+        head's forwards are part of what a verify step costs."""
+        self.policy.costs.started(rows, width, time.perf_counter() if at is None else at)
 
     def record(self, uid: int, drafted: int, accepted: int) -> None:
         if drafted:
@@ -193,6 +197,10 @@ class Drafts:
                 break
             n += 1
         return n
+
+    def take_parked(self) -> int:
+        parked, self.parked = self.parked, 0
+        return parked
 
     def take_counts(self) -> dict[int, DraftCount]:
         counts, self.counts = self.counts, {}

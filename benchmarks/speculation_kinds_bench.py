@@ -1,0 +1,218 @@
+"""Speculation kinds side by side (issue 27): mtp, ngram and a draft model against no
+speculation, on a self-consistent pair and on a hybrid target; prints JSON.
+
+    python -m benchmarks.speculation_kinds_bench                 # ~5 min on a loaded 2-core VM
+    python -m benchmarks.speculation_kinds_bench --batches 1 --tokens 16 --size tiny   # seconds
+
+Pairs (tests/checkpoints.py, tests/mtp_checkpoints.py; random weights, built here):
+- `self_consistent`: a llama whose greedy next token is a fixed function of the current one,
+  with an MTP head computing the same function, and itself as the draft model (both
+  predict it exactly, so acceptance is ~100% and the figures show the mechanics' cost);
+- `hybrid`: a Qwen3-Next (gated delta-net + attention layers, --size) with a random MTP head,
+  the tiny llama of the same tokenizer as draft model (random drafts: mostly rejected, rolled
+  back every step: mlx_lm/recurrent_rollback.py).
+
+Per pair, batch size and variant, one engine wave of `batch` random prompts (greedy):
+`plain`, each kind as the drafting policy runs it by default, and `<kind>_every` (every
+draft verified, the policy's costs forced flat: what the mechanics give where width is
+free), in ABBA order after an untimed warm-up: aggregate tokens/s, `speedup` over plain,
+`tokens_per_forward` (completion tokens over target forwards, pooled; plain is 1),
+drafted / accepted counts, `policy` (`drafts`, or `parked`: no draft was verified), and
+whether the output equals plain's.
+`step_cost_ratio`: seconds of a (K+1)-wide forward over a 1-wide one at each batch size (the
+model alone, after --context cached tokens). `rollback` (hybrid): per batch size, the
+recompute the rollback runs after a verify and the per-step-state alternative it replaced
+(the recurrent layers fed one position at a time, every state kept), each over the verify
+forward's seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import emit, fast_blas, progress, scratch
+from benchmarks.spec_bench import every_draft_verified
+
+fast_blas()  # before mlx is imported
+
+from tests.checkpoints import make_checkpoint  # noqa: E402
+from tests.mtp_checkpoints import add_mtp_head, make_successor_checkpoint  # noqa: E402
+
+from mlxd.engine import Engine, EngineConfig, EngineRequest, ModelInfo  # noqa: E402
+from mlxd.types import DraftKind, FinishEvent, SamplingParams  # noqa: E402
+
+KINDS = (DraftKind.MTP, DraftKind.NGRAM, DraftKind.MODEL)
+
+
+def build_pairs(work: Path, size: str) -> dict[str, tuple[Path, Path]]:
+    """pair name -> (target with an MTP head, draft model)."""
+    consistent = make_successor_checkpoint(work / "successor")
+    hybrid = make_checkpoint(work / "hybrid", "gated", size=size)
+    add_mtp_head(hybrid)
+    draft = make_checkpoint(work / "draft", "chat")
+    return {"self_consistent": (consistent, consistent), "hybrid": (hybrid, draft)}
+
+
+def wave(engine: Engine, info: ModelInfo, prompts: list[list[int]], params: SamplingParams):
+    started = time.perf_counter()
+    handles = [engine.submit(EngineRequest(info.name, p, params)) for p in prompts]
+    results = [h.collect() for h in handles]
+    return [r[0] for r in results], [r[1] for r in results], time.perf_counter() - started
+
+
+def forwards(finishes: list[FinishEvent]) -> int:
+    """Target forwards that made a wave's tokens: the prefill's last one (the first token),
+    then one per decode step (its next token plus the drafts it accepted), so plain is 1.0."""
+    return sum(f.usage.completion_tokens - f.timings.accepted_draft_tokens for f in finishes)
+
+
+def bench_batch(engine: Engine, info: ModelInfo, batch: int, args: argparse.Namespace):
+    """One wave per variant (plain, each kind as the policy runs it, each kind with every
+    draft verified), in ABBA order after an untimed warm-up; a row per variant."""
+    import random
+
+    rng = random.Random(batch)
+    prompts = [[rng.randrange(3, info.vocab_size) for _ in range(12)] for _ in range(batch)]
+    base = dict(max_tokens=args.tokens, ignore_eos=True, num_draft_tokens=args.k)
+    variants = {"plain": (DraftKind.NONE, False)}
+    for kind in KINDS:
+        variants[kind.value] = (kind, False)
+        variants[f"{kind.value}_every"] = (kind, True)
+    for kind, every in (variants["plain"], (DraftKind.MTP, True)):  # kernels, first shapes
+        with every_draft_verified(every):
+            wave(engine, info, prompts, SamplingParams(draft_kind=kind, **base))
+    seconds: dict[str, list[float]] = {name: [] for name in variants}
+    rows: dict[str, dict[str, Any]] = {}
+    plain_out = None
+    for name in [*variants, *reversed(variants)]:
+        kind, every = variants[name]
+        with every_draft_verified(every):
+            outs, finishes, secs = wave(
+                engine, info, prompts, SamplingParams(draft_kind=kind, **base)
+            )
+        seconds[name].append(secs)
+        plain_out = outs if name == "plain" else plain_out
+        completion = sum(f.usage.completion_tokens for f in finishes)
+        drafted = sum(f.timings.draft_tokens for f in finishes)
+        rows[name] = {
+            "tokens_per_forward": round(completion / forwards(finishes), 3),
+            "drafted": drafted,
+            "accepted": sum(f.timings.accepted_draft_tokens for f in finishes),
+            "policy": "drafts" if drafted else "parked",
+            "identical_to_plain": outs == plain_out,
+            "tokens": completion,
+        }
+    plain_s = statistics.mean(seconds["plain"])
+    for name, row in rows.items():
+        secs = statistics.mean(seconds[name])
+        row["tokens_per_s"] = round(row.pop("tokens") / secs, 1)
+        row["speedup"] = round(plain_s / secs, 3)
+    return rows
+
+
+def step_cost_ratio(path: Path, k: int, batch: int, context: int, reps: int = 5) -> float:
+    """Median seconds of a (batch, k+1) forward over a (batch, 1) one after `context` cached
+    tokens (a fresh cache per timed forward: recurrent caches cannot be trimmed back)."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import make_prompt_cache
+    from mlx_lm.utils import load_model
+
+    model, _ = load_model(path)
+
+    def timed(width: int) -> float:
+        times = []
+        for _ in range(reps):
+            cache = make_prompt_cache(model)
+            mx.eval(model(mx.full((batch, context), 7, dtype=mx.uint32), cache=cache))
+            started = time.perf_counter()
+            mx.eval(model(mx.full((batch, width), 5, dtype=mx.uint32), cache=cache))
+            times.append(time.perf_counter() - started)
+        return statistics.median(times)
+
+    timed(1)
+    return round(timed(k + 1) / timed(1), 3)
+
+
+def rollback_costs(path: Path, k: int, batch: int, reps: int = 4) -> dict[str, float]:
+    """The rollback's recompute, and per-step states for the window, over the verify's time."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import make_prompt_cache
+    from mlx_lm.utils import load_model
+
+    from mlxd.backend.mlx_lm.recurrent_rollback import RecurrentRollback
+
+    model, _ = load_model(path)
+    rollback = RecurrentRollback.for_model(model)
+    assert rollback is not None
+    window = mx.full((batch, k + 1), 5, dtype=mx.uint32)
+    kept = [1 + i % (k + 1) for i in range(batch)]
+    verify, recompute, per_step = [], [], []
+    for _ in range(reps):
+        cache = make_prompt_cache(model)
+        mx.eval(model(mx.full((batch, 64), 7, dtype=mx.uint32), cache=cache))
+        started = time.perf_counter()
+        saved = rollback.save(cache)
+        mx.eval(model(window, cache=cache), [c.state for c in cache])
+        verify.append(time.perf_counter() - started)
+        inputs = dict(rollback._tape.inputs)
+        started = time.perf_counter()
+        rollback.restore(cache, saved, kept)
+        recompute.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        states = []
+        for index, mixer in rollback._mixers.items():  # one position at a time, all kept
+            layer = cache[index]
+            layer.state = saved.states[index]
+            layer.cache = list(layer.cache)
+            for j in range(k + 1):
+                type(mixer).__mro__[1].__call__(mixer, inputs[index][:, j : j + 1], None, layer)
+                states.append(list(layer.cache))
+        mx.eval(states)
+        per_step.append(time.perf_counter() - started)
+    base = statistics.median(verify)
+    return {
+        "verify_s": round(base, 4),
+        "recompute_over_verify": round(statistics.median(recompute) / base, 3),
+        "per_step_states_over_verify": round(statistics.median(per_step) / base, 3),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--batches", default="1,4,8", help="batch sizes, comma-separated")
+    parser.add_argument("--tokens", type=int, default=64, help="tokens per request")
+    parser.add_argument("--k", type=int, default=3, help="draft tokens per step (K)")
+    parser.add_argument("--size", default="small", help="the hybrid target's size")
+    parser.add_argument("--context", type=int, default=64, help="cached tokens (step cost)")
+    args = parser.parse_args()
+    batches = [int(b) for b in args.batches.split(",")]
+    work = scratch("spec-kinds-")
+    report: dict[str, Any] = {"k": args.k, "tokens": args.tokens, "pairs": {}}
+    try:
+        for name, (target, draft) in build_pairs(work, args.size).items():
+            engine = Engine(EngineConfig.from_settings(max_batch=max(batches)))
+            try:
+                info = engine.load_model(target, name=name, draft=draft)
+                pair: dict[str, Any] = {"by_batch": {}, "step_cost_ratio": {}}
+                for batch in batches:
+                    pair["by_batch"][str(batch)] = bench_batch(engine, info, batch, args)
+                    ratio = step_cost_ratio(target, args.k, batch, args.context)
+                    pair["step_cost_ratio"][str(batch)] = ratio
+                    progress(f"{name} batch {batch}", pair["by_batch"][str(batch)]["mtp"])
+                if name == "hybrid":
+                    pair["rollback"] = {str(b): rollback_costs(target, args.k, b) for b in batches}
+                report["pairs"][name] = pair
+            finally:
+                engine.close()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    emit(report)
+
+
+if __name__ == "__main__":
+    main()
