@@ -92,9 +92,10 @@ def tiny_gated_model(checkpoints_dir: Path) -> Path:
     return make_checkpoint(checkpoints_dir / "tiny-gated", "gated")
 
 
-@pytest.fixture(scope="session", params=["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
+@pytest.fixture(scope="session", params=["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5"])
 def tiny_mrope_model(request: pytest.FixtureRequest, checkpoints_dir: Path) -> Path:
-    """mlx-vlm's Qwen2-VL / Qwen2.5-VL / Qwen3-VL (M-RoPE text models), one per param."""
+    """mlx-vlm's Qwen2-VL / Qwen2.5-VL / Qwen3-VL / Qwen3.5 (M-RoPE text models; Qwen3.5's
+    with gated delta-net layers), one per param."""
     from tests.mrope_checkpoints import make_mrope_checkpoint
 
     family = request.param

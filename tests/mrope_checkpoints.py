@@ -18,7 +18,7 @@ from typing import Any
 
 from tests.checkpoints import SIZES, SPECIAL_TOKENS, train_tokenizer
 
-FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5")
 VISION_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
 PATCH = 14
 MIN_PIXELS = 56 * 56
@@ -40,6 +40,7 @@ _PROCESSORS = {
     "qwen2_vl": ("Qwen2VLProcessor", "Qwen2VLImageProcessor"),
     "qwen2_5_vl": ("Qwen2_5_VLProcessor", "Qwen2VLImageProcessor"),
     "qwen3_vl": ("Qwen3VLProcessor", "Qwen3VLImageProcessor"),
+    "qwen3_5": ("Qwen3VLProcessor", "Qwen3VLImageProcessor"),
 }
 
 
@@ -141,6 +142,16 @@ def _config(family: str, vocab: int, ids: dict[str, int], size: str) -> dict[str
     if family == "qwen3_vl":
         text.update(head_dim=head_dim, rope_scaling={"type": "default", "mrope_section": [4, 6, 6]})
         vision.update(num_position_embeddings=64, deepstack_visual_indexes=[0])
+    if family == "qwen3_5":  # gated delta-net layers, then one attention layer in every 2
+        text.pop("rope_scaling")
+        text.update(
+            head_dim=head_dim, num_hidden_layers=4, full_attention_interval=2,
+            linear_num_value_heads=2, linear_num_key_heads=2, linear_key_head_dim=16,
+            linear_value_head_dim=16, linear_conv_kernel_dim=4,
+            rope_parameters={"type": "default", "mrope_section": [2, 3, 3], "rope_theta": 1e4,
+                             "partial_rotary_factor": 0.5},
+        )  # fmt: skip
+        vision.update(num_position_embeddings=64, deepstack_visual_indexes=[])
     return {
         "model_type": family,
         "architectures": [family],
@@ -150,7 +161,7 @@ def _config(family: str, vocab: int, ids: dict[str, int], size: str) -> dict[str
         "vision_end_token_id": ids["<|vision_end|>"],
         "vocab_size": vocab,
         "eos_token_id": ids["<|im_end|>"],
-        **({} if family == "qwen3_vl" else text),
+        **({} if family in ("qwen3_vl", "qwen3_5") else text),
         "text_config": text,
         "vision_config": vision,
     }

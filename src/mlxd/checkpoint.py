@@ -175,6 +175,7 @@ VISION_FAMILIES: dict[str, VisionFamily] = {
     "qwen2_vl": VisionFamily("Qwen2-VL", batches=True),
     "qwen2_5_vl": VisionFamily("Qwen2.5-VL", batches=True),
     "qwen3_vl": VisionFamily("Qwen3-VL", batches=True),
+    "qwen3_5": VisionFamily("Qwen3.5", batches=True),
     "mllama": VisionFamily("Llama 3.2 Vision", refused=_CROSS_ATTENTION),
     "gemma3n": VisionFamily("Gemma 3n", refused=_PER_LAYER),
 }

@@ -18,7 +18,7 @@ from mlxd.errors import ModelBroken
 __all__ = ["MROPE_FAMILIES", "VisionParts", "is_vision_config", "load_vision"]
 
 # M-RoPE language models checked to batch (alone == batched == mlx-vlm's own generation).
-MROPE_FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl"})
+MROPE_FAMILIES = frozenset({"qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5"})
 
 
 def is_vision_config(config: dict[str, Any]) -> bool:
