@@ -114,6 +114,7 @@ def test_ollama_client_embed(embed_server: ServerProcess, sdk: openai.OpenAI, mo
     assert all(
         _close(list(a), b.embedding) for a, b in zip(out.embeddings, direct.data, strict=True)
     )
+    assert lama.show(model).capabilities == ["embedding"]  # Ollama's word for the kind
     legacy = lama.embeddings(model=model, prompt=TEXTS[1])
     assert _close(list(legacy.embedding), direct.data[1].embedding)
     long = lama.embed(model=model, input="word " * 2000)  # truncate: true (Ollama's default)

@@ -113,7 +113,7 @@ def show_body(facts: ModelFacts) -> dict[str, Any]:
     info: dict[str, Any] = {"general.architecture": arch}
     if facts.context_window:
         info[f"{arch}.context_length"] = facts.context_window
-    capabilities = ["completion"]
+    capabilities = ["embedding" if facts.kind == "embedding" else "completion"]
     template = _template_text(facts.path)
     if "tools" in template:
         capabilities.append("tools")
