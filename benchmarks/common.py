@@ -89,7 +89,9 @@ def token_count(model_dir: Path, text: str) -> int:
 
 
 def eos_id(model_dir: Path) -> int:
-    return int(json.loads((model_dir / "config.json").read_text())["eos_token_id"])
+    """The checkpoint's EOS id (its first, when config.json lists several)."""
+    value = json.loads((model_dir / "config.json").read_text())["eos_token_id"]
+    return int(value[0] if isinstance(value, list) else value)
 
 
 def isolated_env(work: Path, **extra: str) -> dict[str, str]:

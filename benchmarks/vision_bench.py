@@ -1,6 +1,7 @@
 """Images and text together: `mlxd serve` against mlx-vlm's own server on the same tiny vision
 checkpoint of --family: llava (tests/vision_checkpoints.py: CLIP tower, llama text model) or
-an M-RoPE family, qwen2_5_vl / qwen2_vl / qwen3_vl (tests/mrope_checkpoints.py).
+an M-RoPE family, qwen2_5_vl / qwen2_vl / qwen3_vl (tests/mrope_checkpoints.py), or gemma3 /
+idefics3 / mistral3 (tests/vision_families.py, tiny only).
 
 Closed loop: --clients streaming clients (8), half sending image turns (a distinct PNG per
 request, as a data: URL) and half text turns (distinct prompts), each --per-client requests
@@ -18,6 +19,7 @@ processor only (`--no-shim` measures it as shipped).
     python -m benchmarks.vision_bench                              # 8 clients, 2 rounds
     python -m benchmarks.vision_bench --max-tokens 64 --per-client 4 --size small
     python -m benchmarks.vision_bench --family qwen2_5_vl
+    python -m benchmarks.vision_bench --family gemma3
 """
 
 from __future__ import annotations
@@ -73,7 +75,9 @@ runpy.run_module("mlx_vlm.server", run_name="__main__", alter_sys=True)
 """
 
 
-FAMILIES = ("llava", "qwen2_5_vl", "qwen2_vl", "qwen3_vl")  # the shim is llava's alone
+MROPE = ("qwen2_5_vl", "qwen2_vl", "qwen3_vl")
+OTHERS = ("gemma3", "idefics3", "mistral3")  # tests/vision_families.py, tiny only
+FAMILIES = ("llava", *MROPE, *OTHERS)  # the shim is llava's alone
 
 
 def make_checkpoint(family: str, root: Path, size: str) -> Path:
@@ -82,6 +86,10 @@ def make_checkpoint(family: str, root: Path, size: str) -> Path:
         from tests.vision_checkpoints import make_vision_checkpoint
 
         return make_vision_checkpoint(root / "tiny-vision", size=size)
+    if family in OTHERS:
+        from tests.vision_families import make_family_checkpoint
+
+        return make_family_checkpoint(family, root / f"tiny-{family}")
     from tests.mrope_checkpoints import make_mrope_checkpoint
 
     return make_mrope_checkpoint(root / f"tiny-{family}", family, size=size)
@@ -215,7 +223,8 @@ def main() -> None:
         )
         for key in (keys if len(kinds) == 2 else ())
     }
-    source = "vision_checkpoints.py" if args.family == "llava" else "mrope_checkpoints.py"
+    source = {"llava": "vision_checkpoints.py", **dict.fromkeys(OTHERS, "vision_families.py")}
+    source = source.get(args.family, "mrope_checkpoints.py")
     out = {
         "benchmark": "vision_bench",
         "family": args.family,

@@ -20,7 +20,7 @@ from typing import Any
 
 from tests.checkpoints import SPECIAL_TOKENS, train_tokenizer
 
-__all__ = ["FAMILIES", "make_family_checkpoint"]
+__all__ = ["FAMILIES", "make_family_checkpoint", "with_sliding_window"]
 
 _HALF = [0.5, 0.5, 0.5]
 
@@ -45,6 +45,15 @@ def make_family_checkpoint(family: str, path: Path, seed: int = 0) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     FAMILIES[family](path, seed)
     _write(path / "generation_config.json", {"do_sample": False})
+    return path
+
+
+def with_sliding_window(path: Path, window: int) -> Path:
+    """The checkpoint at `path` with its text model's sliding window set to `window` (the
+    weights do not depend on it): a window shorter than the tests' prompts wraps."""
+    config = json.loads((path / "config.json").read_text())
+    config["text_config"]["sliding_window"] = window
+    _write(path / "config.json", config)
     return path
 
 

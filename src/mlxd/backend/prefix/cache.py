@@ -318,9 +318,20 @@ def trimmable_at(template: PromptCache, tokens: int) -> bool:
     `tokens` tokens: attention KV can, a rotating window only until full, a recurrent state
     never."""
     for layer in template:
-        if isinstance(layer, RotatingKVCache):
-            if tokens >= layer.max_size:
+        window = _window(layer)
+        if window is not None:
+            if tokens >= window:
                 return False
         elif not layer.is_trimmable():  # type: ignore[attr-defined]
             return False
     return True
+
+
+def _window(layer: object) -> int | None:
+    """A rotating window's size: mlx-lm's RotatingKVCache, or another library's rotating cache
+    with the same `max_size` (mlx-vlm's, which vision language models make: a fresh one says
+    it is trimmable, though it stops being once full)."""
+    if isinstance(layer, RotatingKVCache):
+        return int(layer.max_size)
+    size = getattr(layer, "max_size", None) if type(layer).__name__.startswith("Rotating") else None
+    return size if isinstance(size, int) else None
