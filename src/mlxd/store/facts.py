@@ -92,12 +92,26 @@ def dtype(config: dict[str, Any], tensor_dtypes: list[str]) -> str | None:
 
 
 def quant_label(config: dict[str, Any], dtype_name: str | None) -> str:
+    """'4-bit g64'; 'mixed 3/6-bit g64' when layers differ (mlx-lm's recipes record each
+    layer's own); a microscaling mode by its name ('mxfp4'); else the dtype."""
     q = quantization(config)
+    if q and q.get("mode") not in (None, "affine"):
+        return str(q["mode"])
     if q and "bits" in q:
-        return f"{q['bits']}-bit" + (f" g{q['group_size']}" if "group_size" in q else "")
+        widths = sorted(_layer_bits(config)) or [q["bits"]]
+        bits = "/".join(str(b) for b in widths)
+        mixed = "mixed " if len(widths) > 1 else ""
+        return f"{mixed}{bits}-bit" + (f" g{q['group_size']}" if "group_size" in q else "")
     if q:
         return str(q.get("quant_method", "quantized"))
     return dtype_name or "-"
+
+
+def _layer_bits(config: dict[str, Any]) -> set[int]:
+    """The bit widths of the per-layer entries of config's quantization block."""
+    q = config.get("quantization") or config.get("quantization_config")
+    layers = q.values() if isinstance(q, dict) else ()
+    return {v["bits"] for v in layers if isinstance(v, dict) and isinstance(v.get("bits"), int)}
 
 
 def special_vocab(tokenizer: dict[str, Any]) -> set[str]:

@@ -91,3 +91,18 @@ def test_ps_table_and_key(server: ServerProcess) -> None:
     open_health = httpx.get(server.url + "/health", timeout=30)
     assert open_health.status_code == 200  # /health stays open; /health/models does not
     assert httpx.get(server.url + "/health/models", timeout=30).status_code == 401
+
+
+def test_ps_without_a_server_is_one_line(tmp_path: Path) -> None:
+    import socket
+
+    from mlxd.errors import EngineUnavailable
+
+    with socket.socket() as s:  # a port nothing listens on once closed
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    command = [sys.executable, "-m", "mlxd.cli.main", "ps", "--server", f"127.0.0.1:{port}"]
+    proc = subprocess.run(command, env=server_env(tmp_path), capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert proc.returncode == EngineUnavailable.exit_code
+    assert proc.stderr.count("\n") == 1 and "mlxd serve" in proc.stderr

@@ -65,6 +65,8 @@ def test_mixed_recipe_mixes_bit_widths(tmp_path: Path, hf_source: Path) -> None:
     config = json.loads((Path(result.json()["path"]) / "config.json").read_text())
     bits = {v["bits"] for v in config["quantization"].values() if isinstance(v, dict)}
     assert bits == {3, 6}
+    listed = {e["id"]: e for e in mlxd(tmp_path, "list", "--json").json()}
+    assert listed[result.json()["name"]]["quantization"] == "mixed 3/6-bit g64"
 
 
 def test_errors_are_one_line_with_exit_codes(tmp_path: Path, hf_source: Path) -> None:

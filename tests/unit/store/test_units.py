@@ -163,6 +163,12 @@ def test_quant_label() -> None:
     cfg = {"quantization": {"bits": 8, "group_size": 64}}
     assert facts.quant_label(cfg, "float16") == "8-bit g64"
     assert facts.quant_label({}, "bfloat16") == "bfloat16"
+    mixed = {"group_size": 64, "bits": 4, "mode": "affine",
+             "model.layers.0.mlp.down_proj": {"group_size": 64, "bits": 6},
+             "model.layers.1.mlp.down_proj": {"group_size": 64, "bits": 3}}  # fmt: skip
+    assert facts.quant_label({"quantization": mixed}, None) == "mixed 3/6-bit g64"
+    mx = {"group_size": 32, "bits": 4, "mode": "mxfp4"}
+    assert facts.quant_label({"quantization": mx}, None) == "mxfp4"
 
 
 def test_disk_space_is_checked_before_download(isolated_home: Path, monkeypatch) -> None:
