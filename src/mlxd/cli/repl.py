@@ -14,13 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mlxd.chat.chat_request import ChatRequest
+from mlxd.chat.chat_request import ChatRequest, Reasoning
 from mlxd.chat.images import file_part, image_bytes, read_image
 from mlxd.chat.options import ChatOptions
 from mlxd.cli.client.model_client import AnswerStream, ModelClient, drain, open_client
 from mlxd.cli.render import print_error
 from mlxd.cli.repl_input import MessageReader, PipeReader, TerminalReader
-from mlxd.cli.repl_options import chat_options_from_args
+from mlxd.cli.repl_options import chat_options_from_args, reasoning_from
 from mlxd.cli.stream_render import Answer, Renderer, decode_tps, error_from_finish
 from mlxd.config import mlxd_home
 from mlxd.errors import InvalidRequest, MlxdError
@@ -58,6 +58,7 @@ class Conversation:
     draft_tokens: int = 0  # speculative decoding: drafts verified, and accepted
     accepted_draft_tokens: int = 0
     images: list[dict[str, Any]] = field(default_factory=list)  # parts for the next message
+    reasoning: Reasoning = "auto"  # --reasoning-start/--reasoning-end, else detected
 
     def messages(self, user_text: str) -> list[dict[str, Any]]:
         head = [{"role": "system", "content": self.system}] if self.system else []
@@ -94,7 +95,9 @@ def run_repl(args: argparse.Namespace, model: ModelRef | str | None) -> int:
     if getattr(args, "json", False):
         raise InvalidRequest("--json needs a prompt (an argument or piped stdin)", param="prompt")
     options = chat_options_from_args(args)
-    conv = Conversation(system=args.system, show_reasoning=not args.hide_reasoning)
+    conv = Conversation(
+        system=args.system, show_reasoning=not args.hide_reasoning, reasoning=reasoning_from(args)
+    )
     if args.no_think:
         conv.think = False
     for path in getattr(args, "image", None) or ():  # `mlxd run MODEL --image X` on a terminal
@@ -140,7 +143,10 @@ class Repl:
         renderer = Renderer(answer, show_reasoning=self.conv.show_reasoning)
         try:
             request = ChatRequest(
-                self.conv.messages(text), self.options, template_kwargs=self.conv.template_kwargs()
+                self.conv.messages(text),
+                self.options,
+                template_kwargs=self.conv.template_kwargs(),
+                reasoning=self.conv.reasoning,
             )
             stream = self.loaded.ask(request)
         except KeyboardInterrupt:  # over HTTP the request itself can wait (a model loading)

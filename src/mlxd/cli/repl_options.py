@@ -13,9 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mlxd.chat.chat_request import Reasoning
 from mlxd.chat.options import OPTIONS, ChatOptions, Option, OptionKind
 from mlxd.chat.tool_choice import ToolChoice
 from mlxd.cli.kv_flags import add_kv_flags
+from mlxd.errors import InvalidRequest
 from mlxd.types import DraftKind
 
 # Flags this module defines itself; an OPTIONS entry with the same flag is skipped.
@@ -36,6 +38,7 @@ def add_generation_flags(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="ask the template to skip reasoning (chat_template_kwargs enable_thinking=false)",
     )
+    add_reasoning_flags(parser)
     parser.add_argument(
         "--trust-remote-code",
         action="store_true",
@@ -67,6 +70,31 @@ def add_generation_flags(parser: argparse.ArgumentParser) -> None:
                 const=value,
                 help=f"same as {option.name}={json.dumps(value)}",
             )
+
+
+def add_reasoning_flags(parser: argparse.ArgumentParser) -> None:
+    """--reasoning-start/--reasoning-end: markers for a model whose template and vocabulary
+    do not reveal them (run, chat and serve)."""
+    help_end = "with --reasoning-start: the text that ends the model's reasoning"
+    parser.add_argument(
+        "--reasoning-start",
+        metavar="TEXT",
+        help="the text that opens the model's reasoning, when mlxd cannot tell it from the "
+        "template or vocabulary (with --reasoning-end; the budget and the split use them)",
+    )
+    parser.add_argument("--reasoning-end", metavar="TEXT", help=help_end)
+
+
+def reasoning_from(args: argparse.Namespace) -> Reasoning:
+    """The markers --reasoning-start/--reasoning-end give ("auto": the detected ones)."""
+    start, end = getattr(args, "reasoning_start", None), getattr(args, "reasoning_end", None)
+    if start is None and end is None:
+        return "auto"
+    if not start or not end:
+        raise InvalidRequest(
+            "--reasoning-start and --reasoning-end go together", param="reasoning_start"
+        )
+    return (start, end)
 
 
 def chat_options_from_args(args: argparse.Namespace) -> ChatOptions:

@@ -29,6 +29,7 @@ from mlxd.cli.client.model_client import add_client_flags, drain, open_client, r
 from mlxd.cli.repl_options import (
     add_generation_flags,
     chat_options_from_args,
+    reasoning_from,
     template_kwargs_from,
     tool_choice_from,
 )
@@ -250,6 +251,7 @@ def run(args: argparse.Namespace) -> int:
         tools=tools,
         tool_choice=tool_choice,
         template_kwargs=template_kwargs_from(args.no_think),
+        reasoning=reasoning_from(args),
     )
     with open_client(args, inv.model_ref or inv.model, quiet=args.json) as client:
         answer = ask_once(client, request, args)

@@ -9,6 +9,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from mlxd.cli.kv_flags import add_kv_flags, kv_overrides
+from mlxd.cli.repl_options import add_reasoning_flags, reasoning_from
 from mlxd.config import ENGINE_DEFAULTS, SETTINGS, default
 
 if TYPE_CHECKING:
@@ -26,6 +27,7 @@ def add_parser(subparsers: Subparsers) -> None:
     _add_network_args(p)
     _add_engine_args(p)
     _add_feature_args(p)
+    add_reasoning_flags(p)
     p.add_argument("--json", action="store_true", help="errors as one JSON line on stderr")
     p.set_defaults(func=run)
 
@@ -138,6 +140,10 @@ def _add_feature_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _markers(reasoning: object) -> tuple[str, str] | None:
+    return reasoning if isinstance(reasoning, tuple) else None
+
+
 def _env(name: str) -> str:
     return f"env {SETTINGS[name].env}"
 
@@ -158,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
         allow_image_urls=args.allow_image_urls or None,
         aliases=parse_aliases(args.alias or ()) or None,
         web=False if args.no_web else None,
+        reasoning=_markers(reasoning_from(args)),
     )
     overrides: dict[str, Any] = {"trust_remote_code": args.trust_remote_code}
     for name in ("max_batch", "max_queue", "max_tokens_ceiling", "max_models"):

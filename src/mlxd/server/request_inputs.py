@@ -95,6 +95,7 @@ def chat_request(
         tools=req.chat_tools(),
         tool_choice=req.chat_tool_choice(),
         template_kwargs=req.template_kwargs(),
+        reasoning=settings.reasoning or "auto",
         max_tokens_policy=MaxTokensPolicy.HALF_WINDOW,
         template=template,
         allow_image_urls=settings.allow_image_urls,

@@ -34,6 +34,7 @@ class ServerSettings:
     allow_image_urls: bool = setting_field("allow_image_urls")  # fetch http(s) image URLs
     web: bool = setting_field("web")  # the chat page at /
     aliases: tuple[tuple[str, str], ...] = ()  # (name pattern, model): --alias NAME=MODEL
+    reasoning: tuple[str, str] | None = None  # --reasoning-start/--reasoning-end (None: detect)
 
     @classmethod
     def from_config(cls, **overrides: object) -> ServerSettings:
