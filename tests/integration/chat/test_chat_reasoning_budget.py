@@ -93,3 +93,22 @@ def test_after_a_forced_end_the_answer_is_still_constrained(engine: Any, ponder:
     reasoning, text, _ = answer(engine, ponder, options)
     assert reasoning == thought(3)
     assert text.lstrip().startswith("{") and "Paris" not in text  # the grammar, not the script
+
+
+# GPT-OSS harmony: analysis forever; the budget closes it into the final channel.
+HARMONY_PONDER = ["<|channel|>", "analysis", "<|message|>", "Hmm", " more", "<|end|>", "<|start|>"]
+
+
+def test_a_harmony_analysis_is_closed_into_the_final_channel(
+    engine: Any, checkpoints_dir: Path
+) -> None:
+    path = make_scripted_checkpoint(
+        checkpoints_dir / "ponder-harmony", HARMONY_PONDER, successors=FOREVER
+    )
+    info = engine.load_model(path)
+    free = answer(engine, info, {"max_tokens": 12})
+    assert free[0].startswith(thought(4)) and free[1] == ""  # all analysis, no final
+    reasoning, text, _ = answer(engine, info, {"max_tokens": 24, "max_reasoning_tokens": 3})
+    assert reasoning == thought(3)
+    # The final channel came; the scripted model then writes its own chunks in it.
+    assert text.startswith("Hmm") and "<|" not in text, text

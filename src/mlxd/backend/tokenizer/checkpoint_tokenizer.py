@@ -13,6 +13,7 @@ Reads JSON only at import; `tokenizers` is imported when a tokenizer loads.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -96,8 +97,8 @@ def _needs_transformers(path: Path, trust_remote_code: bool) -> str | None:
             return f"transformers uses its own tokenizer class for {model_config[key]}"
     if "fast_tokenizer_files" in config:
         return "versioned tokenizer files (fast_tokenizer_files)"
-    if (path / "added_tokens.json").exists():
-        return "legacy added_tokens.json"
+    if (path / "added_tokens.json").exists() and not _restates_added_tokens(path):
+        return "added_tokens.json with tokens tokenizer.json does not add at those ids"
     if "added_tokens_decoder" not in config and (path / "special_tokens_map.json").exists():
         return "legacy special_tokens_map.json"
     if config.get("split_special_tokens"):
@@ -112,6 +113,31 @@ def _needs_transformers(path: Path, trust_remote_code: bool) -> str | None:
     if not all(_valid_entry(t) for t in _declared_entries(config)):
         return "added_tokens_decoder in a form transformers converts itself"
     return None
+
+
+def _restates_added_tokens(path: Path) -> bool:
+    """added_tokens.json names only tokens tokenizer.json adds, at the same ids (what
+    save_pretrained writes beside it): transformers then adds nothing."""
+    listed = read_json_object(path / "added_tokens.json")
+    known = _tokenizer_json_added(path)
+    return known is not None and all(known.get(t) == i for t, i in listed.items())
+
+
+def _tokenizer_json_added(path: Path) -> dict[str, int] | None:
+    """tokenizer.json's added tokens (content -> id) from the head of the file, where its
+    writer puts them (parsing the whole vocabulary would cost what this route saves)."""
+    with open(path / "tokenizer.json", encoding="utf-8", errors="replace") as f:
+        head = f.read(1 << 20)
+    key = head.find('"added_tokens"')
+    try:
+        entries, _ = (
+            json.JSONDecoder().raw_decode(head, head.index("[", key)) if key >= 0 else (0, 0)
+        )
+    except ValueError:
+        return None
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        return None
+    return {str(e.get("content")): e.get("id") for e in entries}
 
 
 class CheckpointTokenizer:

@@ -14,7 +14,7 @@ from typing import Any
 
 from tests.checkpoints import _CORPUS
 
-VARIANTS = ("declared", "legacy", "template_files", "coder_tools", "spm")
+VARIANTS = ("declared", "legacy", "template_files", "coder_tools", "spm", "mlx_community")
 
 CODER_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
@@ -101,10 +101,27 @@ def _spm(dest: Path, config: dict[str, Any]) -> None:
     (dest / "config.json").write_text(json.dumps(model))
 
 
+def _mlx_community(dest: Path, config: dict[str, Any]) -> None:
+    """The files mlx-community conversions ship beside tokenizer.json (transformers'
+    save_pretrained): added_tokens.json and special_tokens_map.json restating what
+    tokenizer.json and the config already hold, and the BPE model as vocab.json/merges.txt."""
+    data = json.loads((dest / "tokenizer.json").read_text())
+    added = {t["content"]: t["id"] for t in data["added_tokens"]}
+    (dest / "added_tokens.json").write_text(json.dumps(added, indent=2))
+    names = ("bos_token", "eos_token", "unk_token", "pad_token")
+    specials = {n: config[n] for n in names if config.get(n) is not None}
+    (dest / "special_tokens_map.json").write_text(json.dumps(specials, indent=2))
+    (dest / "vocab.json").write_text(json.dumps(data["model"]["vocab"]))
+    merges = data["model"]["merges"]
+    lines = [m if isinstance(m, str) else " ".join(m) for m in merges]
+    (dest / "merges.txt").write_text("#version: 0.2\n" + "\n".join(lines) + "\n")
+
+
 EDITS: dict[str, Callable[[Path, dict[str, Any]], None]] = {
     "declared": _declared,
     "legacy": _legacy,
     "template_files": _template_files,
     "coder_tools": _coder_tools,
     "spm": _spm,
+    "mlx_community": _mlx_community,
 }

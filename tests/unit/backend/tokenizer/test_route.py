@@ -99,3 +99,22 @@ def test_clean_up_spaces_needs_transformers_for_other_models(tmp_path: Path) -> 
 def test_trust_remote_code_needs_transformers(tmp_path: Path) -> None:
     route = tokenizer_route(checkpoint(tmp_path), trust_remote_code=True)
     assert route.loader is TokenizerLoader.TRANSFORMERS and "trust_remote_code" in str(route.reason)
+
+
+@pytest.mark.parametrize(
+    ("listed", "fast"),
+    [({"<x>": 5, "<y>": 6}, True), ({"<x>": 5}, True), ({"<x>": 7}, False), ({"<z>": 9}, False)],
+)
+def test_added_tokens_json_that_restates_tokenizer_json_stays_fast(
+    tmp_path: Path, listed: dict[str, int], fast: bool
+) -> None:
+    """save_pretrained's added_tokens.json (mlx-community repos ship it) names the tokens
+    tokenizer.json adds: transformers adds nothing then; a new token or id needs it."""
+    path = checkpoint(tmp_path)
+    added = [{"id": 5, "content": "<x>"}, {"id": 6, "content": "<y>"}]
+    (path / "tokenizer.json").write_text(
+        json.dumps({"version": "1.0", "added_tokens": added, "model": {"type": "BPE"}})
+    )
+    (path / "added_tokens.json").write_text(json.dumps(listed))
+    route = tokenizer_route(path)
+    assert (route.loader is TokenizerLoader.TOKENIZERS) is fast, route.reason
