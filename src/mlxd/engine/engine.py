@@ -73,6 +73,9 @@ def _source(path: ModelSource | str | PathLike[str], name: str | None) -> tuple[
     return name or path.name, Path(path.path).expanduser()
 
 
+MTP_HEAD = "mtp head"  # what AttachedDraft names as the model of a checkpoint's MTP head
+
+
 class ModelSource(Protocol):
     """A model to load: its name and its directory (a store ModelRef is one)."""
 
@@ -237,10 +240,13 @@ class Engine:
         return kv_budget.budget_bytes(self.cfg.kv_budget_bytes, info)
 
     def draft_of(self, info: ModelInfo) -> AttachedDraft | None:
-        """The draft model loaded with `info`, with the engine's defaults for it."""
-        if info.draft is None:
-            return None
+        """The draft model loaded with `info`, with the engine's defaults for it; or its
+        MTP head (model `mtp head`) when the engine's default kind is mtp and it has one."""
         kind = self._default_kind(info)
+        if info.draft is None:
+            if kind is DraftKind.MTP and info.mtp_problem is None:
+                return AttachedDraft(MTP_HEAD, kind, self.cfg.num_draft_tokens)
+            return None
         return AttachedDraft(info.draft.name, kind, self.cfg.num_draft_tokens)
 
     def _default_kind(self, info: ModelInfo) -> DraftKind:

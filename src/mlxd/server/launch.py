@@ -164,6 +164,7 @@ def serve(
     Under mlx.launch, rank 0 serves and the other ranks follow it (engine.lockstep)."""
     from mlxd.engine import Engine, EngineConfig
     from mlxd.engine.lockstep import cluster_role, follow_leader, leader_backend
+    from mlxd.types import DraftKind
 
     cfg = EngineConfig.from_settings(**engine_overrides)
     role = cluster_role(shard)
@@ -188,6 +189,8 @@ def serve(
     try:
         # The default is never unloaded; its draft model is loaded and kept with it.
         info = engine.load_model(ref.path, name, pin=True, draft=draft)
+        if cfg.draft_kind is DraftKind.MTP and info.mtp_problem is not None:
+            raise InvalidRequest(f"--draft-kind mtp: {info.mtp_problem}", param="draft_kind")
         app = create_app(engine, settings, default_model=info)
         cluster = f" ({leader.describe()})" if leader is not None else ""
         banner = _banner(socks, info.name, _draft_note(engine, info) + cluster)
