@@ -160,6 +160,7 @@ FAMILIES = [
         ],
         ["<think>", THOUGHT, "</think>", "Sunny."],
         call_marker="<|tool_call_start|>[get_weather(",
+        enforced=True,
     ),
     Family(
         "Hermes-3-Llama-3.1-8B-tool_use",
@@ -288,6 +289,28 @@ FAMILIES.append(
         call_marker='"tool_name": "get_weather", "parameters": ',
         enforced=True,
         answer_tags=COHERE_RESPONSE,
+    )
+)
+KIMI = ("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>")
+KIMI_ARGS, KIMI_END = "<|tool_call_argument_begin|>", "<|tool_call_end|>"
+FAMILIES.append(
+    Family(
+        "Kimi-K2",
+        "kimi_k2",
+        [KIMI[0], KIMI[2], "functions.get_weather:0", KIMI_ARGS, _json(WEATHER), KIMI_END, KIMI[1]],
+        [
+            KIMI[0],
+            KIMI[2],
+            "functions.get_weather:0",
+            KIMI_ARGS,
+            _json(WEATHER),
+            KIMI_END,
+            KIMI[2] + "functions.get_time:1" + KIMI_ARGS + _json(TIME) + KIMI_END,
+            KIMI[1],
+        ],
+        None,
+        call_marker=None,  # the instruct template does not render earlier calls
+        enforced=True,
     )
 )
 BY_NAME = {f.name: f for f in FAMILIES}

@@ -7,6 +7,8 @@ grammar choice per allowed tool (chat.constraints builds the OutputConstraint fr
     minimax_m2   <minimax:tool_call> <invoke name="NAME"> <parameter name="K">V</parameter> ...
     deepseek     its call tokens around NAME<｜tool▁sep｜>{JSON}
     harmony      <|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{JSON}<|call|>
+    kimi_k2      its section and call tokens around functions.NAME:0 ... {JSON}
+    pythonic     <|tool_call_start|>[NAME(K=V, ...)]<|tool_call_end|> (LFM2), each V as JSON
 (newlines between the tags as each family writes them).
 
 XML-style calls write the tool's required parameters, in its schema's order: a string as raw
@@ -70,6 +72,11 @@ _JSON_ARGUMENTS = {
         "<|channel|>commentary to=functions.{name} <|constrain|>json<|message|>",
         "<|call|>",
     ),
+    "kimi_k2": (
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.{name}:0"
+        "<|tool_call_argument_begin|>",
+        "<|tool_call_end|><|tool_calls_section_end|>",
+    ),
 }
 
 
@@ -85,6 +92,8 @@ def call_choices(
     elif syntax in _JSON_ARGUMENTS:
         opening, closing = _JSON_ARGUMENTS[syntax]
         build = lambda fn: _json_call(opening, closing, fn)  # noqa: E731
+    elif syntax == "pythonic":
+        build = _pythonic_call
     else:
         return None
     return tuple(build(t["function"]) for t in tools)
@@ -97,6 +106,21 @@ def _json_call(opening: str, closing: str, fn: Mapping[str, Any]) -> Choice:
         GrammarPiece.json_value(json.dumps(params, ensure_ascii=False)),
         GrammarPiece.literal(closing),
     )
+
+
+def _pythonic_call(fn: Mapping[str, Any]) -> Choice:
+    """LFM2: [NAME(k=V, ...)] with each V as JSON, which its parser reads as a Python literal
+    (it maps true/false/null)."""
+    params = fn.get("parameters") or {}
+    properties = params.get("properties") or {}
+    required = [k for k in properties if k in (params.get("required") or ())]
+    pieces = [GrammarPiece.literal(f"<|tool_call_start|>[{fn['name']}(")]
+    for i, key in enumerate(required):
+        pieces.append(GrammarPiece.literal((", " if i else "") + f"{key}="))
+        value = properties[key] if isinstance(properties[key], Mapping) else {}
+        pieces.append(GrammarPiece.json_value(json.dumps(value, ensure_ascii=False)))
+    pieces.append(GrammarPiece.literal(")]<|tool_call_end|>"))
+    return tuple(_merged(pieces))
 
 
 def _xml_call(xml: _XmlSyntax, fn: Mapping[str, Any], string_chars: int) -> Choice:
