@@ -197,7 +197,9 @@ def start_chat(engine: Engine, info: ModelInfo, request: ChatRequest) -> ChatStr
     warnings = (warning,) if warning else ()
     params = _params(info, options, request.max_tokens_policy)
     closed = end is not None and prompt.text.rstrip().endswith(end)  # thinking turned off
-    markers = None if closed else _reasoning_markers(info, formats, reasoning_open)
+    # Only a budgeted request carries its markers: the others run exactly as before.
+    budgeted = params.max_reasoning_tokens is not None and not closed
+    markers = _reasoning_markers(info, formats, reasoning_open) if budgeted else None
     return _submit(engine, info, prompt, params, stream_filter, constraint, warnings, markers)
 
 
