@@ -104,7 +104,8 @@ def load_mtp_head(path: Path, model: Module, config: dict[str, Any]) -> MtpHead:
         raise InvalidRequest(f"{path.name}: no attention layer to build an MTP head from")
     layer = copy.deepcopy(attention)
     eps = float(text.get("rms_norm_eps", 1e-6))
-    head = MtpHead(model, layer, hidden, eps)
+    text_model = cast("Module", getattr(model, "language_model", model))  # Qwen3.5: its LM
+    head = MtpHead(text_model, layer, hidden, eps)
     try:
         head.load_weights(list(weights.items()), strict=True)
     except ValueError as exc:
