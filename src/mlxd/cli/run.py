@@ -98,7 +98,8 @@ def _add_embed_parser(subparsers: Subparsers) -> None:
         "embed",
         help="embed texts with an embedding model (one JSON vector per line)",
         description="One vector per TEXT from an embedding model (bge, e5, gte, nomic, "
-        "Qwen3-Embedding...), loaded here. `-` (or no TEXT with piped stdin) embeds stdin. "
+        "Qwen3-Embedding...), loaded here or, with --server URL, asked of a running `mlxd "
+        "serve` (POST /v1/embeddings). `-` (or no TEXT with piped stdin) embeds stdin. "
         "Prints each vector as a JSON array on its own line; --json prints one object.",
     )
     parser.add_argument("model", help="the embedding model (store name, repo or directory)")
@@ -114,31 +115,24 @@ def _add_embed_parser(subparsers: Subparsers) -> None:
     parser.add_argument(
         "--trust-remote-code", action="store_true", help="allow code shipped with the model"
     )
+    add_client_flags(parser)
     parser.set_defaults(func=embed)
 
 
 def embed(args: argparse.Namespace) -> int:
     import json
 
-    from mlxd.chat.embedding import EmbedInput, start_embedding
-    from mlxd.cli.client.in_process import open_model
-    from mlxd.store.runnable import resolve_or_default
-
     texts = list(args.text)
     if texts in ([], ["-"]):
         if not texts and sys.stdin.isatty():
             raise InvalidRequest("mlxd embed: give TEXT arguments, or `-` to read stdin")
         texts = [check_utf8(sys.stdin.read(), "stdin").rstrip("\n")]
-    asked = EmbedInput(texts, args.dimensions)
-    ref = resolve_or_default(args.model)
-    with open_model(ref, trust_remote_code=args.trust_remote_code) as model:
-        result = start_embedding(model.engine, model.info, asked).result()
+    vectors, tokens, name = _embedded(args, texts)
     if args.json:
-        dims = len(result.vectors[0])
-        body = {"model": ref.name, "dimensions": dims, "prompt_tokens": result.prompt_tokens}
-        _print_json_line({**body, "embeddings": result.vectors})
+        body = {"model": name, "dimensions": len(vectors[0]), "prompt_tokens": tokens}
+        _print_json_line({**body, "embeddings": vectors})
         return 0
-    for vector in result.vectors:
+    for vector in vectors:
         sys.stdout.write(json.dumps(vector) + "\n")
     return 0
 
@@ -281,6 +275,27 @@ def ask_once(client: ModelClient, request: ChatRequest, args: argparse.Namespace
         raise
     check_finish(renderer.answer)
     return renderer.answer
+
+
+def _embedded(args: argparse.Namespace, texts: list[str]) -> tuple[list[list[float]], int, str]:
+    """(vectors, tokens embedded, model name) from the server (--server) or in process."""
+    from mlxd.cli.client.model_client import api_key, server_of
+
+    server = server_of(args)
+    if server is not None:
+        from mlxd.cli.client.http_model import HttpModel
+
+        vectors, tokens = HttpModel(server, args.model, api_key(args)).embed(texts, args.dimensions)
+        return vectors, tokens, args.model
+    from mlxd.chat.embedding import EmbedInput, start_embedding
+    from mlxd.cli.client.in_process import open_model
+    from mlxd.store.runnable import resolve_or_default
+
+    ref = resolve_or_default(args.model)
+    with open_model(ref, trust_remote_code=args.trust_remote_code) as model:
+        result = start_embedding(model.engine, model.info, EmbedInput(texts, args.dimensions))
+        done = result.result()
+    return done.vectors, done.prompt_tokens, ref.name
 
 
 def load_tools(value: str | None) -> list[dict[str, Any]] | None:

@@ -199,3 +199,32 @@ def test_embeddings_beside_8_streaming_chats(sdk: openai.OpenAI) -> None:
     for t in loaders:
         t.join(120)
     assert beside == alone and served and set(served) == {24}
+
+
+def test_mlxd_embed_server_equals_the_sdk(embed_server: ServerProcess, sdk: openai.OpenAI) -> None:
+    import json
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "mlxd.cli.main", "embed", "qwen3-embed-tiny", *TEXTS[:2]]
+    done = subprocess.run(
+        [*cmd, "--server", embed_server.url, "--json"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    body = json.loads(done.stdout)
+    direct = sdk.embeddings.create(
+        model="qwen3-embed-tiny", input=TEXTS[:2], encoding_format="float"
+    )
+    assert body["embeddings"] == [d.embedding for d in direct.data]
+    assert body["prompt_tokens"] == direct.usage.prompt_tokens and body["dimensions"] == 64
+    chat = subprocess.run(
+        [*cmd, "--server", embed_server.url], capture_output=True, text=True, timeout=120
+    )
+    assert chat.returncode == 0 and len(chat.stdout.splitlines()) == 2
+    wrong = subprocess.run(
+        [*cmd[:4], "default", "hi", "--server", embed_server.url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert wrong.returncode != 0 and "not an embedding model" in wrong.stderr

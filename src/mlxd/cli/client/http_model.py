@@ -189,6 +189,21 @@ class HttpModel:
             raise EngineFault(f"the server at {self.server.url} did not stream its answer")
         return HttpStream(self.server, conn, resp, started)
 
+    def embed(self, texts: list[str], dimensions: int | None) -> tuple[list[list[float]], int]:
+        """POST /v1/embeddings (floats): one vector per text, and the tokens embedded."""
+        body: dict[str, Any] = {"model": self.model, "input": texts, "encoding_format": "float"}
+        if dimensions is not None:
+            body["dimensions"] = dimensions
+        conn, resp = self._send("POST", "/v1/embeddings", body)
+        try:
+            answer = json.loads(resp.read())
+            vectors = [item["embedding"] for item in answer["data"]]
+            return vectors, int(answer["usage"]["prompt_tokens"])
+        except (OSError, http.client.HTTPException, ValueError, KeyError, TypeError) as e:
+            raise self._broken(e) from None
+        finally:
+            conn.close()
+
     def _send(
         self, method: str, path: str, body: dict[str, Any] | None
     ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
