@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.checkpoints import SIZES, SPECIAL_TOKENS, train_tokenizer
+from tests.vision_checkpoints import write_random_model
 
 FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5")
 VISION_TOKENS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
@@ -50,7 +51,6 @@ def make_mrope_checkpoint(
     """Write a `family` checkpoint (one of FAMILIES; text model dims of tests/checkpoints.py
     SIZES[size], in heads of 32) into `path` and return it."""
     import mlx.core as mx
-    from mlx.utils import tree_flatten
     from tokenizers import AddedToken
 
     path = Path(path)
@@ -67,17 +67,7 @@ def make_mrope_checkpoint(
     model_config.vision_config = module.VisionConfig.from_dict(config["vision_config"])
     mx.random.seed(seed)
     model = module.Model(model_config)
-    # Larger-than-default init so that greedy output varies with the prompt and the image.
-    params = tree_flatten(model.parameters())
-    model.load_weights(
-        [(k, mx.random.normal(v.shape) * 0.5) if "norm" not in k else (k, v) for k, v in params]
-    )
-    weights = dict(tree_flatten(model.parameters()))
-    mx.eval(weights)
-    mx.save_safetensors(str(path / "model.safetensors"), weights, metadata={"format": "mlx"})
-    _write(path / "config.json", config)
-    _write(path / "generation_config.json", {"do_sample": False})
-    return path
+    return write_random_model(model, path, config)
 
 
 def _write_processor_files(path: Path, family: str, ids: dict[str, int]) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from tests.checkpoints import SIZES, SPECIAL_TOKENS, train_tokenizer
 
@@ -36,7 +37,6 @@ _CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
 def make_vision_checkpoint(path: Path, seed: int = 0, size: str = "tiny") -> Path:
     """Write the checkpoint into `path` (created) and return it."""
     import mlx.core as mx
-    from mlx.utils import tree_flatten
     from mlx_vlm.models.llava import config as llava_config
     from mlx_vlm.models.llava import llava
     from tokenizers import AddedToken
@@ -117,7 +117,16 @@ def make_vision_checkpoint(path: Path, seed: int = 0, size: str = "tiny") -> Pat
     model_config.vision_config = llava_config.VisionConfig.from_dict(vision)
     mx.random.seed(seed)
     model = llava.Model(model_config)
-    # Larger-than-default init so that greedy output varies with the prompt and the image.
+    return write_random_model(model, path, config)
+
+
+def write_random_model(model: Any, path: Path, config: dict) -> Path:
+    """Give `model` (built after mx.random.seed) larger-than-default random weights, so that
+    greedy output varies with the prompt and the image, and write it with `config` into
+    `path` as a checkpoint."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
     params = tree_flatten(model.parameters())
     model.load_weights(
         [(k, mx.random.normal(v.shape) * 0.5) if "norm" not in k else (k, v) for k, v in params]

@@ -13,9 +13,10 @@ import pytest
 from mlxd.chat.images import data_url
 from mlxd.chat.session import ChatStream, start_chat
 from mlxd.engine import Engine, ModelInfo
-from mlxd.types import FinishEvent, FinishReason, TextDelta
+from mlxd.types import FinishEvent, FinishReason
 from tests.chat_requests import chat_request
 from tests.integration.engine.conftest import EngineFactory
+from tests.integration.engine.test_engine_vision import answer, text_turn
 from tests.vision_checkpoints import png_bytes
 
 GREEDY = {"temperature": 0.0, "max_tokens": 12, "ignore_eos": True}
@@ -37,21 +38,6 @@ def image_part(seed: int) -> dict[str, Any]:
 def image_turn(*seeds: int, text: str = "What is in this picture?") -> list[dict[str, Any]]:
     parts = [*(image_part(s) for s in seeds), {"type": "text", "text": text}]
     return [{"role": "user", "content": parts}]
-
-
-def text_turn(text: str) -> list[dict[str, Any]]:
-    return [{"role": "user", "content": text}]
-
-
-def answer(stream: ChatStream) -> tuple[str, FinishEvent]:
-    text, finish = "", None
-    for event in stream:
-        if isinstance(event, TextDelta):
-            text += event.text
-        elif isinstance(event, FinishEvent):
-            finish = event
-    assert finish is not None
-    return text, finish
 
 
 def ask(
