@@ -7,6 +7,7 @@ writes the family's image placeholder. Built in about a second; never downloaded
              "<end_of_image>\\n\\n"
   idefics3   image splitting: 28-pixel tiles (a 40x30 image: 2x2) and a global image, each 4
              `<image>` between `<fake_token_around_image>` and its `<row_r_col_c>` / `<global-img>`
+  smolvlm    SmolVLM2: Idefics3's model and layout through SmolVLM's own processor classes
   mistral3   Pixtral tower at variable resolution (longest edge 32, 8-pixel tokens): rows of
              `[IMG]` split by `[IMG_BREAK]`, ended by `[IMG_END]`
 """
@@ -106,9 +107,13 @@ IDEFICS3_TEMPLATE = (
 )
 
 
-def _idefics3(path: Path, seed: int) -> None:
-    from mlx_vlm.models.idefics3 import config as cfg
-    from mlx_vlm.models.idefics3 import idefics3
+def _idefics3(path: Path, seed: int, model_type: str = "idefics3") -> None:
+    """Idefics3, or SmolVLM2 (`smolvlm`: the same model, SmolVLM's own processor classes)."""
+    import importlib
+
+    cfg = importlib.import_module(f"mlx_vlm.models.{model_type}.config")
+    module = importlib.import_module(f"mlx_vlm.models.{model_type}.{model_type}")
+    classes = "Idefics3" if model_type == "idefics3" else "SmolVLM"
 
     grid = [f"<row_{r}_col_{c}>" for r in range(1, 7) for c in range(1, 7)]
     specials = ["<fake_token_around_image>", "<image>", "<end_of_utterance>", "<global-img>",
@@ -118,21 +123,22 @@ def _idefics3(path: Path, seed: int) -> None:
         "pad_token": "<|endoftext|>",
     })  # fmt: skip
     _write(path / "preprocessor_config.json", {
-        "image_processor_type": "Idefics3ImageProcessor", "processor_class": "Idefics3Processor",
+        "image_processor_type": f"{classes}ImageProcessor",
+        "processor_class": f"{classes}Processor",
         "do_resize": True, "size": {"longest_edge": 56}, "max_image_size": {"longest_edge": 28},
         "do_image_splitting": True, "resample": 1, "do_rescale": True,
         "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": _HALF,
         "image_std": _HALF, "do_convert_rgb": True, "do_pad": True,
     })  # fmt: skip
-    _write(path / "processor_config.json", {"processor_class": "Idefics3Processor",
+    _write(path / "processor_config.json", {"processor_class": f"{classes}Processor",
                                             "image_seq_len": 4})  # fmt: skip
     text = {"model_type": "llama", **_TEXT, "rms_norm_eps": 1e-5, "vocab_size": ids["vocab"],
             "rope_theta": 1e4, "max_position_embeddings": 2048}  # fmt: skip
-    vision = {"model_type": "idefics3_vision", "hidden_size": 32, "num_hidden_layers": 2,
+    vision = {"model_type": f"{model_type}_vision", "hidden_size": 32, "num_hidden_layers": 2,
               "intermediate_size": 64, "num_attention_heads": 4, "patch_size": 7,
               "image_size": 28}  # fmt: skip
     config = {
-        "model_type": "idefics3", "architectures": ["Idefics3ForConditionalGeneration"],
+        "model_type": model_type, "architectures": [f"{classes}ForConditionalGeneration"],
         "image_token_id": ids["<image>"], "scale_factor": 2, "vocab_size": ids["vocab"],
         "eos_token_id": [ids["<end_of_utterance>"]], "text_config": text,
         "vision_config": vision,
@@ -140,7 +146,7 @@ def _idefics3(path: Path, seed: int) -> None:
     model_config = cfg.ModelConfig.from_dict(config)
     model_config.text_config = cfg.TextConfig.from_dict(text)
     model_config.vision_config = cfg.VisionConfig.from_dict(vision)
-    _save(path, idefics3.Model(model_config), config, seed)
+    _save(path, module.Model(model_config), config, seed)
 
 
 MISTRAL3_TEMPLATE = (
@@ -195,6 +201,7 @@ FAMILIES: dict[str, Callable[[Path, int], None]] = {
     "gemma3": _gemma3,
     "idefics3": _idefics3,
     "mistral3": _mistral3,
+    "smolvlm": lambda path, seed: _idefics3(path, seed, "smolvlm"),
 }
 
 

@@ -171,6 +171,7 @@ VISION_FAMILIES: dict[str, VisionFamily] = {
     "llava_next": VisionFamily("LLaVA-Next", refused=_LLAVA_NEXT),
     "gemma3": VisionFamily("Gemma 3", batches=True),
     "idefics3": VisionFamily("Idefics3 / SmolVLM", batches=True),
+    "smolvlm": VisionFamily("SmolVLM2", batches=True),
     "mistral3": VisionFamily("Mistral 3 (Pixtral tower)", batches=True),
     "qwen2_vl": VisionFamily("Qwen2-VL", batches=True),
     "qwen2_5_vl": VisionFamily("Qwen2.5-VL", batches=True),
