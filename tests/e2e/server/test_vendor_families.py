@@ -3,7 +3,8 @@ the official SDKs: DeepSeek V3.1, Seed-OSS, Nemotron Nano v2 and Phi-4-mini, eac
 checkpoint carrying its real template that calls two tools. The same calls come back from
 chat completions (streamed deltas assemble to the whole answer), Anthropic tool_use blocks,
 Responses function calls and `mlxd run --json`; a tool-result turn is the same prompt in all
-three APIs; Seed-OSS's <seed:think> reasoning is split."""
+three APIs; Seed-OSS's <seed:think> reasoning is split; a forced tool_choice makes models
+that would answer in text call, in their own syntax."""
 
 from __future__ import annotations
 
@@ -19,11 +20,12 @@ import pytest
 
 from tests.e2e.server.serverproc import ServerProcess, launch, server_env
 from tests.integration.chat.scripted import make_scripted_checkpoint
-from tests.vendor_families import BY_NAME, CALLS_TWO, THOUGHT, TOOLS, WEATHER, Family
+from tests.vendor_families import ANSWER, BY_NAME, CALLS_TWO, THOUGHT, TOOLS, WEATHER, Family
 from tests.vendor_templates import vendor_template
 
 NAMES = ["DeepSeek-V3.1", "ByteDance-Seed-OSS", "NVIDIA-Nemotron-Nano-v2", "Phi-4-mini-instruct"]
 USER = "What is the weather in Paris, and the time?"
+FORCED = ["DeepSeek-V3.1", "ByteDance-Seed-OSS", "NVIDIA-Nemotron-Nano-v2"]
 Calls = list[tuple[str, dict[str, Any]]]
 
 
@@ -35,6 +37,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     for name in NAMES:
         family = BY_NAME[name]
         make_scripted_checkpoint(store / name, family.two_calls, template=vendor_template(name))
+    for name in FORCED:  # these answer in text: a forced choice must make them call
+        make_scripted_checkpoint(store / f"{name}-answer", ANSWER, template=vendor_template(name))
     seed = BY_NAME["ByteDance-Seed-OSS"]
     assert seed.thinking is not None
     make_scripted_checkpoint(
@@ -221,3 +225,38 @@ def test_seed_oss_reasoning_is_split(client: openai.OpenAI) -> None:
     )
     msg = r.choices[0].message
     assert (msg.content, (msg.model_extra or {}).get("reasoning_content")) == ("Sunny.", THOUGHT)
+
+
+@pytest.mark.parametrize("name", FORCED)
+def test_forced_tool_choice_through_openai_and_anthropic(
+    client: openai.OpenAI, claude: anthropic.Anthropic, name: str
+) -> None:
+    # A model that would answer in text calls a tool, in its own syntax (the grammar's), when
+    # the choice is required (OpenAI) or any (Anthropic): DeepSeek with two tools to choose
+    # from, Seed-OSS in XML, Nemotron in its JSON list.
+    family, model = BY_NAME[name], f"{name}-answer"
+    r = client.chat.completions.create(
+        model=model,
+        messages=_openai_messages(family),  # type: ignore[arg-type]
+        tools=TOOLS,  # type: ignore[arg-type]
+        tool_choice="required",
+        temperature=0,
+        max_tokens=200,
+    )
+    (call,) = r.choices[0].message.tool_calls or []
+    args = json.loads(call.function.arguments)  # type: ignore[union-attr]
+    expected = {"get_weather": {"city", "days"}, "get_time": {"zone"}}
+    assert set(args) == expected[call.function.name]  # type: ignore[union-attr]
+    assert r.choices[0].finish_reason == "tool_calls"
+    m = claude.messages.create(
+        model=model,
+        system=_system(family),
+        messages=[{"role": "user", "content": USER}],
+        tools=_anthropic_tools(),  # type: ignore[arg-type]
+        tool_choice={"type": "tool", "name": "get_weather"},
+        max_tokens=200,
+        extra_body={"temperature": 0.0},
+    )
+    (block,) = [b for b in m.content if b.type == "tool_use"]
+    assert block.name == "get_weather" and set(block.input) == {"city", "days"}  # type: ignore[arg-type]
+    assert m.stop_reason == "tool_use"
