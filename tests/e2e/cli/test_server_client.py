@@ -136,7 +136,7 @@ def test_errors_are_one_line_with_their_exit_code(
     long_prompt = "Paris " * 200  # more than tiny-short's 96-token window
     cases = [
         (["--server", unreachable, "hi"], 5, "unavailable", "cannot reach"),
-        (["--server", remote.url, "hi"], 8, "invalid_api_key", "API key"),
+        (["--server", remote.url, "hi"], 8, "invalid_api_key", "--api-key KEY or MLXD_API_KEY"),
         (["--server", remote.url, "--api-key", "wrong", "hi"], 8, "invalid_api_key", "API key"),
         (["--server", remote.url, "--api-key", KEY, "-m", "nosuch", "hi"], 3, "model_not_found",
          "nosuch"),

@@ -242,9 +242,9 @@ class HttpModel:
         message, code = str(error.get("message") or resp.reason), error.get("code")
         if resp.status == 404 and code != ModelNotFound.code:  # not in mlxd's (OpenAI's) words
             return self._not_found(path, message)
+        if resp.status in (401, 403):  # in the message itself: the CLI prints str(err)
+            message += " (the key: --api-key KEY or MLXD_API_KEY)"
         err = error_from_http(resp.status, code if isinstance(code, str) else None, message)
-        if resp.status in (401, 403):
-            err.message += " (the key: --api-key KEY or MLXD_API_KEY)"
         err.param = error.get("param") if isinstance(error.get("param"), str) else None
         return err
 
