@@ -1,7 +1,7 @@
 """Images and text together: `mlxd serve` against mlx-vlm's own server on the same tiny vision
 checkpoint of --family: llava (tests/vision_checkpoints.py: CLIP tower, llama text model) or
 an M-RoPE family, qwen2_5_vl / qwen2_vl / qwen3_vl (tests/mrope_checkpoints.py), or gemma3 /
-idefics3 / mistral3 / smolvlm (tests/vision_families.py, tiny only).
+idefics3 / mistral3 / pixtral / smolvlm (tests/vision_families.py, tiny only).
 
 Closed loop: --clients streaming clients (8), half sending image turns (a distinct PNG per
 request, as a data: URL) and half text turns (distinct prompts), each --per-client requests
@@ -76,7 +76,13 @@ runpy.run_module("mlx_vlm.server", run_name="__main__", alter_sys=True)
 
 
 MROPE = ("qwen2_5_vl", "qwen2_vl", "qwen3_vl")
-OTHERS = ("gemma3", "idefics3", "mistral3", "smolvlm")  # tests/vision_families.py, tiny only
+OTHERS = (
+    "gemma3",
+    "idefics3",
+    "mistral3",
+    "pixtral",
+    "smolvlm",
+)  # tests/vision_families.py, tiny only
 FAMILIES = ("llava", *MROPE, *OTHERS)  # the shim is llava's alone
 
 

@@ -10,6 +10,7 @@ writes the family's image placeholder. Built in about a second; never downloaded
   smolvlm    SmolVLM2: Idefics3's model and layout through SmolVLM's own processor classes
   mistral3   Pixtral tower at variable resolution (longest edge 32, 8-pixel tokens): rows of
              `[IMG]` split by `[IMG_BREAK]`, ended by `[IMG_END]`
+  pixtral    the same layout from Pixtral itself (4-pixel patches, no 2x2 merge)
 """
 
 from __future__ import annotations
@@ -160,10 +161,15 @@ MISTRAL3_TEMPLATE = (
 )
 
 
-def _mistral3(path: Path, seed: int) -> None:
-    from mlx_vlm.models.mistral3 import config as cfg
-    from mlx_vlm.models.mistral3 import mistral3
+def _mistral3(path: Path, seed: int, model_type: str = "mistral3") -> None:
+    """Mistral 3 (Pixtral tower, patches merged 2x2), or Pixtral itself (`pixtral`: no merge)."""
+    import importlib
+
     from mlx_vlm.models.pixtral import VisionConfig
+
+    cfg = importlib.import_module(f"mlx_vlm.models.{model_type}.config")
+    module = importlib.import_module(f"mlx_vlm.models.{model_type}.{model_type}")
+    merge = 2 if model_type == "mistral3" else 1
 
     specials = ["<s>", "</s>", "[INST]", "[/INST]", "[IMG]", "[IMG_BREAK]", "[IMG_END]"]
     ids = _tokenizer(path, specials, MISTRAL3_TEMPLATE, {
@@ -171,12 +177,13 @@ def _mistral3(path: Path, seed: int) -> None:
     })  # fmt: skip
     _write(path / "preprocessor_config.json", {
         "image_processor_type": "PixtralImageProcessor", "processor_class": "PixtralProcessor",
-        "size": {"longest_edge": 32}, "patch_size": {"height": 4, "width": 4},
+        "size": {"longest_edge": 32}, "patch_size": {"height": 8 // merge, "width": 8 // merge},
         "do_resize": True, "resample": 3, "do_rescale": True, "rescale_factor": 1 / 255,
         "do_normalize": True, "image_mean": _HALF, "image_std": _HALF, "do_convert_rgb": True,
     })  # fmt: skip
     _write(path / "processor_config.json", {
-        "processor_class": "PixtralProcessor", "patch_size": 4, "spatial_merge_size": 2,
+        "processor_class": "PixtralProcessor", "patch_size": 8 // merge,
+        "spatial_merge_size": merge,
         "image_token": "[IMG]", "image_break_token": "[IMG_BREAK]", "image_end_token": "[IMG_END]",
     })  # fmt: skip
     text = {"model_type": "mistral", **_TEXT, "head_dim": 16, "rms_norm_eps": 1e-5,
@@ -184,17 +191,18 @@ def _mistral3(path: Path, seed: int) -> None:
             "max_position_embeddings": 2048}  # fmt: skip
     vision = {"model_type": "pixtral", "hidden_size": 32, "num_hidden_layers": 2,
               "intermediate_size": 64, "num_attention_heads": 4, "head_dim": 8,
-              "patch_size": 4, "image_size": 32}  # fmt: skip
+              "patch_size": 8 // merge, "image_size": 32}  # fmt: skip
     config = {
-        "model_type": "mistral3", "architectures": ["Mistral3ForConditionalGeneration"],
-        "image_token_index": ids["[IMG]"], "spatial_merge_size": 2,
+        "model_type": model_type,
+        "architectures": [f"{model_type.capitalize()}ForConditionalGeneration"],
+        "image_token_index": ids["[IMG]"], "spatial_merge_size": merge,
         "vision_feature_layer": -1, "vocab_size": ids["vocab"], "eos_token_id": [ids["</s>"]],
         "text_config": text, "vision_config": vision,
     }  # fmt: skip
     model_config = cfg.ModelConfig.from_dict(config)
     model_config.text_config = cfg.TextConfig.from_dict(text)
     model_config.vision_config = VisionConfig.from_dict(vision)
-    _save(path, mistral3.Model(model_config), config, seed)
+    _save(path, module.Model(model_config), config, seed)
 
 
 FAMILIES: dict[str, Callable[[Path, int], None]] = {
@@ -202,6 +210,7 @@ FAMILIES: dict[str, Callable[[Path, int], None]] = {
     "idefics3": _idefics3,
     "mistral3": _mistral3,
     "smolvlm": lambda path, seed: _idefics3(path, seed, "smolvlm"),
+    "pixtral": lambda path, seed: _mistral3(path, seed, "pixtral"),
 }
 
 

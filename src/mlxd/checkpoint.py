@@ -173,6 +173,7 @@ VISION_FAMILIES: dict[str, VisionFamily] = {
     "idefics3": VisionFamily("Idefics3 / SmolVLM", batches=True),
     "smolvlm": VisionFamily("SmolVLM2", batches=True),
     "mistral3": VisionFamily("Mistral 3 (Pixtral tower)", batches=True),
+    "pixtral": VisionFamily("Pixtral", batches=True),
     "qwen2_vl": VisionFamily("Qwen2-VL", batches=True),
     "qwen2_5_vl": VisionFamily("Qwen2.5-VL", batches=True),
     "qwen3_vl": VisionFamily("Qwen3-VL", batches=True),
