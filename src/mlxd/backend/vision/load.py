@@ -10,6 +10,7 @@ from typing import Any
 
 from mlx.nn.layers.base import Module
 
+from mlxd.backend.vision.probe import probe_images
 from mlxd.backend.vision.processor import VisionProcessor, placeholder_of
 from mlxd.backend.vision.text_model import TextModel
 from mlxd.checkpoint import read_json_object, vision_family
@@ -55,7 +56,10 @@ def load_vision(path: Path, *, trust_remote_code: bool) -> tuple[TextModel, Visi
     if not isinstance(token, str) or not isinstance(token_id, int):
         raise ModelBroken(f"{path.name}: its processor names no image token")
     vlm.eval()
-    return text_model, VisionParts(vlm, VisionProcessor(processor, token, token_id))
+    images = VisionProcessor(processor, token, token_id)
+    if family is None or not family.batches:
+        probe_images(path, vlm, images)
+    return text_model, VisionParts(vlm, images)
 
 
 def _check_positions(path: Path, vlm: Module, text_model: TextModel) -> None:

@@ -74,10 +74,14 @@ class VisionProcessor:
             digest.update(np.ascontiguousarray(arrays[key]).tobytes())
         return PreparedImage(arrays=arrays, tokens=tokens, digest=digest.hexdigest(), text=text)
 
+    def encode(self, text: str) -> list[int]:
+        """`text`'s ids as the processor's tokenizer gives them (no BOS/EOS added)."""
+        ids: list[int] = self._processor.tokenizer.encode(text, add_special_tokens=False)
+        return ids
+
     def _text_of(self, ids: list[int]) -> str:
-        tokenizer = self._processor.tokenizer
-        text: str = tokenizer.decode(ids, skip_special_tokens=False)
-        if tokenizer.encode(text, add_special_tokens=False) != ids:
+        text: str = self._processor.tokenizer.decode(ids, skip_special_tokens=False)
+        if self.encode(text) != ids:
             raise ValueError("the processor's image text does not tokenize back to its ids")
         return text
 
