@@ -166,18 +166,16 @@ _LLAVA_NEXT = (
     "mlx-vlm's LLaVA-Next model splices an image's features in at one image token, while its "
     "processor writes one token per feature, so no prompt fits both"
 )
+# model_type -> name of the families verified to batch (tests/vision_families.py and kin).
+_BATCHED = {
+    "llava": "LLaVA", "gemma3": "Gemma 3", "idefics3": "Idefics3 / SmolVLM",
+    "smolvlm": "SmolVLM2", "mistral3": "Mistral 3 (Pixtral tower)", "pixtral": "Pixtral",
+    "qwen2_vl": "Qwen2-VL", "qwen2_5_vl": "Qwen2.5-VL", "qwen3_vl": "Qwen3-VL",
+    "qwen3_5": "Qwen3.5",
+}  # fmt: skip
 VISION_FAMILIES: dict[str, VisionFamily] = {
-    "llava": VisionFamily("LLaVA", batches=True),
+    **{kind: VisionFamily(name, batches=True) for kind, name in _BATCHED.items()},
     "llava_next": VisionFamily("LLaVA-Next", refused=_LLAVA_NEXT),
-    "gemma3": VisionFamily("Gemma 3", batches=True),
-    "idefics3": VisionFamily("Idefics3 / SmolVLM", batches=True),
-    "smolvlm": VisionFamily("SmolVLM2", batches=True),
-    "mistral3": VisionFamily("Mistral 3 (Pixtral tower)", batches=True),
-    "pixtral": VisionFamily("Pixtral", batches=True),
-    "qwen2_vl": VisionFamily("Qwen2-VL", batches=True),
-    "qwen2_5_vl": VisionFamily("Qwen2.5-VL", batches=True),
-    "qwen3_vl": VisionFamily("Qwen3-VL", batches=True),
-    "qwen3_5": VisionFamily("Qwen3.5", batches=True),
     "mllama": VisionFamily("Llama 3.2 Vision", refused=_CROSS_ATTENTION),
     "gemma3n": VisionFamily("Gemma 3n", refused=_PER_LAYER),
 }
