@@ -13,6 +13,7 @@ make_checkpoint(path, kind) writes one of:
              cache) per global layer, ChatML template
   "hybrid"   lfm2: short-convolution layers (a recurrent ArraysCache) and attention layers
   "gated"    qwen3_next: gated delta-net layers (recurrent) and attention layers, dense MLPs
+  "gated_moe" like "gated" with a sparse MoE block (2 experts, a shared one) in every layer
   "plain"    llama, a ChatML template without tools and no tool or think tokens (like
              SmolLM2's): a model with no tool-call format and no reasoning markers
 `dtype` ("float32", "float16", "bfloat16") is the weights' type; tests use float32.
@@ -300,11 +301,25 @@ def _qwen3_next(d: dict) -> dict:
     }
 
 
+def _qwen3_next_moe(d: dict) -> dict:
+    """qwen3_next with a sparse MoE block in every layer (2 experts, one shared)."""
+    return {
+        **_qwen3_next(d),
+        "num_experts": 2,
+        "num_experts_per_tok": 1,
+        "mlp_only_layers": [],
+        "moe_intermediate_size": d["intermediate_size"] // 2,
+        "shared_expert_intermediate_size": d["intermediate_size"] // 2,
+        "norm_topk_prob": True,
+    }
+
+
 _ARCHS = {
     "chat": ("llama", _llama),
     "sliding": ("gemma3_text", _gemma3_text),
     "hybrid": ("lfm2", _lfm2),
     "gated": ("qwen3_next", _qwen3_next),
+    "gated_moe": ("qwen3_next", _qwen3_next_moe),
 }
 _TEMPLATES = {"base": None, "thinking": THINKING_TEMPLATE, "plain": PLAIN_TEMPLATE}
 

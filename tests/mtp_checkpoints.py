@@ -113,3 +113,18 @@ def make_successor_checkpoint(path: Path, *, spread: bool = False) -> Path:
     head["mtp.fc.weight"] = mx.concatenate([mx.eye(hidden), mx.zeros((hidden, hidden))], axis=1)
     mx.save_safetensors(str(path / SIDECAR), head)
     return path
+
+
+def unstack_experts(path: Path) -> Path:
+    """Rewrite the head beside `path` with its MoE experts apart, as HF ships them
+    (`mtp.layers.0.mlp.experts.<e>.<proj>.weight` for mlx-lm's stacked switch_mlp)."""
+    import mlx.core as mx
+
+    weights = dict(mx.load(str(path / SIDECAR)))
+    for name in [n for n in weights if ".mlp.switch_mlp." in n]:
+        stacked = weights.pop(name)
+        head, proj = name.split(".mlp.switch_mlp.")
+        for e in range(stacked.shape[0]):
+            weights[f"{head}.mlp.experts.{e}.{proj}"] = stacked[e]
+    mx.save_safetensors(str(path / SIDECAR), weights)
+    return path

@@ -127,3 +127,20 @@ def test_a_head_that_does_not_fit_is_refused(
     assert "\n" not in str(caught.value)
     plain = _run(engine, info, [[5, 6, 7]], max_tokens=4, ignore_eos=True)
     assert len(plain[0]) == 4  # the model itself serves as before
+
+
+def test_an_moe_head_with_its_experts_apart_loads(make_engine, tmp_path: Path) -> None:
+    """A Qwen3-Next with MoE layers and a head whose experts come apart, as HF ships them
+    (mlx-lm's layer wants them stacked): it loads and drafts, exactly."""
+    from tests.checkpoints import make_checkpoint
+    from tests.mtp_checkpoints import add_mtp_head, unstack_experts
+
+    path = unstack_experts(add_mtp_head(make_checkpoint(tmp_path / "moe", "gated_moe")))
+    engine = make_engine()
+    info = engine.load_model(path)
+    assert info.mtp_problem is None
+    params = dict(max_tokens=16, ignore_eos=True)
+    prompts = _prompts(info, 2)
+    plain = _run(engine, info, prompts, draft_kind=NONE, **params)
+    assert _run(engine, info, prompts, draft_kind=MTP, num_draft_tokens=2, **params) == plain
+    assert _counts(engine)[0] > 0

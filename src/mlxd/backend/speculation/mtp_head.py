@@ -184,6 +184,21 @@ def _read(files: list[Path], config: dict[str, Any]) -> dict[str, mx.array]:
             if shift and _is_norm(key) and value.ndim == 1:
                 value = value + 1.0
             weights[key] = value
+    return _stacked_experts(weights)
+
+
+def _stacked_experts(weights: dict[str, mx.array]) -> dict[str, mx.array]:
+    """HF keeps an MoE layer's experts apart (`mlp.experts.<e>.<proj>.weight`); mlx-lm's
+    layer stacks them (`mlp.switch_mlp.<proj>.weight`), as its sanitize does for the target."""
+    groups: dict[tuple[str, str], dict[int, mx.array]] = {}
+    for key in [k for k in weights if ".mlp.experts." in k and k.endswith(".weight")]:
+        head, rest = key.split(".mlp.experts.", 1)
+        expert, proj = rest.split(".", 1)
+        if expert.isdigit():
+            groups.setdefault((head, proj), {})[int(expert)] = weights.pop(key)
+    for (head, proj), experts in groups.items():
+        stacked = [experts[e] for e in sorted(experts)]
+        weights[f"{head}.mlp.switch_mlp.{proj}"] = mx.stack(stacked)
     return weights
 
 
