@@ -35,17 +35,22 @@ def _head_shapes(path: Path) -> dict[str, tuple[int, ...]]:
 
 
 def add_mtp_head(
-    path: Path, *, seed: int = 0, shapes: dict[str, tuple[int, ...]] | None = None
+    path: Path,
+    *,
+    seed: int = 0,
+    shapes: dict[str, tuple[int, ...]] | None = None,
+    like: Path | None = None,
 ) -> Path:
     """Write a random head beside the model at `path` (norm weights 1, or 0 on the families
-    that store zero-centred norms); `shapes` overrides some tensors' shapes. Returns path."""
+    that store zero-centred norms); `shapes` overrides some tensors' shapes; `like`: shaped
+    for that checkpoint instead (a float head beside a quantized copy). Returns path."""
     import mlx.core as mx
 
     mx.random.seed(seed)
     model_type = json.loads((path / "config.json").read_text())["model_type"]
     one = 0.0 if model_type in ("qwen3_next", "qwen3_5") else 1.0
     weights = {}
-    for name, shape in {**_head_shapes(path), **(shapes or {})}.items():
+    for name, shape in {**_head_shapes(like or path), **(shapes or {})}.items():
         if _is_norm(name):
             weights[name] = mx.full(shape, one)
         else:

@@ -144,3 +144,19 @@ def test_an_moe_head_with_its_experts_apart_loads(make_engine, tmp_path: Path) -
     plain = _run(engine, info, prompts, draft_kind=NONE, **params)
     assert _run(engine, info, prompts, draft_kind=MTP, num_draft_tokens=2, **params) == plain
     assert _counts(engine)[0] > 0
+
+
+def test_a_float_head_beside_a_quantized_target(
+    make_engine, tiny_quant_model: Path, tiny_chat_model: Path, tmp_path: Path
+) -> None:
+    """A 4-bit target with a float head (HF ships heads unquantized): the head's layer is
+    built in float, and drafts exactly."""
+    path = copy_with_head(tiny_quant_model, tmp_path / "quant-mtp", like=tiny_chat_model)
+    engine = make_engine()
+    info = engine.load_model(path)
+    assert info.mtp_problem is None
+    params = dict(max_tokens=16, ignore_eos=True)
+    prompts = _prompts(info, 2)
+    plain = _run(engine, info, prompts, draft_kind=NONE, **params)
+    assert _run(engine, info, prompts, draft_kind=MTP, num_draft_tokens=2, **params) == plain
+    assert _counts(engine)[0] > 0

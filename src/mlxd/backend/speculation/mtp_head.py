@@ -28,6 +28,8 @@ import mlx.core as mx
 from mlx.nn.layers.base import Module
 from mlx.nn.layers.linear import Linear
 from mlx.nn.layers.normalization import RMSNorm
+from mlx.nn.layers.quantized import QuantizedLinear
+from mlx.utils import tree_unflatten
 from mlx_lm.models.base import create_attention_mask
 
 from mlxd.errors import InvalidRequest
@@ -103,6 +105,8 @@ def load_mtp_head(path: Path, model: Module, config: dict[str, Any]) -> MtpHead:
     if attention is None:
         raise InvalidRequest(f"{path.name}: no attention layer to build an MTP head from")
     layer = copy.deepcopy(attention)
+    if not any(key.endswith(".scales") for key in weights):
+        _unquantized(layer)  # a float head beside a quantized target
     eps = float(text.get("rms_norm_eps", 1e-6))
     text_model = cast("Module", getattr(model, "language_model", model))  # Qwen3.5: its LM
     head = MtpHead(text_model, layer, hidden, eps)
@@ -130,6 +134,18 @@ def with_mtp_head(loaded: LoadedModel) -> LoadedModel:
         return replace(loaded, mtp=load_mtp_head(path, loaded.model, config))
     except InvalidRequest as exc:
         return replace(loaded, mtp_problem=str(exc))
+
+
+def _unquantized(layer: Module) -> None:
+    """Swap the layer's quantized linear layers for float ones of the same shapes."""
+    swaps = []
+    for name, module in layer.named_modules():  # type: ignore[no-untyped-call]
+        if isinstance(module, QuantizedLinear):
+            out_dims, packed = module.weight.shape
+            in_dims = packed * 32 // module.bits
+            swaps.append((name, Linear(in_dims, out_dims, bias="bias" in module)))
+    if swaps:
+        layer.update_modules(tree_unflatten(swaps))
 
 
 def _lm_head(target: Module, x: mx.array) -> mx.array:
