@@ -25,8 +25,11 @@ SIZES = {
 }
 
 
-def make_encoder(path: Path, seed: int = 0, pooling: str = "cls", size: str = "tiny") -> Path:
-    from mlx_embeddings.models import bert
+def make_encoder(
+    path: Path, seed: int = 0, pooling: str = "cls", size: str = "tiny", family: str = "bert"
+) -> Path:
+    """`family` "xlm-roberta": XLM-R's class, positions counted from pad_token_id + 1."""
+    from mlx_embeddings.models import bert, xlm_roberta
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
@@ -45,7 +48,11 @@ def make_encoder(path: Path, seed: int = 0, pooling: str = "cls", size: str = "t
         "pad_token_id": 0,
         "layer_norm_eps": 1e-12,
     }
-    model = bert.Model(bert.ModelArgs.from_dict(config))
+    if family == "xlm-roberta":
+        config.update(model_type="xlm-roberta", architectures=["XLMRobertaModel"])
+        config.update(type_vocab_size=1, max_position_embeddings=66)  # 65 tokens fit (pad id 0)
+    module = xlm_roberta if family == "xlm-roberta" else bert
+    model = module.Model(module.ModelArgs.from_dict(config))
     _save(path, model, config, seed)
     _sentence_transformers(path, pooling, dims["hidden_size"])
     return path

@@ -47,7 +47,7 @@ def context_window(config: Mapping[str, object], model_max_length: object = None
         for key in CONTEXT_KEYS:
             window = _positive_int(source.get(key))
             if window is not None:
-                return window
+                return window - _position_offset(config)
     limit = _positive_int(model_max_length)
     return limit if limit is not None and limit < _NO_TOKENIZER_LIMIT else None
 
@@ -65,6 +65,15 @@ def sampling_defaults(generation_config: Mapping[str, object]) -> dict[str, int 
         if isinstance(value, int | float) and not isinstance(value, bool):
             out[key] = value
     return out
+
+
+def _position_offset(config: Mapping[str, object]) -> int:
+    """Positions a RoBERTa-family encoder never gives a token: they count from pad_token_id +
+    1, so of max_position_embeddings (XLM-R's 514) that many fewer tokens fit (512)."""
+    if config.get("model_type") not in ("xlm-roberta", "roberta"):
+        return 0
+    pad = _positive_int(config.get("pad_token_id"))
+    return (pad or 0) + 1
 
 
 def _positive_int(value: object) -> int | None:

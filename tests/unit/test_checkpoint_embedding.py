@@ -70,3 +70,11 @@ def test_unreadable_modules_json_falls_back(tmp_path: Path) -> None:
     (tmp_path / "modules.json").write_text("{not json")
     assert embedding_spec(tmp_path, {"model_type": "llama"}) is None
     assert embedding_spec(tmp_path, {"model_type": "bert"}) == EmbeddingSpec("cls", True, True)
+
+
+def test_roberta_family_windows_leave_out_the_padding_offset() -> None:
+    from mlxd.checkpoint import context_window
+
+    xlmr = {"model_type": "xlm-roberta", "max_position_embeddings": 514, "pad_token_id": 1}
+    assert context_window(xlmr) == 512  # positions count from pad_token_id + 1
+    assert context_window({"model_type": "bert", "max_position_embeddings": 512}) == 512

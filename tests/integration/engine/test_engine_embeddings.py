@@ -164,3 +164,23 @@ def test_a_flat_headless_decoder_checkpoint_loads_and_agrees(
         max(abs(x - y) for x, y in zip(u, v, strict=True)) <= TOLERANCE
         for u, v in zip(a, b, strict=True)
     )
+
+
+def test_xlm_roberta_fits_its_window_and_batches(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    """XLM-R counts positions from pad_token_id + 1: 66 positions hold 65 tokens (pad id 0)."""
+    from tests.embedding_checkpoints import make_encoder
+
+    engine = make_engine()
+    info = engine.load_model(make_encoder(tmp_path / "xlmr", family="xlm-roberta"))
+    assert info.context_window == 65
+    full = engine.embed(EmbedRequest(info.name, [[5] * 65])).result(60).vectors[0]
+    assert all(math.isfinite(x) for x in full)
+    with pytest.raises(InvalidRequest, match="takes at most 65"):
+        engine.embed(EmbedRequest(info.name, [[5] * 66]))
+    rows = _rows(info, TEXTS[:8])
+    alone = [engine.embed(EmbedRequest(info.name, [r])).result(60).vectors[0] for r in rows]
+    batched = engine.embed(EmbedRequest(info.name, rows)).result(60).vectors
+    for a, b in zip(alone, batched, strict=True):
+        assert max(abs(x - y) for x, y in zip(a, b, strict=True)) <= TOLERANCE
