@@ -87,7 +87,9 @@ def test_a_model_that_needs_transformers_answers_the_same(
 ) -> None:
     legacy = tmp_path / "legacy"
     shutil.copytree(tiny_chat_model, legacy)
-    (legacy / "added_tokens.json").write_text("{}")  # legacy file: transformers reads it
+    vocab = json.loads((legacy / "tokenizer.json").read_text())["model"]["vocab"]
+    # a token tokenizer.json does not add: only transformers would add it
+    (legacy / "added_tokens.json").write_text(json.dumps({"<legacy_extra>": len(vocab) + 512}))
     fast, fast_modules = run_recording(tiny_chat_model, tmp_path / "fast.json", cli_env)
     slow, slow_modules = run_recording(legacy, tmp_path / "slow.json", cli_env)
     assert "transformers" in slow_modules and "transformers" not in fast_modules
@@ -98,5 +100,5 @@ def test_a_model_that_needs_transformers_answers_the_same(
     )  # fmt: skip
     assert json.loads(shown.stdout)["tokenizer"] == {
         "loader": "transformers",
-        "reason": "legacy added_tokens.json",
+        "reason": "added_tokens.json with tokens tokenizer.json does not add at those ids",
     }
