@@ -214,6 +214,8 @@ def make_checkpoint(
         "torch_dtype": dtype,
         "eos_token_id": _eos_id(path, template),
     }
+    if "text_config" in config:  # a wrapper's text model (llama4) reads its own fields
+        config["text_config"].update(vocab_size=vocab, max_position_embeddings=2048)
     if head_dim is not None:  # wider heads than hidden_size / heads (quantized KV groups)
         config["head_dim"] = head_dim
     module = importlib.import_module(f"mlx_lm.models.{model_type}")
@@ -314,12 +316,35 @@ def _qwen3_next_moe(d: dict) -> dict:
     }
 
 
+def _llama4(d: dict) -> dict:
+    """llama4's text model: ChunkedKVCache on three layers of four (chunks of 8 tokens, so
+    short prompts cross them), a global KVCache on the fourth; experts on the fourth too."""
+    text = {
+        **d,
+        "num_hidden_layers": 4,
+        "head_dim": d["hidden_size"] // d["num_attention_heads"],
+        "intermediate_size_mlp": d["intermediate_size"],
+        "attention_bias": False,
+        "attention_chunk_size": 8,
+        "interleave_moe_layer_step": 4,
+        "num_local_experts": 2,
+        "num_experts_per_tok": 1,
+        "rms_norm_eps": 1e-5,
+        "rope_scaling": None,
+        "rope_theta": 1e4,
+        "use_qk_norm": True,
+        "model_type": "llama4_text",
+    }
+    return {"architectures": ["Llama4ForConditionalGeneration"], "text_config": text}
+
+
 _ARCHS = {
     "chat": ("llama", _llama),
     "sliding": ("gemma3_text", _gemma3_text),
     "hybrid": ("lfm2", _lfm2),
     "gated": ("qwen3_next", _qwen3_next),
     "gated_moe": ("qwen3_next", _qwen3_next_moe),
+    "chunked": ("llama4", _llama4),
 }
 _TEMPLATES = {"base": None, "thinking": THINKING_TEMPLATE, "plain": PLAIN_TEMPLATE}
 

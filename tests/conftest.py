@@ -92,6 +92,12 @@ def tiny_gated_model(checkpoints_dir: Path) -> Path:
     return make_checkpoint(checkpoints_dir / "tiny-gated", "gated")
 
 
+@pytest.fixture(scope="session")
+def tiny_chunked_model(checkpoints_dir: Path) -> Path:
+    """llama4's text model: ChunkedKVCache layers, which mlx-lm's batch cannot merge."""
+    return make_checkpoint(checkpoints_dir / "tiny-chunked", "chunked")
+
+
 @pytest.fixture(scope="session", params=["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5"])
 def tiny_mrope_model(request: pytest.FixtureRequest, checkpoints_dir: Path) -> Path:
     """mlx-vlm's Qwen2-VL / Qwen2.5-VL / Qwen3-VL / Qwen3.5 (M-RoPE text models; Qwen3.5's

@@ -98,6 +98,8 @@ class LoadedModel:
     weight_bytes: int = 0  # the parameters' bytes as loaded (the draft's not included)
     kv: KvFootprint = field(default_factory=lambda: KvFootprint())  # what its sequences hold
     kv_headroom: int | None = None  # bytes the process could still use once it loaded
+    # Its cache layers the batch cannot merge (backend.mlx_lm.one_row): served one at a time.
+    unbatchable: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +222,9 @@ class ClusterStats:
 
 class Runner(Protocol):
     """One model's continuous batch (backend.batch.BatchRunner, or a fake in unit tests)."""
+
+    @property
+    def one_at_a_time(self) -> bool: ...  # its cache cannot be batched: one sequence at once
 
     def insert(self, seq: NewSequence) -> tuple[int, int]: ...  # (uid, prefix-cached tokens)
 

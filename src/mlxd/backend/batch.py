@@ -21,7 +21,7 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from mlxd.backend import vision
 from mlxd.backend.api import BackendConfig, LoadedModel, NewSequence, StepOutput, StepResult
-from mlxd.backend.mlx_lm import compat, row_deltas
+from mlxd.backend.mlx_lm import compat, one_row, row_deltas
 from mlxd.backend.mlx_lm import verify_step as spec_compat
 from mlxd.backend.prefill_plan import PrefillPlanner
 from mlxd.backend.prefix import PrefixCache, SnapshotKind, SnapshotPlan, SnapshotPlans
@@ -51,16 +51,22 @@ class BatchRunner:
         self.fault_hook = config.fault_hook
         self.vocab_size = loaded.vocab_size
         self._vocab = Vocabulary(loaded.vocab_size, loaded.tokenizer)
-        self.max_prefill_batch = max(1, min(config.prefill_batch, config.max_batch))
+        # A cache the batch cannot merge (mlx_lm.one_row): one row at a time (the engine admits
+        # one), no prefix cache (a snapshot is a copy the batch extracts) and no speculation.
+        unbatchable = loaded.unbatchable  # found at load (unbatchable_layers)
+        self.one_at_a_time = bool(unbatchable)
+        rows = 1 if unbatchable else config.max_batch
+        self._keeps_snapshots = prefix_cache.enabled and not unbatchable
+        self.max_prefill_batch = max(1, min(config.prefill_batch, rows))
         self.prefill_chunk = config.prefill_chunk
         self._planner = (
             PrefillPlanner(self.max_prefill_batch, config.prefill_group_tokens, self.prefill_chunk)
-            if config.prefill_group_tokens
+            if config.prefill_group_tokens and not unbatchable
             else None
         )
         self._gen = compat.new_batch_generator(
             loaded.model,
-            completion_batch_size=config.max_batch,
+            completion_batch_size=rows,
             prefill_batch_size=self.max_prefill_batch,
             prefill_step_size=self.prefill_chunk,
         )
@@ -87,6 +93,8 @@ class BatchRunner:
         reuse = self.prefix_cache.fetch(self.model_key, key, seq.boundaries.next_turn)
         cached = reuse.tokens
         cache, start = self._image_cache(prompt_ids, images, reuse.cache, cached)
+        if self.one_at_a_time:
+            cache = one_row.one_row_cache(cache or make_prompt_cache(self.loaded.model))
         plan = self._snapshots.plan(prompt_ids, key, seq.boundaries, reuse.turn, start)
         report = _FailureReport(self._failed)
         masks: list[Processor] = []
@@ -116,7 +124,7 @@ class BatchRunner:
             self._speculation().add(uid, params.draft_kind, params.num_draft_tokens or 0, fixed)
         if params.logprobs:
             self._top_n[uid] = params.top_logprobs
-        if self.prefix_cache.enabled:
+        if self._keeps_snapshots:
             self._snapshots.add(uid, plan)
         return uid, cached
 
@@ -124,9 +132,7 @@ class BatchRunner:
         """Drop sequences in any stage; their KV so far goes to the prefix cache."""
         if not uids:
             return
-        caches = self._gen.remove(
-            uids, return_prompt_caches=keep_cache and self.prefix_cache.enabled
-        )
+        caches = self._gen.remove(uids, return_prompt_caches=keep_cache and self._keeps_snapshots)
         for uid in uids:
             self._top_n.pop(uid, None)
             self._failed.pop(uid, None)
@@ -170,7 +176,7 @@ class BatchRunner:
         return compat.prefill_limit(self._gen)
 
     def follow_plan(self, limit: int) -> None:
-        compat.limit_next_prefill(self._gen, limit)
+        compat.limit_next_prefill(self._gen, min(limit, self.max_prefill_batch))
 
     def step(self, *, planned: bool = False) -> StepResult:
         """One decode step for the running batch, then one prefill chunk (`planned`: the
@@ -348,6 +354,12 @@ class _FailureReport:
 
     def __call__(self, exc: BaseException) -> None:
         self._failed.setdefault(self.uid, exc)
+
+
+def unbatchable_layers(model: object) -> tuple[str, ...]:
+    """Class names of the model's cache layers the batch cannot merge, looked at once when
+    it loads (MlxBackend.load): a model with any is served one sequence at a time."""
+    return tuple(one_row.unbatchable_layers(model))
 
 
 def release_thread_streams() -> None:

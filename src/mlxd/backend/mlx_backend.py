@@ -7,7 +7,7 @@ from pathlib import Path
 
 from mlxd.backend import blas
 from mlxd.backend.api import BackendConfig, ClusterStats, LoadedModel, PrefixCacheStats
-from mlxd.backend.batch import BatchRunner, release_thread_streams
+from mlxd.backend.batch import BatchRunner, release_thread_streams, unbatchable_layers
 from mlxd.backend.headroom import available_memory
 from mlxd.backend.kv import kv_footprint, quantize_kv
 from mlxd.backend.loader import load_checkpoint, load_with_draft
@@ -42,7 +42,12 @@ class MlxBackend:
         quantize_kv(loaded.model, self.config.kv_bits, self.config.kv_group_size)
         loaded = with_mtp_head(loaded)  # before the headroom: the head's weights count too
         room = available_memory()
-        return replace(loaded, kv=kv_footprint(loaded.model), kv_headroom=room[0] if room else None)
+        return replace(
+            loaded,
+            kv=kv_footprint(loaded.model),
+            kv_headroom=room[0] if room else None,
+            unbatchable=unbatchable_layers(loaded.model),
+        )
 
     def make_runner(self, name: str, model: LoadedModel) -> BatchRunner:
         """A runner for `model`, whose caches have the configured KV precision (backend.kv;

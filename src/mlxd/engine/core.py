@@ -206,7 +206,8 @@ class EngineCore:
         if self.runner is None:
             return
         later = []
-        for request in self.scheduler.admissible(self.model):
+        rows = 1 if self.runner.one_at_a_time else None
+        for request in self.scheduler.admissible(self.model, rows):
             if self.runner.awaits_snapshot(request.prompt_ids):
                 later.append(request)  # a running prefill is about to cache its prefix
                 continue

@@ -62,6 +62,7 @@ class ModelInfo:
     kv_headroom: int | None = None  # memory the process could still use once it loaded
     embedding: EmbeddingSpec | None = None  # an embedding model's pooling and normalizing
     mtp_problem: str | None = None  # why kind `mtp` cannot draft on it (None: it has a head)
+    unbatchable: tuple[str, ...] = ()  # cache layers the batch cannot hold: one at a time
 
     def require(self, kind: ModelKind) -> None:
         """Raise InvalidRequest (param `model`) unless this model serves `kind`."""
@@ -125,6 +126,7 @@ class ModelEntry:
             kv_headroom=loaded.kv_headroom,
             embedding=loaded.embedder.spec if loaded.embedder is not None else None,
             mtp_problem=None if loaded.mtp is not None else loaded.mtp_problem or "no MTP head",
+            unbatchable=loaded.unbatchable,
         )
         return cls(info, loaded)
 

@@ -33,10 +33,12 @@ class Scheduler:
     def add(self, request: Request) -> None:
         self.waiting.append(request)
 
-    def admissible(self, model: str | None) -> list[Request]:
-        """Pop and return the waiting requests that may start now on `model`."""
+    def admissible(self, model: str | None, rows: int | None = None) -> list[Request]:
+        """Pop and return the waiting requests that may start now on `model`, whose batch
+        holds at most `rows` sequences (None: max_batch)."""
         admitted: list[Request] = []
-        while self.waiting and len(self.running) + len(admitted) < self.max_batch:
+        limit = self.max_batch if rows is None else min(rows, self.max_batch)
+        while self.waiting and len(self.running) + len(admitted) < limit:
             head = self.waiting[0]
             if head.model != model:
                 break

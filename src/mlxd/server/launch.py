@@ -193,7 +193,8 @@ def serve(
             raise InvalidRequest(f"--draft-kind mtp: {info.mtp_problem}", param="draft_kind")
         app = create_app(engine, settings, default_model=info)
         cluster = f" ({leader.describe()})" if leader is not None else ""
-        banner = _banner(socks, info.name, _draft_note(engine, info) + cluster)
+        notes = _draft_note(engine, info) + _one_at_a_time_note(info) + cluster
+        banner = _banner(socks, info.name, notes)
         server = MlxdServer(
             _uvicorn_config(app, settings), app.state.mlxd.lifecycle, settings.drain_seconds, banner
         )
@@ -245,6 +246,12 @@ def _draft_note(engine: Engine, info: ModelInfo) -> str:
     if attached is None:
         return ""
     return f" (draft {attached.model}, {attached.kind}, {attached.num_draft_tokens} tokens)"
+
+
+def _one_at_a_time_note(info: ModelInfo) -> str:
+    if not info.unbatchable:
+        return ""
+    return f" (served one at a time: its {', '.join(info.unbatchable)} cannot be batched)"
 
 
 def _rank_failed(engine: Engine, detail: str) -> None:

@@ -47,6 +47,7 @@ class FakeRunner:
     steps: int = 0
     inserted: list[tuple[int, int]] = field(default_factory=list)  # (prompt[0], step)
     closed: bool = False
+    one_at_a_time: bool = False
 
     def insert(self, seq: NewSequence) -> tuple[int, int]:
         prompt = seq.prompt_ids

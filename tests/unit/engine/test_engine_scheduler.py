@@ -145,3 +145,15 @@ def test_kv_bytes_of_a_model(monkeypatch: pytest.MonkeyPatch) -> None:
         r"110 bytes per token\), more than the KV budget of 4000 bytes",
     ):
         kv_budget.request_bytes(30, 10, info, 4000)
+
+
+def test_a_one_row_model_admits_one_at_a_time() -> None:
+    s = Scheduler(max_batch=8, kv_budget_tokens=1000)
+    reqs = [make_request(i) for i in range(3)]
+    for r in reqs:
+        s.add(r)
+    assert s.admissible("a", rows=1) == [reqs[0]]
+    s.start(reqs[0], 0)
+    assert s.admissible("a", rows=1) == []
+    s.remove(reqs[0])
+    assert s.admissible("a", rows=1) == [reqs[1]]

@@ -112,6 +112,10 @@ class LockstepRunner:
         self.channel = channel
         inner.run_in_lockstep()
 
+    @property
+    def one_at_a_time(self) -> bool:
+        return self.inner.one_at_a_time
+
     def insert(self, seq: NewSequence) -> tuple[int, int]:
         if seq.grammar is not None or seq.images is not None:
             what = "structured output" if seq.grammar is not None else "images"
