@@ -180,9 +180,12 @@ def test_sdk_streams_parse_through_pings(claude: anthropic.Anthropic) -> None:
 def test_openai_streams_send_comments_while_prefilling(claude: anthropic.Anthropic) -> None:
     """Chat completions and Responses streams send `: keep-alive` comments during a long
     prefill; the openai SDK's streams parse through them."""
-    long_turn = [{"role": "user", "content": f"{uuid.uuid4()} " + "Paris is lovely. " * 800}]
-    chat = {"model": "default", "messages": long_turn, "max_tokens": 2, "stream": True}
-    responses = {"model": "default", "input": long_turn, "max_output_tokens": 2, "stream": True}
+
+    def long_turn() -> list[dict[str, str]]:  # a new one each time: never a prefix-cache hit
+        return [{"role": "user", "content": f"{uuid.uuid4()} " + "Paris is lovely. " * 800}]
+
+    chat = {"model": "default", "messages": long_turn(), "max_tokens": 2, "stream": True}
+    responses = {"model": "default", "input": long_turn(), "max_output_tokens": 2, "stream": True}
     base = f"{claude.base_url}/v1"
     for path, body in (("/chat/completions", chat), ("/responses", responses)):
         with httpx.stream("POST", base + path, json=body, timeout=300) as r:
@@ -190,11 +193,9 @@ def test_openai_streams_send_comments_while_prefilling(claude: anthropic.Anthrop
         first_data = next(i for i, line in enumerate(lines) if line.startswith(("data:", "event:")))
         assert ": keep-alive" in lines[first_data:], (path, lines[:8])
     client = openai_client(claude)
-    long_turn[0]["content"] = f"{uuid.uuid4()} " + "Paris is lovely. " * 800
-    chunks = list(client.chat.completions.create(**{**chat, "messages": long_turn}))
+    chunks = list(client.chat.completions.create(**{**chat, "messages": long_turn()}))
     assert chunks[-1].choices[0].finish_reason == "length"
-    long_turn[0]["content"] = f"{uuid.uuid4()} " + "Paris is lovely. " * 800
-    kinds = [e.type for e in client.responses.create(**{**responses, "input": long_turn})]
+    kinds = [e.type for e in client.responses.create(**{**responses, "input": long_turn()})]
     assert kinds[0] == "response.created" and kinds[-1] in (
         "response.completed",
         "response.incomplete",
