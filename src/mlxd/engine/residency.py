@@ -149,8 +149,8 @@ class Residency:
 
     def _note_use(self, name: str) -> None:
         self._recheck_limit = True
-        use = next((u for u in self.models.usage() if u.name == name), None)
-        limit = idle_limit(use, self.ttl) if use is not None else self.ttl or math.inf
+        entry = self.models.get(name)  # one entry, not a copy of the table: runs per finish
+        limit = idle_limit(entry.use if entry is not None else ModelUse(name), self.ttl)
         if limit < math.inf:
             self.next_check = min(self.next_check, time.monotonic() + limit)
 

@@ -106,10 +106,7 @@ async def _load(st: ServerState, req: OllamaRequest, chat: bool) -> Response:
     """Ollama's way to load a model (a request without a prompt), or with keep_alive 0 to
     unload it (a model not loaded is not loaded for that)."""
     if req.keep_alive == 0:
-        name = st.models.aliased(req.model or "default")
-        default = st.models.default
-        if name in ("", "default") and default is not None:
-            name = default.name
+        name = _served_name(st, req.model)
         if name in st.engine.stats().models_loaded:
             st.engine.keep_alive(name, 0)
         return JSONResponse(loaded(name, chat, reason="unload"))
@@ -159,10 +156,7 @@ async def tags(request: Request) -> Response:
 async def show(request: Request) -> Response:
     st = _state(request)
     req = parse(ShowRequest, await request.body(), st.settings)
-    name = st.models.aliased(req.served() or "default")
-    default = st.models.default
-    if name in ("", "default") and default is not None:
-        name = default.name
+    name = _served_name(st, req.served())
     if not await st.models.exists(name):
         raise ModelNotFound(f"model '{name}' not found", param="model")
     (facts,) = await asyncio.to_thread(_facts, st, [name])
@@ -180,6 +174,16 @@ async def ps(request: Request) -> Response:
 @router.get("/api/version")
 async def version() -> Response:
     return JSONResponse({"version": OLLAMA_API_VERSION, "mlxd": __version__})
+
+
+def _served_name(st: ServerState, requested: str | None) -> str:
+    """The served model a request names, aliases applied ("" / "default": the preloaded one),
+    without loading it."""
+    name = st.models.aliased(requested or "default")
+    default = st.models.default
+    if name in ("", "default") and default is not None:
+        return default.name
+    return name
 
 
 def _facts(st: ServerState, names: list[str]) -> list[ModelFacts]:
