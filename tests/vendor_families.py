@@ -71,6 +71,8 @@ class Family:
     enforced: bool = False  # tool_choice required/named is enforced by the grammar
     lead: tuple[str, ...] = ()  # written before an answer or calls (closing a forced <think>)
     answer_tags: tuple[str, str] | None = None  # written around an answer (Command-R7B)
+    special: tuple[str, ...] | None = None  # the vocabulary's special tokens, if not ChatML's
+    result_lead: tuple[str, ...] | None = None  # lead after a tool result (None: lead)
 
 
 DS = ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁call▁begin｜>")
@@ -227,6 +229,8 @@ FAMILIES.append(
         enforced=True,
     )
 )
+# Llama 3's vocabulary has <|python_tag|> and no <tool_call> (EOS stays the scripts' <|im_end|>).
+LLAMA_SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|python_tag|>", "<|eot_id|>")
 _LLAMA_WEATHER = json.dumps({"name": "get_weather", "parameters": WEATHER})
 FAMILIES.append(
     Family(
@@ -311,6 +315,59 @@ FAMILIES.append(
         None,
         call_marker=None,  # the instruct template does not render earlier calls
         enforced=True,
+    )
+)
+_HERMES_ONE = ["<tool_call>", "\n" + _obj("get_weather", WEATHER) + "\n", "</tool_call>"]
+_HERMES_TWO = [*_HERMES_ONE, "\n<tool_call>\n" + _obj("get_time", TIME) + "\n</tool_call>"]
+_QWEN_CODER_ONE = ["<tool_call>", _qwen_call("get_weather", WEATHER), "</tool_call>"]
+FAMILIES += [
+    Family(
+        "Qwen3-0.6B",  # Hermes JSON calls; reasoning unless enable_thinking is false
+        "hermes",
+        _HERMES_ONE,
+        _HERMES_TWO,
+        ["<think>", THOUGHT, "</think>", "Sunny."],
+        quiet_kwargs={"enable_thinking": False},
+        call_marker='<tool_call>\n{"name": "get_weather"',
+        enforced=True,
+    ),
+    Family(
+        "Qwen3-Coder",
+        "qwen3_coder",
+        _QWEN_CODER_ONE,
+        [*_QWEN_CODER_ONE, "\n<tool_call>" + _qwen_call("get_time", TIME) + "</tool_call>"],
+        None,
+        call_marker="<tool_call>\n<function=get_weather>",
+        enforced=True,
+    ),
+    Family(
+        "Llama-3.2-3B-Instruct",  # tools in the first user message; one call per turn
+        "llama3",
+        [_LLAMA_WEATHER],
+        [_LLAMA_WEATHER + "; " + json.dumps({"name": "get_time", "parameters": TIME})],
+        None,
+        call_marker='{"name": "get_weather", "parameters": ',
+        enforced=True,
+        special=LLAMA_SPECIAL,  # its template spells no tool marker: the vocabulary tells
+    ),
+]
+
+
+def _ds_v3_call(name: str, args: dict[str, Any]) -> str:
+    return DS[2] + "function" + DS_SEP + name + "\n```json\n" + _json(args) + "\n```" + DS_END
+
+
+FAMILIES.append(
+    Family(
+        "DeepSeek-R1-Distill-Qwen-32B",  # V3 call spelling; the template never shows tools
+        "deepseek",
+        [DS[0], _ds_v3_call("get_weather", WEATHER), DS[1]],
+        [DS[0], _ds_v3_call("get_weather", WEATHER), "\n" + _ds_v3_call("get_time", TIME), DS[1]],
+        [THOUGHT, "</think>", "Sunny."],  # the prompt always opens <think>
+        call_marker=DS[0] + DS[2] + "function" + DS_SEP + "get_weather",
+        enforced=True,
+        lead=("</think>",),
+        result_lead=(),  # after tool outputs its prompt opens no <think>
     )
 )
 BY_NAME = {f.name: f for f in FAMILIES}

@@ -21,7 +21,10 @@ vendors ship in their tokenizer_config.json):
   command-r7b-12-2024-tool_use.jinja
                              models/templates/CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja
                              commit 041462bd55ae7be3ddfbd7a7356f01715740c50d
-The next four are not in the index's copy of ggml-org/llama.cpp; they were read from forks
+  DeepSeek-R1-Distill-Qwen-32B.jinja
+                             models/templates/deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja
+                             commit 20bdc4fac4e8779e5b73646f4b3b24a9964aa566
+The next ones are not in the index's copy of ggml-org/llama.cpp; they were read from forks
 that keep the same models/templates/ files:
   Hermes-3-Llama-3.1-8B-tool_use.jinja  ye-NX/llama.cpp
                              models/templates/NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja
@@ -35,6 +38,13 @@ that keep the same models/templates/ files:
                              Llama 3.1's template: JSON calls, <|python_tag|> for built-in tools)
   Qwen3.5-4B.jinja           HermestoAizales/llama.cpp models/templates/Qwen3.5-4B.jinja
                              commit 0834e65824bc751ebb66596dbc2b6119687d2749
+  Qwen3-0.6B.jinja           ye-NX/llama.cpp models/templates/Qwen-Qwen3-0.6B.jinja
+                             commit b354d7c9ecb76c97c07098617cdebbdfffa2583e (CRLF line ends)
+  Llama-3.2-3B-Instruct.jinja  ye-NX/llama.cpp
+                             models/templates/meta-llama-Llama-3.2-3B-Instruct.jinja
+                             commit b354d7c9ecb76c97c07098617cdebbdfffa2583e (CRLF line ends)
+  Qwen3-Coder.jinja          wbpxre150/llama.cpp models/templates/Qwen3-Coder.jinja
+                             commit 90dd63ae86bdad1b4bb6de69379956b0ae1189bf
 """
 
 from __future__ import annotations

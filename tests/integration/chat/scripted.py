@@ -44,11 +44,13 @@ def make_scripted_checkpoint(
     script: Sequence[str],
     template: str | None = CHATML_TEMPLATE,
     successors: Mapping[str, str] | None = None,
+    special: Sequence[str] | None = None,
 ) -> Path:
     """Write a llama checkpoint whose greedy output is "".join(script) then EOS.
 
     Chunks must be distinct, non-empty strings. `successors` overrides which chunk follows
-    a chunk (a loop: a model that reasons forever). Returns `path`.
+    a chunk (a loop: a model that reasons forever). `special` replaces the vocabulary's
+    special tokens (tests/checkpoints.SPECIAL_TOKENS; it must hold EOS). Returns `path`.
     """
     import mlx.core as mx
     from mlx.utils import tree_flatten
@@ -58,7 +60,7 @@ def make_scripted_checkpoint(
         raise ValueError("script chunks must be distinct non-empty strings")
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    ids, vocab_size, eos_id = _write_tokenizer(path, script, template)
+    ids, vocab_size, eos_id = _write_tokenizer(path, script, template, special)
     hidden = -(-vocab_size // 64) * 64  # room for a one-hot per token, heads divide it
     config = {
         "model_type": "llama",
@@ -109,12 +111,13 @@ def _successor_matrix(
 
 
 def _write_tokenizer(
-    path: Path, script: Sequence[str], template: str | None
+    path: Path, script: Sequence[str], template: str | None, special: Sequence[str] | None
 ) -> tuple[list[int], int, int]:
     """The shared BPE tokenizer plus one added token per chunk not already in the vocab."""
     from tokenizers import AddedToken
 
-    tok = train_tokenizer()
+    special = list(SPECIAL_TOKENS if special is None else special)
+    tok = train_tokenizer(special=special)
     vocab = tok.get_vocab()
     new = [c for c in script if c not in vocab]
     tok.add_tokens([AddedToken(c, normalized=False, special=False) for c in new])
@@ -127,7 +130,7 @@ def _write_tokenizer(
         "unk_token": None,
         "model_max_length": 4096,
         "added_tokens_decoder": {
-            str(tok.token_to_id(t)): {"content": t, "special": True} for t in SPECIAL_TOKENS
+            str(tok.token_to_id(t)): {"content": t, "special": True} for t in special
         },
     }
     if template:

@@ -45,9 +45,12 @@ def _checkpoint(root: Path, family: Family, kind: str, script: list[str]) -> Pat
     path = root / f"family-{family.name}-{kind}"
     if kind == "answer" and family.answer_tags is not None:
         script = [family.answer_tags[0], *script, family.answer_tags[1]]
-    script = script if kind == "think" else [*family.lead, *script]
+    lead = family.lead if kind != "result" or family.result_lead is None else family.result_lead
+    script = script if kind == "think" else [*lead, *script]
     if not (path / "config.json").exists():
-        make_scripted_checkpoint(path, script, template=vendor_template(family.name))
+        make_scripted_checkpoint(
+            path, script, template=vendor_template(family.name), special=family.special
+        )
         # Command-R7B's preamble alone is over 4096 tokens of the tiny tokenizer.
         config = json.loads((path / "config.json").read_text())
         config["max_position_embeddings"] = 16384
@@ -112,7 +115,8 @@ def test_family_tool_calls_are_exact_streamed_or_whole(engine, checkpoints_dir, 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=IDS)
 def test_family_tool_result_turn_renders_into_the_template(engine, checkpoints_dir, family):
-    path = _checkpoint(checkpoints_dir, family, "answer", ANSWER)
+    kind = "answer" if family.result_lead is None else "result"
+    path = _checkpoint(checkpoints_dir, family, kind, ANSWER)
     call = {"id": "call_1", "type": "function"}
     call["function"] = {"name": "get_weather", "arguments": json.dumps(WEATHER)}
     history = _messages(
