@@ -370,4 +370,30 @@ FAMILIES.append(
         result_lead=(),  # after tool outputs its prompt opens no <think>
     )
 )
+
+
+def _harmony_call(name: str) -> str:
+    head = f"<|start|>assistant<|channel|>commentary to=functions.{name}"
+    return head + " <|constrain|>json<|message|>"
+
+
+# GPT-OSS's vocabulary has the harmony tokens (EOS stays the scripts' <|im_end|>).
+HARMONY_SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|start|>", "<|channel|>")
+HARMONY_SPECIAL += ("<|message|>", "<|end|>", "<|call|>", "<|return|>", "<|constrain|>")
+FAMILIES.append(
+    Family(
+        "gpt-oss-120b",
+        "harmony",
+        ["<|channel|>", "commentary to=functions.get_weather <|constrain|>json", "<|message|>"]
+        + [_json(WEATHER), "<|call|>"],
+        ["<|channel|>", "commentary to=functions.get_weather <|constrain|>json", "<|message|>"]
+        + [_json(WEATHER), "<|call|>", _harmony_call("get_time") + _json(TIME) + "<|call|>"],
+        ["<|channel|>", "analysis", "<|message|>", THOUGHT, "<|end|>"]
+        + ["<|start|>assistant<|channel|>final<|message|>", "Sunny."],
+        call_marker="<|start|>assistant to=functions.get_weather<|channel|>commentary json",
+        enforced=True,
+        answer_tags=("<|channel|>final<|message|>", "<|return|>"),
+        special=HARMONY_SPECIAL,
+    )
+)
 BY_NAME = {f.name: f for f in FAMILIES}

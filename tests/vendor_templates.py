@@ -43,6 +43,8 @@ that keep the same models/templates/ files:
   Llama-3.2-3B-Instruct.jinja  ye-NX/llama.cpp
                              models/templates/meta-llama-Llama-3.2-3B-Instruct.jinja
                              commit b354d7c9ecb76c97c07098617cdebbdfffa2583e (CRLF line ends)
+  gpt-oss-120b.jinja         ye-NX/llama.cpp models/templates/openai-gpt-oss-120b.jinja
+                             commit b354d7c9ecb76c97c07098617cdebbdfffa2583e (CRLF line ends)
   Qwen3-Coder.jinja          wbpxre150/llama.cpp models/templates/Qwen3-Coder.jinja
                              commit 90dd63ae86bdad1b4bb6de69379956b0ae1189bf
 """
