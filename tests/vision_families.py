@@ -11,6 +11,9 @@ writes the family's image placeholder. Built in about a second; never downloaded
   mistral3   Pixtral tower at variable resolution (longest edge 32, 8-pixel tokens): rows of
              `[IMG]` split by `[IMG_BREAK]`, ended by `[IMG_END]`
   pixtral    the same layout from Pixtral itself (4-pixel patches, no 2x2 merge)
+  llava_next anyres: a 28-pixel base image and a grid of 28-pixel tiles from the best of three
+             pinpoints, 14-pixel CLIP patches; the grid's features unpadded to the image's
+             aspect, one image_newline per feature row (a 40x30 image: 4 + 24 `<image>`)
 """
 
 from __future__ import annotations
@@ -205,12 +208,53 @@ def _mistral3(path: Path, seed: int, model_type: str = "mistral3") -> None:
     _save(path, module.Model(model_config), config, seed)
 
 
+def _llava_next(path: Path, seed: int) -> None:
+    from mlx_vlm.models.llava_next import config as cfg
+    from mlx_vlm.models.llava_next import llava_next
+
+    from tests.vision_checkpoints import VISION_TEMPLATE
+
+    ids = _tokenizer(path, ["<image>"], VISION_TEMPLATE, {
+        "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+    })  # fmt: skip
+    pinpoints = [[28, 56], [56, 28], [56, 56]]
+    _write(path / "preprocessor_config.json", {
+        "image_processor_type": "LlavaNextImageProcessor",
+        "processor_class": "LlavaNextProcessor", "image_grid_pinpoints": pinpoints,
+        "do_resize": True, "size": {"shortest_edge": 28},
+        "do_center_crop": True, "crop_size": {"height": 28, "width": 28}, "do_pad": True,
+        "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True,
+        "image_mean": _HALF, "image_std": _HALF, "do_convert_rgb": True, "resample": 3,
+    })  # fmt: skip
+    _write(path / "processor_config.json", {
+        "processor_class": "LlavaNextProcessor", "patch_size": 14, "image_token": "<image>",
+        "vision_feature_select_strategy": "default", "num_additional_image_tokens": 1,
+    })  # fmt: skip
+    text = {"model_type": "llama", **_TEXT, "rms_norm_eps": 1e-5, "vocab_size": ids["vocab"],
+            "rope_theta": 1e4, "max_position_embeddings": 2048}  # fmt: skip
+    vision = {"model_type": "clip_vision_model", "hidden_size": 32, "num_hidden_layers": 2,
+              "intermediate_size": 64, "num_attention_heads": 4, "patch_size": 14,
+              "image_size": 28, "projection_dim": 32}  # fmt: skip
+    config = {
+        "model_type": "llava_next", "architectures": ["LlavaNextForConditionalGeneration"],
+        "image_token_index": ids["<image>"], "image_grid_pinpoints": pinpoints,
+        "vision_feature_layer": -2, "vision_feature_select_strategy": "default",
+        "vocab_size": ids["vocab"], "eos_token_id": [ids["<|im_end|>"]],
+        "text_config": text, "vision_config": vision,
+    }  # fmt: skip
+    model_config = cfg.ModelConfig.from_dict(config)
+    model_config.text_config = cfg.TextConfig.from_dict(text)
+    model_config.vision_config = cfg.VisionConfig.from_dict(vision)
+    _save(path, llava_next.Model(model_config), config, seed)
+
+
 FAMILIES: dict[str, Callable[[Path, int], None]] = {
     "gemma3": _gemma3,
     "idefics3": _idefics3,
     "mistral3": _mistral3,
     "smolvlm": lambda path, seed: _idefics3(path, seed, "smolvlm"),
     "pixtral": lambda path, seed: _mistral3(path, seed, "pixtral"),
+    "llava_next": _llava_next,
 }
 
 
@@ -232,7 +276,7 @@ def _tokenizer(
         },
         "chat_template": template,
     })  # fmt: skip
-    return {**{t: tok.token_to_id(t) for t in specials}, "vocab": tok.get_vocab_size()}
+    return {**{t: tok.token_to_id(t) for t in every}, "vocab": tok.get_vocab_size()}
 
 
 def _save(

@@ -169,22 +169,15 @@ class VisionFamily:
 _UNFED = "beside the input embeddings, which mlxd's batch does not feed"
 _CROSS_ATTENTION = f"its language model reads the image through cross-attention states {_UNFED}"
 _PER_LAYER = f"its language model takes per-layer inputs {_UNFED}"
-# mlx-vlm 0.7.10's llava_next splices each image's features in at one image token, while its
-# processor writes the anyres count of them: prompt positions and features disagree.
-_LLAVA_NEXT = (
-    "mlx-vlm's LLaVA-Next model splices an image's features in at one image token, while its "
-    "processor writes one token per feature, so no prompt fits both"
-)
 # model_type -> name of the families verified to batch (tests/vision_families.py and kin).
 _BATCHED = {
     "llava": "LLaVA", "gemma3": "Gemma 3", "idefics3": "Idefics3 / SmolVLM",
     "smolvlm": "SmolVLM2", "mistral3": "Mistral 3 (Pixtral tower)", "pixtral": "Pixtral",
     "qwen2_vl": "Qwen2-VL", "qwen2_5_vl": "Qwen2.5-VL", "qwen3_vl": "Qwen3-VL",
-    "qwen3_5": "Qwen3.5",
+    "qwen3_5": "Qwen3.5", "llava_next": "LLaVA-Next",
 }  # fmt: skip
 VISION_FAMILIES: dict[str, VisionFamily] = {
     **{kind: VisionFamily(name, batches=True) for kind, name in _BATCHED.items()},
-    "llava_next": VisionFamily("LLaVA-Next", refused=_LLAVA_NEXT),
     "mllama": VisionFamily("Llama 3.2 Vision", refused=_CROSS_ATTENTION),
     "gemma3n": VisionFamily("Gemma 3n", refused=_PER_LAYER),
 }

@@ -14,7 +14,7 @@ from mlxd.errors import ModelBroken
 
 @pytest.mark.parametrize(
     ("model_type", "why"),
-    [("mllama", "cross-attention"), ("gemma3n", "per-layer inputs"), ("llava_next", "splices")],
+    [("mllama", "cross-attention"), ("gemma3n", "per-layer inputs")],
 )
 def test_refused_families_are_named_with_the_reason(
     tmp_path: Path, model_type: str, why: str

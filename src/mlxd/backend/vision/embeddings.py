@@ -20,6 +20,7 @@ from typing import Any
 import mlx.core as mx
 import numpy as np
 
+from mlxd.backend.vision.anyres import ANYRES_GRID, anyres_embeddings
 from mlxd.types import ImageInputs
 
 __all__ = ["image_features"]
@@ -73,11 +74,14 @@ def _embed_one(
     model: Any, ids: np.ndarray, arrays: dict[str, Any]
 ) -> tuple[mx.array, list[mx.array] | None]:
     """One image's embeddings, and its deepstack features per layer (Qwen3-VL; else None)."""
-    extras = {key: mx.array(value) for key, value in arrays.items()}
+    family = str(getattr(model, "model_type", "") or getattr(model.config, "model_type", ""))
+    if family == "llava_next":  # mlx-vlm's own splice does not fit its processor's prompt
+        return anyres_embeddings(model, ids, arrays), None
+    extras = {key: mx.array(value) for key, value in arrays.items() if key != ANYRES_GRID}
     pixel_values = extras.pop("pixel_values")
     batch = mx.array(ids)[None]
     features = model.get_input_embeddings(batch, pixel_values, mask=mx.ones(batch.shape), **extras)
-    unread = _UNREAD.get(str(getattr(model, "model_type", "")), frozenset())
+    unread = _UNREAD.get(family, frozenset())
     if callable(getattr(model.language_model, "get_rope_index", None)):
         unread = unread | _POSITIONS | frozenset(_DEEPSTACK)  # the M-RoPE families
     extra = [

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from mlxd.backend.vision.anyres import ANYRES_GRID, anyres_grid
 from mlxd.types import PreparedImage
 
 __all__ = ["VisionProcessor", "placeholder_of"]
@@ -61,6 +62,9 @@ class VisionProcessor:
         }
         if "pixel_values" not in arrays:
             raise ValueError("the processor gave no pixel_values")
+        grid = anyres_grid(self._processor, arrays)
+        if grid is not None:
+            arrays[ANYRES_GRID] = grid
         ids = [int(t) for t in np.asarray(out["input_ids"]).reshape(-1)]
         ids = ids[self._added[0] : len(ids) - self._added[1]]
         tokens = ids.count(self._image_token_id)
