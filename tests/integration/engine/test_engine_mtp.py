@@ -103,6 +103,26 @@ def test_a_head_that_predicts_its_target_has_every_draft_accepted(
     assert 160 / (after - before) >= 3.0  # tokens per step: 4 per forward, less the first
 
 
+@pytest.mark.parametrize("chunk", [512, 7])
+def test_the_head_primed_over_the_prompt_drafts_at_the_first_step(
+    make_engine, tmp_path: Path, chunk: int
+) -> None:
+    """The head's KV holds the prompt (prefilled whole, or in chunks of 7 tokens): the first
+    decode step already drafts, and the head that predicts its target has it all accepted
+    (4 tokens in one verify step: the sampled first token and 3 drafts)."""
+    path = make_successor_checkpoint(tmp_path / "successor")
+    engine = make_engine(prefill_chunk=chunk)
+    info = engine.load_model(path)
+    prompts = random_prompts(3, info.vocab_size, (9, 30), seed=5)
+    params = dict(max_tokens=4, ignore_eos=True, num_draft_tokens=3)
+    plain = _run(engine, info, prompts, draft_kind=NONE, **params)
+    for prompt, tokens in zip(prompts, plain, strict=True):
+        handle = engine.submit(request(info, prompt, draft_kind=MTP, **params))
+        out, finish = handle.collect()
+        assert out == tokens
+        assert (finish.timings.draft_tokens, finish.timings.accepted_draft_tokens) == (3, 3)
+
+
 def test_no_head_is_refused_in_one_line(make_engine, tiny_chat_model: Path) -> None:
     engine = make_engine()
     info = engine.load_model(tiny_chat_model)

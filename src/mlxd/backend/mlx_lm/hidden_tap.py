@@ -16,10 +16,12 @@ if TYPE_CHECKING:
 
 
 class HiddenTap:
-    """The last input of a model's final norm (batch x positions x hidden)."""
+    """The last input of a model's final norm (batch x positions x hidden); while `seen` is
+    a list, every input is appended to it too (a prefill chunk may run several forwards)."""
 
     def __init__(self) -> None:
         self.last: mx.array | None = None
+        self.seen: list[mx.array] | None = None
 
     @classmethod
     def on(cls, model: Module) -> HiddenTap | None:
@@ -35,6 +37,8 @@ class HiddenTap:
 
         def __call__(self: Any, x: mx.array, *args: Any, **kwargs: Any) -> Any:
             tap.last = x
+            if tap.seen is not None:
+                tap.seen.append(x)
             return base.__call__(self, x, *args, **kwargs)
 
         attrs = {"__call__": __call__, "_mlxd_hidden_tap": tap}

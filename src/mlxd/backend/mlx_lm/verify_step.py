@@ -30,6 +30,7 @@ from mlx_lm.sample_utils import greedy_sampler
 from mlxd.backend.kv import BatchQuantizedKVCache, RowQuantizedKVCache
 from mlxd.backend.mlx_lm.compat import BatchedGenerationBatch
 from mlxd.backend.mlx_lm.hidden_tap import HiddenTap
+from mlxd.backend.mlx_lm.prefill_tap import Primer, enable_priming
 from mlxd.backend.mlx_lm.recurrent_rollback import RecurrentRollback, recurrent_mixers
 from mlxd.backend.sampling.logits_processing import process_rows
 
@@ -44,8 +45,8 @@ if TYPE_CHECKING:
     from mlxd.backend.sampling.samplers import Sampler
 
 
-class RowDrafter(Protocol):
-    """What the verifying step asks of speculation.drafts.Drafts."""
+class RowDrafter(Primer, Protocol):
+    """What the verifying step (and the prefill, `prime`) asks of speculation.drafts.Drafts."""
 
     def propose(
         self, uids: list[int], contexts: list[list[int]], last: list[int], room: list[int]
@@ -129,12 +130,16 @@ def enable_speculation(
 ) -> None:
     """From now on each decode step of `gen` verifies the drafts `drafter` proposes
     (`model`'s recurrent layers, if any, are rolled back after each verify); `hidden`: each
-    step's pre-norm hidden states go to `drafter.observe` (an MTP head reads them)."""
+    step's pre-norm hidden states go to `drafter.observe`, each prefill's to `drafter.prime`
+    (an MTP head reads them)."""
     batch = gen._generation_batch
     batch.__class__ = SpeculativeGenerationBatch
     batch._mlxd_drafter = drafter  # type: ignore[attr-defined]
     batch._mlxd_rollback = RecurrentRollback.for_model(model)  # type: ignore[attr-defined]
-    batch._mlxd_tap = HiddenTap.on(model) if hidden else None  # type: ignore[attr-defined]
+    tap = HiddenTap.on(model) if hidden else None
+    batch._mlxd_tap = tap  # type: ignore[attr-defined]
+    if tap is not None:
+        enable_priming(gen, drafter, tap)
 
 
 class SpeculativeGenerationBatch(BatchedGenerationBatch):

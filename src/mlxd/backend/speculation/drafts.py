@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 from mlxd.backend.api import DraftCount
 from mlxd.backend.speculation.draft_policy import Acceptance, DraftPolicy
 from mlxd.types import DraftKind
 
 if TYPE_CHECKING:
+    import mlx.core as mx
+
     from mlxd.backend.speculation.mtp_drafter import MtpDrafter
 
 # Prompt lookup matches the last MAX_NGRAM..MIN_NGRAM tokens, longest first: a one-token
@@ -122,6 +124,13 @@ class Drafts:
         positions x hidden), of which each row's first `kept[i]` positions stay."""
         if self.mtp is not None:
             self.mtp.observe(uids, hidden, kept)
+
+    def prime(
+        self, uids: list[int], hidden: object, lengths: list[int], contexts: list[list[int]]
+    ) -> None:
+        """A prefill forward over rows `uids` gave these hidden states (mtp_drafter.prime)."""
+        if self.mtp is not None:
+            self.mtp.prime(uids, cast("mx.array", hidden), lengths, contexts)
 
     def _drafter(self, kind: DraftKind) -> ModelDrafter | None:
         return {DraftKind.MODEL: self.model, DraftKind.MTP: self.mtp}.get(kind)

@@ -12,8 +12,10 @@ context then holds them, `last` follows). So each proposal:
    steps (the head's own output hidden state with the previous draft) give the rest, and
    those chained entries are rewound at once.
 
-A row's head KV starts at its first decode step: the prompt's hidden states come from the
-prefill, which this does not read (not primed over the prompt; its drafts start weaker).
+The head is primed over the prompt: each prefill forward's hidden states (`prime`, from
+mlx_lm/prefill_tap.py) are fed with the prompt tokens after them to a single-row head cache
+of their own, which joins the batch's head cache at the row's first draft; the last
+position's state waits for the first sampled token, so the first decode step drafts already.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class MtpDrafter:
         self._cache: PromptCache | None = None  # one row per uid of _uids
         self._uids: list[int] = []
         self._pending: dict[int, list[mx.array]] = {}  # uid -> hidden states not yet fed
+        self._primed: dict[int, PromptCache] = {}  # uid -> its head cache until it drafts
 
     def start(self, uid: int) -> None:
         """A row of kind `mtp` joined: keep its hidden states from the next forward on."""
@@ -57,6 +60,28 @@ class MtpDrafter:
                 rows = self._pending[uid]
                 rows.extend(states[i, j] for j in range(n))
                 del rows[:-_MAX_PENDING]
+
+    def prime(
+        self, uids: list[int], hidden: mx.array, lengths: list[int], contexts: list[list[int]]
+    ) -> None:
+        """A prefill forward over rows `uids`: row i's first lengths[i] positions of `hidden`
+        are the last ones of contexts[i] (what its cache holds now). Each row of kind `mtp`
+        feeds its head cache every state whose next token is known; the last one waits."""
+        for i, (uid, n) in enumerate(zip(uids, lengths, strict=True)):
+            pending = self._pending.get(uid)
+            if pending is None or n == 0 or uid in self._uids:
+                continue
+            states = hidden[i, :n]
+            if pending:
+                states = mx.concatenate([mx.stack(pending), states])
+            pairs = states.shape[0] - 1
+            if pairs > 0:
+                cache = self._primed.setdefault(uid, [BatchKVCache([0])])
+                tokens = mx.array([contexts[i][-pairs:]], dtype=mx.uint32)
+                dtype = self.head.fc.weight.dtype
+                self.head(states[None, :pairs].astype(dtype), tokens, cache)
+                mx.eval([layer.state for layer in cache])  # type: ignore[attr-defined]
+            self._pending[uid] = [states[-1]]
 
     def propose(self, asks: list[DraftRequest]) -> list[list[int]]:
         """Per ask: its k greedy draft tokens (none for a row with no hidden state yet)."""
@@ -83,6 +108,7 @@ class MtpDrafter:
     def discard(self, uid: int) -> None:
         """The row left the batch: drop its head cache."""
         self._pending.pop(uid, None)
+        self._primed.pop(uid, None)
         if uid not in self._uids:
             return
         i = self._uids.index(uid)
@@ -93,10 +119,11 @@ class MtpDrafter:
             spec_compat.keep_rows(self._cache, [j for j in range(len(self._uids) + 1) if j != i])
 
     def _admit(self, uids: list[int]) -> None:
-        """New rows: an empty head cache each, appended to the batch."""
+        """New rows, appended to the batch: each with its primed head cache, or an empty one."""
         for uid in uids:
             self._uids.append(uid)
-            row: PromptCache = [BatchKVCache([0])]
+            row = self._primed.pop(uid, [])  # primed over its prompt, else a new one
+            row = row or [BatchKVCache([0])]
             if self._cache is None:
                 self._cache = row
             else:
