@@ -17,9 +17,10 @@ make_checkpoint(path, kind) writes one of:
   "plain"    llama, a ChatML template without tools and no tool or think tokens (like
              SmolLM2's): a model with no tool-call format and no reasoning markers
 `dtype` ("float32", "float16", "bfloat16") is the weights' type; tests use float32.
-`size` ("tiny", "small", "medium", "big", "xl", "xxl") overrides the kind's size (benchmarks use
-bigger models); `head_dim` sets the attention heads' width (llama kinds; quantized KV needs a
-multiple of its group size, 32 or more).
+`size` ("tiny", "small", "medium", "big", "long", "long2", "xl", "xxl") overrides the kind's
+size (benchmarks use bigger models); `head_dim` sets the attention heads' width (llama kinds;
+quantized KV needs a multiple of its group size, 32 or more); `window` is the context window
+(long-prompt tests: 32768).
 """
 
 from __future__ import annotations
@@ -125,6 +126,24 @@ SIZES = {
         num_attention_heads=8,
         num_key_value_heads=4,
     ),
+    # One layer: prefill evaluates only the KV cache, which needs no attention, so a 16k-token
+    # prompt costs ~0.1 s on CPU while its chunks and steps are the real ones (long-prompt tests).
+    "long": dict(
+        hidden_size=32,
+        num_hidden_layers=1,
+        intermediate_size=64,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    ),
+    # Two layers: the first one's attention runs over the whole prompt (~25 s for 16k tokens
+    # on 2 CPU cores), a long prompt that costs what it would on a real model (benchmarks).
+    "long2": dict(
+        hidden_size=32,
+        num_hidden_layers=2,
+        intermediate_size=64,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    ),
     "xl": dict(  # ~93M parameters: distributed_bench, where matmuls must outweigh the ring
         hidden_size=1024,
         num_hidden_layers=8,
@@ -160,7 +179,11 @@ def train_tokenizer(vocab_size: int = 512, special: list[str] | None = None):
 
 
 def write_tokenizer(
-    path: Path, template: str | None, vocab_size: int = 512, special: list[str] | None = None
+    path: Path,
+    template: str | None,
+    vocab_size: int = 512,
+    special: list[str] | None = None,
+    window: int = 2048,
 ) -> int:
     """Write tokenizer.json + tokenizer_config.json; return the vocabulary size."""
     special = SPECIAL_TOKENS if special is None else special
@@ -172,7 +195,7 @@ def write_tokenizer(
         "eos_token": "<|im_end|>" if template else "<|endoftext|>",
         "pad_token": "<|endoftext|>",
         "unk_token": None,
-        "model_max_length": 2048,
+        "model_max_length": window,
         "added_tokens_decoder": {
             str(tok.token_to_id(t)): {"content": t, "special": True} for t in special
         },
@@ -191,6 +214,7 @@ def make_checkpoint(
     size: str | None = None,
     vocab_size: int = 512,
     head_dim: int | None = None,
+    window: int = 2048,
 ) -> Path:
     import importlib
 
@@ -202,20 +226,20 @@ def make_checkpoint(
     path.mkdir(parents=True, exist_ok=True)
     template = _TEMPLATES.get(kind, CHATML_TEMPLATE)
     special = [t for t in SPECIAL_TOKENS if t not in PLAIN_ABSENT] if kind == "plain" else None
-    vocab = write_tokenizer(path, template, vocab_size, special)
+    vocab = write_tokenizer(path, template, vocab_size, special, window)
     dims = SIZES[size or (kind if kind in SIZES else "tiny")]
     model_type, arch = _ARCHS.get(kind, _ARCHS["chat"])
     config: dict = {
         "model_type": model_type,
         **arch(dims),
         "vocab_size": vocab,
-        "max_position_embeddings": 2048,
+        "max_position_embeddings": window,
         "tie_word_embeddings": True,
         "torch_dtype": dtype,
         "eos_token_id": _eos_id(path, template),
     }
     if "text_config" in config:  # a wrapper's text model (llama4) reads its own fields
-        config["text_config"].update(vocab_size=vocab, max_position_embeddings=2048)
+        config["text_config"].update(vocab_size=vocab, max_position_embeddings=window)
     if head_dim is not None:  # wider heads than hidden_size / heads (quantized KV groups)
         config["head_dim"] = head_dim
     module = importlib.import_module(f"mlx_lm.models.{model_type}")
