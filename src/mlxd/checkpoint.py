@@ -47,7 +47,7 @@ def context_window(config: Mapping[str, object], model_max_length: object = None
         for key in CONTEXT_KEYS:
             window = _positive_int(source.get(key))
             if window is not None:
-                return window - _position_offset(config)
+                return min(window, _rescaled_from(config) or window) - _position_offset(config)
     limit = _positive_int(model_max_length)
     return limit if limit is not None and limit < _NO_TOKENIZER_LIMIT else None
 
@@ -76,6 +76,15 @@ def _position_offset(config: Mapping[str, object]) -> int:
     return (pad or 0) + 1
 
 
+def _rescaled_from(config: Mapping[str, object]) -> int | None:
+    """Where nomic-bert's dynamic rotary scaling starts (max_trained_positions, when it sets
+    rotary_scaling_factor): past it the rotary base follows the padded batch's width, so a row
+    would embed differently alone and in a batch; the window stops there."""
+    if config.get("model_type") not in OWN_ENCODERS or not config.get("rotary_scaling_factor"):
+        return None
+    return _positive_int(config.get("max_trained_positions")) or 2048
+
+
 def _positive_int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
@@ -91,6 +100,61 @@ def read_json_object(path: Path) -> dict[str, Any]:
 
 # Encoder families (BERT, XLM-R, ModernBERT, nomic): embedding models whatever their files say.
 ENCODER_TYPES = frozenset({"bert", "xlm-roberta", "roberta", "nomic_bert", "modernbert", "e5"})
+# Encoder families mlx-embeddings runs through another family's class: RoBERTa is XLM-R's
+# network (the same weight names, positions from pad_token_id + 1) with another vocabulary.
+_ENCODER_CLASS_OF = {"roberta": "xlm_roberta"}
+# Encoder families mlxd runs with a network of its own (backend/embedding/nomic_bert.py).
+OWN_ENCODERS = frozenset({"nomic_bert"})
+# The activation_function values of nomic's gated MLPs (fc11 * act(fc12)) mlxd computes.
+NOMIC_GATES = ("swiglu", "geglu", "glu")
+
+
+def runs_own_network(config: Mapping[str, object]) -> bool:
+    """Whether mlxd computes this checkpoint with a network of its own: then config.json's
+    auto_map names code mlxd replaces and never imports, and is not a reason to refuse it."""
+    return str(config.get("model_type", "")) in OWN_ENCODERS
+
+
+def encoder_module(model_type: str) -> str:
+    """The mlx-embeddings `models` module that runs an encoder family."""
+    name = model_type.replace("-", "_")
+    return _ENCODER_CLASS_OF.get(name, name)
+
+
+def encoder_refusal(config: Mapping[str, object]) -> str | None:
+    """Why an encoder checkpoint's network is not the one its class computes, or None.
+    mlx-embeddings' XLM-R class has absolute positions and exact GELU only."""
+    model_type = str(config.get("model_type", ""))
+    if runs_own_network(config):
+        return _nomic_refusal(config)
+    if encoder_module(model_type) != "xlm_roberta":
+        return None
+    act = config.get("hidden_act", "gelu")
+    positions = config.get("position_embedding_type", "absolute")
+    if act != "gelu":
+        return f"its hidden_act {act!r} is not the exact GELU mlx-embeddings' XLM-R class runs"
+    if positions != "absolute":
+        return f"its position_embedding_type {positions!r} is not absolute"
+    return None
+
+
+def _nomic_refusal(config: Mapping[str, object]) -> str | None:
+    """The nomic-bert variants mlxd's network does not compute (every nomic-embed-text
+    checkpoint is post-norm, rotary, gated, without rotary scale_base)."""
+    act = config.get("activation_function")
+    if act not in NOMIC_GATES:
+        return f"its activation_function {act!r} is not a gated MLP ({', '.join(NOMIC_GATES)})"
+    fraction = config.get("rotary_emb_fraction")
+    if not isinstance(fraction, int | float) or not 0 < fraction <= 1:
+        return f"its rotary_emb_fraction {fraction!r} is not in (0, 1]"
+    for key in ("prenorm", "parallel_block", "use_rms_norm", "causal"):
+        if config.get(key):
+            return f"it sets {key}, which mlxd's nomic-bert network does not implement"
+    if config.get("rotary_emb_scale_base") is not None:
+        return "it sets rotary_emb_scale_base, which mlxd's nomic-bert network does not implement"
+    return None
+
+
 # sentence-transformers' pooling modes (1_Pooling/config.json keys), in the order trusted.
 _POOLING_KEYS = (
     ("pooling_mode_lasttoken", "last"),

@@ -78,3 +78,24 @@ def test_roberta_family_windows_leave_out_the_padding_offset() -> None:
     xlmr = {"model_type": "xlm-roberta", "max_position_embeddings": 514, "pad_token_id": 1}
     assert context_window(xlmr) == 512  # positions count from pad_token_id + 1
     assert context_window({"model_type": "bert", "max_position_embeddings": 512}) == 512
+
+
+def test_which_class_runs_each_encoder_family() -> None:
+    from mlxd.checkpoint import encoder_module, runs_own_network
+
+    assert [encoder_module(t) for t in ("bert", "xlm-roberta", "roberta", "modernbert")] == [
+        "bert",
+        "xlm_roberta",
+        "xlm_roberta",  # RoBERTa is XLM-R's network with another vocabulary
+        "modernbert",
+    ]
+    assert runs_own_network({"model_type": "nomic_bert"})
+    assert not runs_own_network({"model_type": "roberta"})
+
+
+def test_nomic_windows_stop_where_dynamic_rotary_scaling_starts() -> None:
+    from mlxd.checkpoint import context_window
+
+    nomic = {"model_type": "nomic_bert", "n_positions": 8192, "max_trained_positions": 2048}
+    assert context_window(nomic) == 8192  # plain rotary: the same at every width
+    assert context_window({**nomic, "rotary_scaling_factor": 2}) == 2048

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlxd.backend.api import LoadedModel
-from mlxd.checkpoint import context_window, embedding_spec, sampling_defaults
+from mlxd.checkpoint import context_window, embedding_spec, runs_own_network, sampling_defaults
 from mlxd.errors import InvalidRequest, ModelBroken, ModelNotFound, ModelRefused, one_line
 
 if TYPE_CHECKING:
@@ -175,7 +175,7 @@ def _refuse_remote_code(path: Path, config: dict[str, Any]) -> None:
     tok_config = _read_json(path / "tokenizer_config.json", required=False)
     if "model_file" in config:
         raise ModelRefused(f"{path.name} ships model code (model_file); trust_remote_code is off")
-    if "auto_map" in config or "auto_map" in tok_config:
+    if ("auto_map" in config and not runs_own_network(config)) or "auto_map" in tok_config:
         raise ModelRefused(f"{path.name} ships custom code (auto_map); trust_remote_code is off")
 
 

@@ -14,7 +14,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from mlxd.checkpoint import embedding_spec, vision_family
+from mlxd.checkpoint import (
+    embedding_spec,
+    encoder_module,
+    encoder_refusal,
+    runs_own_network,
+    vision_family,
+)
 from mlxd.errors import ModelBroken, ModelRefused, ModelTooLarge, one_line
 from mlxd.store import files as F
 from mlxd.store.containment import outside_problems
@@ -171,8 +177,14 @@ def _is_encoder(root: Path, config: dict[str, Any]) -> bool:
 
 
 def _check_encoder(config: dict[str, Any]) -> list[Problem]:
-    """An encoder embedding model runs through mlx-embeddings (the `embeddings` extra)."""
+    """An encoder embedding model runs through mlx-embeddings (the `embeddings` extra), or
+    through mlxd's own network (OWN_ENCODERS), if its class computes its variant."""
     model_type = str(config.get("model_type", ""))
+    refusal = encoder_refusal(config)
+    if refusal is not None:
+        return [_broken("unsupported", f"{model_type} checkpoint not served: {refusal}")]
+    if runs_own_network(config):
+        return []
     package = _package_dir("mlx_embeddings")
     if package is None:
         return [
@@ -181,7 +193,7 @@ def _check_encoder(config: dict[str, Any]) -> list[Problem]:
                 "an encoder embedding model needs mlx-embeddings: pip install 'mlxd[embeddings]'",
             )
         ]
-    if not (package / "models" / f"{model_type.replace('-', '_')}.py").is_file():
+    if not (package / "models" / f"{encoder_module(model_type)}.py").is_file():
         return [
             _broken("unsupported", f"model_type {model_type!r} is not supported by mlx-embeddings")
         ]
@@ -228,7 +240,9 @@ def _check_remote_code(
                 f"config.json asks to run custom code ({config['model_file']!r})",
             )
         )
-    for name, data in (("config.json", config), ("tokenizer_config.json", tok_config)):
+    own = config is not None and runs_own_network(config)
+    shipped = (("config.json", None if own else config), ("tokenizer_config.json", tok_config))
+    for name, data in shipped:
         if data and data.get("auto_map"):
             out.append(
                 Problem(

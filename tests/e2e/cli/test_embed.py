@@ -67,16 +67,22 @@ def test_errors_are_one_line(
 def test_list_and_show_report_the_embedding_kind(
     tiny_encoder_model: Path, tiny_decoder_embedding_model: Path, cli_env: dict[str, str]
 ) -> None:
+    from tests.hf_encoder_checkpoints import make_nomic, make_roberta
+
     store = Path(cli_env["MLXD_HOME"]) / "models"
     shutil.copytree(tiny_encoder_model, store / "bge-tiny")
     shutil.copytree(tiny_decoder_embedding_model, store / "qwen3-embed-tiny")
+    make_nomic(store / "nomic-tiny")  # nomic's auto_map included: never run, not refused
+    make_roberta(store / "roberta-tiny")
+    names = ("bge-tiny", "qwen3-embed-tiny", "nomic-tiny", "roberta-tiny")
     listed = run_mlxd("list", "--json", env=cli_env)
     assert listed.returncode == 0, listed.stderr
     kinds = {m["id"]: m["kind"] for m in json.loads(listed.stdout)}
-    assert kinds["bge-tiny"] == kinds["qwen3-embed-tiny"] == "embedding"
-    shown = run_mlxd("show", "bge-tiny", "--json", env=cli_env)
-    assert shown.returncode == 0 and json.loads(shown.stdout)["kind"] == "embedding"
-    for name in ("bge-tiny", "qwen3-embed-tiny"):
+    assert [kinds[n] for n in names] == ["embedding"] * 4
+    for name in ("bge-tiny", "nomic-tiny"):
+        shown = run_mlxd("show", name, "--json", env=cli_env)
+        assert shown.returncode == 0 and json.loads(shown.stdout)["kind"] == "embedding"
+    for name in names:
         health = run_mlxd("health", name, env=cli_env)
         assert health.returncode == 0, health.stdout + health.stderr
 

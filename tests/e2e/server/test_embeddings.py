@@ -1,8 +1,8 @@
 """Embeddings on a real `mlxd serve`: /v1/embeddings through the openai SDK and langchain's
 OpenAIEmbeddings, /api/embed and /api/embeddings through the ollama client, on a tiny encoder
-(BERT) and a tiny decoder (Qwen3) embedding model from the store; wrong kinds and bad inputs
-are 400 and the next request is served; embeddings beside 8 streaming chats leave the chats'
-greedy output unchanged."""
+(BERT) and a tiny decoder (Qwen3) embedding model from the store, and nomic-bert and RoBERTa
+in Hugging Face's layout; wrong kinds and bad inputs are 400 and the next request is served;
+embeddings beside 8 streaming chats leave the chats' greedy output unchanged."""
 
 from __future__ import annotations
 
@@ -18,19 +18,25 @@ import pytest
 
 from tests.e2e.server.serverproc import ServerProcess, launch, server_env
 from tests.embedding_checkpoints import make_decoder, make_encoder
+from tests.hf_encoder_checkpoints import make_nomic, make_roberta
 
 MODELS = ["bge-tiny", "qwen3-embed-tiny"]
 TEXTS = ["The capital of France is Paris.", "A dog jumps over the lazy fox.", "hello"]
 
 
 @pytest.fixture(scope="module")
-def embed_server(
-    tmp_path_factory: pytest.TempPathFactory, tiny_chat_model: Path
-) -> Iterator[ServerProcess]:
+def embed_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     home = tmp_path_factory.mktemp("embed-home")
     make_encoder(home / "mlxd" / "models" / "bge-tiny")
     make_decoder(home / "mlxd" / "models" / "qwen3-embed-tiny")
-    srv = launch(["--model", str(tiny_chat_model), "--max-batch", "8"], server_env(home))
+    make_nomic(home / "mlxd" / "models" / "nomic-tiny")
+    make_roberta(home / "mlxd" / "models" / "roberta-tiny")
+    return home
+
+
+@pytest.fixture(scope="module")
+def embed_server(embed_home: Path, tiny_chat_model: Path) -> Iterator[ServerProcess]:
+    srv = launch(["--model", str(tiny_chat_model), "--max-batch", "8"], server_env(embed_home))
     yield srv
     srv.stop()
 
@@ -77,6 +83,22 @@ def test_token_ids_and_dimensions(sdk: openai.OpenAI, http_embed: httpx.Client, 
         "/v1/embeddings", json={"model": model, "input": "x", "dimensions": 65}
     )
     assert too_wide.status_code == 400 and too_wide.json()["error"]["param"] == "dimensions"
+
+
+@pytest.mark.parametrize("model", ["nomic-tiny", "roberta-tiny"])
+def test_hugging_face_layout_encoders_answer_as_in_process(
+    sdk: openai.OpenAI, embed_home: Path, model: str
+) -> None:
+    """nomic-bert (mlxd's own network) and RoBERTa (mlx-embeddings' XLM-R class) from their
+    Hugging Face layout: the SDK gets the vectors the backend gives in this process."""
+    from mlxd.backend.loader import load_checkpoint
+
+    loaded = load_checkpoint(embed_home / "mlxd" / "models" / model)
+    assert loaded.embedder is not None
+    direct = loaded.embedder.embed([loaded.tokenizer.encode(t) for t in TEXTS])
+    out = sdk.embeddings.create(model=model, input=TEXTS)  # base64, as the SDK asks
+    assert [len(d.embedding) for d in out.data] == [32] * 3
+    assert all(_close(a.embedding, b) for a, b in zip(out.data, direct, strict=True))
 
 
 @pytest.fixture(scope="module")

@@ -1,13 +1,15 @@
 """The network of an embedding checkpoint as one call: token ids and their mask in, hidden
-states out. Encoders (BERT, XLM-R, ModernBERT) come from mlx-embeddings' model classes,
-decoders (Qwen3-Embedding) from mlx-lm's, whose inner body returns the final hidden states."""
+states out. Encoders come from mlx-embeddings' model classes (BERT, XLM-R and RoBERTa,
+ModernBERT) or mlxd's own network (nomic-bert); decoders (Qwen3-Embedding) from mlx-lm's,
+whose inner body returns the final hidden states."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mlxd.checkpoint import encoder_module, encoder_refusal, runs_own_network
 from mlxd.errors import ModelBroken
 
 if TYPE_CHECKING:
@@ -19,15 +21,25 @@ if TYPE_CHECKING:
 Body = Callable[["mx.array", "mx.array"], "mx.array"]
 
 
-def encoder_body(path: Path) -> tuple[Module, Body]:
-    """mlx-embeddings' model of an encoder checkpoint (the `embeddings` extra)."""
+def encoder_body(path: Path, config: Mapping[str, object]) -> tuple[Module, Body]:
+    """The network of an encoder checkpoint: mlxd's own for OWN_ENCODERS (nomic-bert), else
+    mlx-embeddings' class of its family (the `embeddings` extra; RoBERTa runs as XLM-R)."""
+    refusal = encoder_refusal(config)
+    if refusal is not None:
+        raise ModelBroken(f"{path.name} is not served: {refusal}")
+    if runs_own_network(config):
+        from mlxd.backend.embedding.nomic_bert import load_nomic_bert
+
+        nomic = load_nomic_bert(path, config)
+        return nomic, nomic
     try:
         from mlx_embeddings.utils import load_model
     except ImportError as exc:
         raise ModelBroken(
             f"{path.name} is an encoder embedding model: install mlxd[embeddings] to run it"
         ) from exc
-    model = load_model(path)
+    family = encoder_module(str(config.get("model_type", "")))
+    model = load_model(path, model_config={"model_type": family})
 
     def run(ids: mx.array, mask: mx.array) -> mx.array:
         out = model(ids, attention_mask=mask)

@@ -52,7 +52,7 @@ def load_embedding(
 
     try:
         if spec.encoder:
-            model, body = encoder_body(path)
+            model, body = encoder_body(path, config)
             tokenizer = load_tokenizer(path, None, trust_remote_code=trust_remote_code)
         else:
             model, tokenizer = load_embedding_body(path, trust_remote_code=trust_remote_code)
@@ -62,7 +62,8 @@ def load_embedding(
     except Exception as exc:  # any loader failure is a broken model, said in one line
         raise ModelBroken(f"cannot load {path.name}: {one_line(exc)}") from exc
     nested = config.get("text_config")
-    dims = int((nested if isinstance(nested, dict) else config).get("hidden_size") or 0)
+    sizes = nested if isinstance(nested, dict) else config
+    dims = int(sizes.get("hidden_size") or sizes.get("n_embd") or 0)  # n_embd: nomic's name
     pad = config.get("pad_token_id")
     pad_id = pad if isinstance(pad, int) else (tokenizer.pad_token_id or 0)
     return model, tokenizer, MlxEmbedder(body, spec, pad_id, dims)
