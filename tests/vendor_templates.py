@@ -24,6 +24,9 @@ vendors ship in their tokenizer_config.json):
   DeepSeek-R1-Distill-Qwen-32B.jinja
                              models/templates/deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja
                              commit 20bdc4fac4e8779e5b73646f4b3b24a9964aa566
+  Mistral-Small-3.1-24B-Instruct-2503.jinja
+                             models/templates/mistralai-Mistral-Small-3.1-24B-Instruct-2503.jinja
+                             commit 9190da2208fbaa161e10f5f0f9ab437faeacba13
 The next ones are not in the index's copy of ggml-org/llama.cpp; they were read from forks
 that keep the same models/templates/ files:
   Hermes-3-Llama-3.1-8B-tool_use.jinja  ye-NX/llama.cpp
@@ -44,6 +47,9 @@ that keep the same models/templates/ files:
                              models/templates/meta-llama-Llama-3.2-3B-Instruct.jinja
                              commit b354d7c9ecb76c97c07098617cdebbdfffa2583e (CRLF line ends)
   gpt-oss-120b.jinja         ye-NX/llama.cpp models/templates/openai-gpt-oss-120b.jinja
+                             commit b354d7c9ecb76c97c07098617cdebbdfffa2583e (CRLF line ends)
+  Mistral-Small-3.2-24B-Instruct-2506.jinja  ye-NX/llama.cpp
+                             models/templates/Mistral-Small-3.2-24B-Instruct-2506.jinja
                              commit b354d7c9ecb76c97c07098617cdebbdfffa2583e (CRLF line ends)
   Qwen3-Coder.jinja          wbpxre150/llama.cpp models/templates/Qwen3-Coder.jinja
                              commit 90dd63ae86bdad1b4bb6de69379956b0ae1189bf

@@ -33,6 +33,7 @@ from mlxd.chat.formats import detect_reasoning
 from mlxd.chat.messages import (
     check_template_kwargs,
     join_text,
+    nine_char_call_ids,
     normalize_messages,
     normalize_tools,
 )
@@ -241,6 +242,8 @@ def render_chat_text(
     if source is None:
         text = fallback_prompt(messages, tools)
         return text if add_generation_prompt else text.removesuffix(_FALLBACK_REPLY)
+    if "[TOOL_CALLS]" in source and "tool_call_id" in source:  # Mistral: 9-character ids
+        messages = nine_char_call_ids(messages)
     context: dict[str, Any] = {
         **_special_tokens(tokenizer),
         **template_kwargs,

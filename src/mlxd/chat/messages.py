@@ -10,6 +10,7 @@ developer role).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -29,6 +30,7 @@ __all__ = [
     "normalize_messages",
     "normalize_tools",
     "effort_template_kwargs",
+    "nine_char_call_ids",
 ]
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -251,3 +253,28 @@ def _tool_calls(calls: object, where: str) -> list[dict[str, Any]]:
 
 def _is_name(value: object) -> bool:
     return isinstance(value, str) and bool(value.strip())
+
+
+def nine_char_call_ids(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`messages` with every tool-call id (a call's `id`, a result's `tool_call_id`) spelled as
+    9 alphanumeric characters, as Mistral's templates demand (3.2's raises on any other length):
+    an id's last 9 alphanumerics, else a digest of it. One id maps to one spelling, so a call
+    and its result still pair."""
+
+    def nine(call_id: object) -> object:
+        if not isinstance(call_id, str):
+            return call_id
+        alnum = "".join(c for c in call_id if c.isascii() and c.isalnum())
+        return alnum[-9:] if len(alnum) >= 9 else hashlib.sha1(call_id.encode()).hexdigest()[:9]
+
+    out = []
+    for m in messages:
+        m = dict(m)
+        if "tool_call_id" in m:
+            m["tool_call_id"] = nine(m["tool_call_id"])
+        if isinstance(m.get("tool_calls"), list):
+            m["tool_calls"] = [
+                {**c, "id": nine(c["id"])} if "id" in c else c for c in m["tool_calls"]
+            ]
+        out.append(m)
+    return out

@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 from mlxd.chat.builder import fallback_prompt
-from mlxd.chat.messages import check_template_kwargs, normalize_messages, normalize_tools
+from mlxd.chat.messages import (
+    check_template_kwargs,
+    nine_char_call_ids,
+    normalize_messages,
+    normalize_tools,
+)
 from mlxd.errors import InvalidRequest
 
 TOOL = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
@@ -189,3 +194,28 @@ def test_chat_builder_text_prompt_adds_bos_once():
     assert build_text_prompt(tok, "<s>hi").token_ids == [1, ord("h"), ord("i")]
     chat = build_chat_prompt(tok, [{"role": "user", "content": "x"}])  # the fallback adds BOS
     assert chat.text == "User: x\n\nAssistant:" and chat.token_ids[:2] == [1, ord("U")]
+
+
+def test_call_ids_become_nine_alphanumerics_that_still_pair():
+    # Mistral's templates demand 9-character ids; a call and its result keep one spelling.
+    history = normalize_messages(
+        [
+            {"role": "user", "content": "hi"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": i, "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                    for i in ("call_1", "call_0123456789abcdef", "abcdefghi")
+                ],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": "1"},
+            {"role": "tool", "tool_call_id": "call_0123456789abcdef", "content": "2"},
+        ]
+    )
+    out = nine_char_call_ids(history)
+    ids = [c["id"] for c in out[1]["tool_calls"]]
+    assert ids[1:] == ["789abcdef", "abcdefghi"]
+    assert all(len(i) == 9 and i.isalnum() for i in ids) and len(set(ids)) == 3
+    assert [m["tool_call_id"] for m in out[2:]] == ids[:2]
+    assert history[2]["tool_call_id"] == "call_1"  # the input is left as it was
