@@ -10,6 +10,7 @@ to U+FFFD in mlx-lm's byte-level detokenizer; real models spell it with byte tok
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from tests.vendor_families_more import MORE
@@ -279,6 +280,16 @@ FAMILIES.append(
         None,
         call_marker=None,  # the instruct template does not render earlier calls
         enforced=True,
+    )
+)
+# K2-Thinking writes the same calls; its template spells the tokens and renders earlier calls
+# by their ids, and the model reasons in <think> first.
+FAMILIES.append(
+    replace(
+        next(f for f in FAMILIES if f.name == "Kimi-K2"),
+        name="Kimi-K2-Thinking",
+        thinking=["<think>", THOUGHT, "</think>", "Sunny."],
+        call_marker=KIMI[0] + KIMI[2] + "call_1" + KIMI_ARGS,
     )
 )
 FAMILIES += MORE

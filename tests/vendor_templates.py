@@ -27,6 +27,8 @@ vendors ship in their tokenizer_config.json):
   Mistral-Small-3.1-24B-Instruct-2503.jinja
                              models/templates/mistralai-Mistral-Small-3.1-24B-Instruct-2503.jinja
                              commit 9190da2208fbaa161e10f5f0f9ab437faeacba13
+  Kimi-K2-Thinking.jinja     models/templates/moonshotai-Kimi-K2-Thinking.jinja
+                             commit 0c3c896ea80643608b4e961eec7e1efcd844e109
 The next ones are not in the index's copy of ggml-org/llama.cpp; they were read from forks
 that keep the same models/templates/ files:
   Hermes-3-Llama-3.1-8B-tool_use.jinja  ye-NX/llama.cpp
