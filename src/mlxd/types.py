@@ -33,6 +33,7 @@ class DraftKind(StrEnum):
     NGRAM = "ngram"  # prompt lookup: the continuation of the last tokens' latest earlier match
     MODEL = "model"  # a smaller model with the same vocabulary
     MTP = "mtp"  # the checkpoint's multi-token-prediction head (backend.speculation.mtp_head)
+    DFLASH = "dflash"  # a DFlash block-diffusion drafter (backend.speculation.dflash_load)
 
 
 class ModelKind(StrEnum):

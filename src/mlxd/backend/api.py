@@ -94,6 +94,7 @@ class LoadedModel:
     draft: LoadedModel | None = None  # the draft model speculation (kind `model`) runs
     mtp: Module | None = None  # the checkpoint's MTP head (kind `mtp`: speculation.mtp_head)
     mtp_problem: str = ""  # without a head: why (no tensors, shapes that do not fit)
+    dflash: Module | None = None  # a DFlash drafter (kind `dflash`: speculation.dflash_load)
     embedder: Embedder | None = None  # an embedding model's forward pass (no runner then)
     weight_bytes: int = 0  # the parameters' bytes as loaded (the draft's not included)
     kv: KvFootprint = field(default_factory=lambda: KvFootprint())  # what its sequences hold

@@ -237,6 +237,8 @@ class BatchRunner:
             return False
         if kind is DraftKind.MTP and self.loaded.mtp is None:
             return False
+        if kind is DraftKind.DFLASH and self.loaded.dflash is None:
+            return False
         if procs or not (sampler is GREEDY or isinstance(sampler, spec_compat.DraftVerifier)):
             return False
         return self._rewindable
@@ -244,8 +246,9 @@ class BatchRunner:
     def _speculation(self) -> Drafts:
         if self._drafts is None:
             self._drafts = batch_drafts(self.loaded, self.vocab_size, self.prefill_chunk)
+            hidden = self.loaded.mtp is not None or self.loaded.dflash is not None
             spec_compat.enable_speculation(
-                self._gen, self._drafts, self.loaded.model, hidden=self.loaded.mtp is not None
+                self._gen, self._drafts, self.loaded.model, hidden=hidden
             )
         return self._drafts
 

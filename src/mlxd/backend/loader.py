@@ -171,6 +171,11 @@ def generation_defaults(path: Path) -> dict[str, int | float]:
     return sampling_defaults(_read_json(path / "generation_config.json", required=False))
 
 
+def refuse_remote_code(path: Path) -> None:
+    """Raise ModelRefused when the checkpoint at `path` ships code (trust_remote_code off)."""
+    _refuse_remote_code(path, _read_json(path / "config.json", required=True))
+
+
 def _refuse_remote_code(path: Path, config: dict[str, Any]) -> None:
     tok_config = _read_json(path / "tokenizer_config.json", required=False)
     if "model_file" in config:

@@ -10,9 +10,10 @@ from mlxd.backend.api import BackendConfig, ClusterStats, LoadedModel, PrefixCac
 from mlxd.backend.batch import BatchRunner, release_thread_streams, unbatchable_layers
 from mlxd.backend.headroom import available_memory
 from mlxd.backend.kv import kv_footprint, quantize_kv
-from mlxd.backend.loader import load_checkpoint, load_with_draft
+from mlxd.backend.loader import load_checkpoint, load_with_draft, refuse_remote_code
 from mlxd.backend.memory import free_unused
 from mlxd.backend.prefix import DiskTier, PrefixCache
+from mlxd.backend.speculation.dflash_load import check_dflash_fit, is_dflash_drafter, with_dflash
 from mlxd.backend.speculation.mtp_head import with_mtp_head
 
 
@@ -33,7 +34,9 @@ class MlxBackend:
         """The model at `path`, with the draft model at `draft` attached (speculation), its
         KV bytes per token and the memory left once it is loaded; a KV precision the model
         cannot take (backend.kv) is refused here, before any request."""
-        if draft is not None:
+        if draft is not None and is_dflash_drafter(Path(draft).expanduser()):
+            loaded = self._load_with_dflash(Path(path).expanduser(), Path(draft).expanduser())
+        elif draft is not None:
             loaded = load_with_draft(path, draft, trust_remote_code=self.trust_remote_code)
         else:
             loaded = load_checkpoint(path, trust_remote_code=self.trust_remote_code)
@@ -48,6 +51,14 @@ class MlxBackend:
             kv_headroom=room[0] if room else None,
             unbatchable=unbatchable_layers(loaded.model),
         )
+
+    def _load_with_dflash(self, path: Path, draft: Path) -> LoadedModel:
+        """The model at `path` with the DFlash drafter at `draft`: the pair is checked from
+        their configs before any weights load (speculation.dflash_load)."""
+        check_dflash_fit(path, draft)
+        if not self.trust_remote_code:
+            refuse_remote_code(draft)
+        return with_dflash(load_checkpoint(path, trust_remote_code=self.trust_remote_code), draft)
 
     def make_runner(self, name: str, model: LoadedModel) -> BatchRunner:
         """A runner for `model`, whose caches have the configured KV precision (backend.kv;

@@ -128,8 +128,8 @@ _OPTION_LIST = [
     Option("stop", "--stop", STOP, "stop when this string appears (repeatable); not emitted",
            None),
     Option("draft_kind", "--draft-kind", OptionKind.DRAFT_KIND,
-           "speculative decoding: none, ngram (prompt lookup), model (the draft model) or mtp "
-           "(the checkpoint's MTP head)",
+           "speculative decoding: none, ngram (prompt lookup), model (the draft model), mtp "
+           "(the checkpoint's MTP head) or dflash (a DFlash drafter as --draft-model)",
            "draft_kind"),
     Option("num_draft_tokens", "--num-draft-tokens", INT,
            "speculative decoding: most draft tokens verified per step", "num_draft_tokens"),

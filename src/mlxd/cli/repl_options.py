@@ -48,7 +48,8 @@ def add_generation_flags(parser: argparse.ArgumentParser) -> None:
         "--draft-model",
         metavar="REF",
         help="a smaller model with the same tokenizer that drafts tokens for speculative "
-        "decoding (as serve --draft-model; --draft-kind defaults to model then)",
+        "decoding, or a DFlash drafter made for the model (as serve --draft-model; "
+        "--draft-kind defaults to model, or dflash, then)",
     )
     add_kv_flags(parser)
     group = parser.add_argument_group(

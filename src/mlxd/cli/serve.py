@@ -85,14 +85,16 @@ def _add_engine_args(p: argparse.ArgumentParser) -> None:
         "--draft-model",
         metavar="REF",
         help="a smaller model with the same tokenizer, loaded with --model, that drafts tokens "
-        "for speculative decoding (resolved like --model)",
+        "for speculative decoding, or a DFlash drafter made for --model (resolved like "
+        "--model)",
     )
     p.add_argument(
         "--draft-kind",
-        choices=("none", "ngram", "model", "mtp"),
+        choices=("none", "ngram", "model", "mtp", "dflash"),
         help="speculative decoding for requests that do not choose (request field: "
         "draft_kind, which may turn it off): ngram = prompt lookup, model = the draft model, "
-        "mtp = the checkpoint's MTP head (default: model with --draft-model, else none)",
+        "mtp = the checkpoint's MTP head, dflash = a DFlash drafter given as --draft-model "
+        "(default: model or dflash with --draft-model, as it is, else none)",
     )
     p.add_argument(
         "--num-draft-tokens",

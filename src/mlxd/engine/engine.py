@@ -76,6 +76,14 @@ def _source(path: ModelSource | str | PathLike[str], name: str | None) -> tuple[
 MTP_HEAD = "mtp head"  # what AttachedDraft names as the model of a checkpoint's MTP head
 
 
+def _no_drafter(kind: DraftKind, info: ModelInfo) -> str:
+    """Why a request's draft kind `model` / `dflash` cannot run on `info` (one line)."""
+    wanted = "a draft model" if kind is DraftKind.MODEL else "a DFlash drafter"
+    if info.draft is None:
+        return f"no draft model is attached to {info.name}"
+    return f"{info.draft.name}, attached to {info.name}, is not {wanted} (draft_kind {kind})"
+
+
 class ModelSource(Protocol):
     """A model to load: its name and its directory (a store ModelRef is one)."""
 
@@ -252,18 +260,17 @@ class Engine:
     def _default_kind(self, info: ModelInfo) -> DraftKind:
         """The draft kind of a request that does not choose: the engine's, else `model` on a
         model loaded with a draft, else none."""
-        attached = DraftKind.MODEL if info.draft is not None else DraftKind.NONE
+        attached = info.draft.kind if info.draft is not None else DraftKind.NONE
         return self.cfg.draft_kind or attached
 
     def _with_draft(self, params: SamplingParams, info: ModelInfo) -> SamplingParams:
         """The request's speculation settings, the engine's where it left them unset."""
         kind = params.draft_kind or self._default_kind(info)
-        if kind is DraftKind.MODEL and info.draft is None:
-            if params.draft_kind is DraftKind.MODEL:
-                raise InvalidRequest(
-                    f"no draft model is attached to {info.name}", param="draft_kind"
-                )
-            kind = DraftKind.NONE  # the engine's default, on a model without a draft
+        attached = info.draft.kind if info.draft is not None else None
+        if kind in (DraftKind.MODEL, DraftKind.DFLASH) and kind is not attached:
+            if params.draft_kind is kind:
+                raise InvalidRequest(_no_drafter(kind, info), param="draft_kind")
+            kind = DraftKind.NONE  # the engine's default, on a model without such a draft
         if kind is DraftKind.MTP and info.mtp_problem is not None:
             if params.draft_kind is DraftKind.MTP:
                 raise InvalidRequest(info.mtp_problem, param="draft_kind")

@@ -24,10 +24,12 @@ from mlxd.types import DraftKind, ImageProcessor, ModelKind, Tokenizer
 
 @dataclass(frozen=True, slots=True)
 class DraftInfo:
-    """The draft model attached to a loaded model (loaded and unloaded with it)."""
+    """The draft model attached to a loaded model (loaded and unloaded with it): a draft
+    model (kind `model`) or a DFlash drafter (kind `dflash`), as the backend found it."""
 
     name: str
     path: Path
+    kind: DraftKind = field(default=DraftKind.MODEL, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +110,8 @@ class ModelEntry:
     def of(cls, name: str, loaded: LoadedModel, draft: DraftInfo | None = None) -> ModelEntry:
         """The entry of a model the backend just loaded, known to callers as `name`, with
         the draft model loaded with it."""
+        if draft is not None and loaded.dflash is not None:
+            draft = replace(draft, kind=DraftKind.DFLASH)
         info = ModelInfo(
             name=name,
             path=loaded.path,

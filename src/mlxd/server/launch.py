@@ -135,13 +135,13 @@ def resolve_draft(
     draft: str | None, kind: DraftKind | None, trust_remote_code: bool
 ) -> ModelRef | Path | None:
     """--draft-model, checked like --model before the engine starts (a directory: its path,
-    so that it is named by its folder, never by where it is); --draft-kind model without
-    one is refused."""
+    so that it is named by its folder, never by where it is); --draft-kind model or dflash
+    without one is refused."""
     from mlxd.types import DraftKind
 
     if draft is None:
-        if kind is DraftKind.MODEL:
-            raise InvalidRequest("--draft-kind model needs --draft-model", param="draft_kind")
+        if kind in (DraftKind.MODEL, DraftKind.DFLASH):
+            raise InvalidRequest(f"--draft-kind {kind} needs --draft-model", param="draft_kind")
         return None
     from mlxd.store.runnable import runnable_draft
 

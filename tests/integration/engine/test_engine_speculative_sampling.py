@@ -16,6 +16,7 @@ from mlx_lm.utils import load_model
 
 from mlxd.engine import Engine, ModelInfo
 from mlxd.types import DraftKind, FinishEvent, TokenEvent
+from tests.dflash_checkpoints import make_repeater_pair
 from tests.mtp_checkpoints import make_successor_checkpoint
 
 from .engine_helpers import request
@@ -110,7 +111,7 @@ def test_the_prompt_makes_drafts_matter(law: dict[tuple[int, ...], float]) -> No
     assert 0.3 < first < 0.8 and 0.3 < accept < 0.8
 
 
-@pytest.mark.parametrize("kind", [NGRAM, DraftKind.MODEL, DraftKind.MTP])
+@pytest.mark.parametrize("kind", [NGRAM, DraftKind.MODEL, DraftKind.MTP, DraftKind.DFLASH])
 def test_sampled_histograms_with_and_without_drafts_match_the_target(
     make_engine,
     tiny_chat_model: Path,
@@ -121,12 +122,16 @@ def test_sampled_histograms_with_and_without_drafts_match_the_target(
     """ngram drafts (about half the rows draft), the model as its own draft (its argmax:
     every row drafts, and the target gives that draft ~0.5 under top-k and temperature), and
     an MTP head that predicts its target's argmax (a one-hot q too), which the target draws
-    about half the time (tests.mtp_checkpoints, spread)."""
+    about half the time (tests.mtp_checkpoints, spread), and likewise a DFlash drafter
+    (tests.dflash_checkpoints, the repeater, spread)."""
     engine = make_engine(max_batch=32, max_queue=2000)
     draft = tiny_chat_model if kind is DraftKind.MODEL else None
     path = tiny_chat_model
     if kind is DraftKind.MTP:
         path = make_successor_checkpoint(tmp_path / "successor", spread=True)
+        law = _target_law(path)
+    if kind is DraftKind.DFLASH:
+        path, draft = make_repeater_pair(tmp_path, spread=True)
         law = _target_law(path)
     info = engine.load_model(path, draft=draft)
     n = 800

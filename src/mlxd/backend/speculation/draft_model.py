@@ -25,6 +25,7 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from mlxd.backend.mlx_lm import compat
 from mlxd.backend.mlx_lm import verify_step as spec_compat
+from mlxd.backend.speculation.dflash_drafter import DflashDrafter
 from mlxd.backend.speculation.drafts import DraftRequest, Drafts
 from mlxd.backend.speculation.mtp_drafter import MtpDrafter
 from mlxd.types import common_prefix_len
@@ -38,11 +39,15 @@ if TYPE_CHECKING:
 
 def batch_drafts(loaded: LoadedModel, vocab_size: int, prefill_chunk: int) -> Drafts:
     """One batch's speculation: prompt lookup for rows of kind `ngram`, the draft model's
-    proposals (when `loaded` has one) for rows of kind `model`, its MTP head's for `mtp`."""
+    proposals (when `loaded` has one) for rows of kind `model`, its MTP head's for `mtp`,
+    its DFlash drafter's for `dflash`."""
     draft = loaded.draft
     model = DraftModel(draft.model, vocab_size, prefill_chunk) if draft is not None else None
     head = cast("MtpHead | None", loaded.mtp)
-    return Drafts(model, MtpDrafter(head, vocab_size) if head is not None else None)
+    mtp = MtpDrafter(head, vocab_size) if head is not None else None
+    dflash = loaded.dflash
+    block = DflashDrafter(dflash, loaded.model, vocab_size) if dflash is not None else None
+    return Drafts(model, mtp, dflash=block)
 
 
 class DraftModel:

@@ -22,6 +22,7 @@ from mlxd.types import DraftKind
 if TYPE_CHECKING:
     import mlx.core as mx
 
+    from mlxd.backend.speculation.dflash_drafter import DflashDrafter
     from mlxd.backend.speculation.mtp_drafter import MtpDrafter
 
 # Prompt lookup matches the last MAX_NGRAM..MIN_NGRAM tokens, longest first: a one-token
@@ -75,8 +76,8 @@ class DraftRequest:
 
 
 class ModelDrafter(Protocol):
-    """A drafter asked after the width is chosen: a draft model (draft_model.DraftModel) or
-    an MTP head (mtp_drafter.MtpDrafter)."""
+    """A drafter asked after the width is chosen: a draft model (draft_model.DraftModel), an
+    MTP head (mtp_drafter.MtpDrafter) or a DFlash drafter (dflash_drafter.DflashDrafter)."""
 
     def propose(self, asks: list[DraftRequest]) -> list[list[int]]: ...
 
@@ -98,6 +99,7 @@ class Drafts:
 
     model: ModelDrafter | None = None  # proposes for the rows of kind `model`
     mtp: MtpDrafter | None = None  # proposes for the rows of kind `mtp`
+    dflash: DflashDrafter | None = None  # proposes for the rows of kind `dflash`
     policy: DraftPolicy = field(default_factory=DraftPolicy)  # how wide each step verifies
     rows: dict[int, _Row] = field(default_factory=dict)
     counts: dict[int, DraftCount] = field(default_factory=dict)  # since the last take_counts
@@ -112,6 +114,8 @@ class Drafts:
             self.rows[uid] = _Row(k, None, kind, fixed)
             if kind is DraftKind.MTP and self.mtp is not None:
                 self.mtp.start(uid)
+            if kind is DraftKind.DFLASH and self.dflash is not None:
+                self.dflash.start(uid)
 
     def discard(self, uid: int) -> None:
         row = self.rows.pop(uid, None)
@@ -124,6 +128,8 @@ class Drafts:
         positions x hidden), of which each row's first `kept[i]` positions stay."""
         if self.mtp is not None:
             self.mtp.observe(uids, hidden, kept)
+        if self.dflash is not None:
+            self.dflash.observe(uids, kept)  # it reads its own layers' states (LayerTap)
 
     def prime(
         self, uids: list[int], hidden: object, lengths: list[int], contexts: list[list[int]]
@@ -133,7 +139,12 @@ class Drafts:
             self.mtp.prime(uids, cast("mx.array", hidden), lengths, contexts)
 
     def _drafter(self, kind: DraftKind) -> ModelDrafter | None:
-        return {DraftKind.MODEL: self.model, DraftKind.MTP: self.mtp}.get(kind)
+        drafters = {
+            DraftKind.MODEL: self.model,
+            DraftKind.MTP: self.mtp,
+            DraftKind.DFLASH: self.dflash,
+        }
+        return drafters.get(kind)
 
     def propose(
         self, uids: list[int], contexts: list[list[int]], last: list[int], room: list[int]

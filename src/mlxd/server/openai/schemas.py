@@ -111,7 +111,7 @@ class SamplingFields(WireModel):
     n: Annotated[StrictInt, Field(ge=1, le=128)] = 1
     ignore_eos: StrictBool | None = None  # extension (as in vLLM): generate past EOS
     # Extensions: speculative decoding for this request ("none" turns the server's off).
-    draft_kind: Literal["none", "ngram", "model", "mtp"] | None = None
+    draft_kind: Literal["none", "ngram", "model", "mtp", "dflash"] | None = None
     num_draft_tokens: Annotated[StrictInt, within("num_draft_tokens")] | None = None
     response_format: ResponseFormat | None = None
 

@@ -1,0 +1,92 @@
+"""A DFlash drafter's proposals for the rows that speculate with kind `dflash`.
+
+The drafter (mlx-vlm's DFlashDraftModel, speculation.dflash_load) reads, per row, the
+target's hidden states after its `target_layer_ids` layers at the positions the target's
+cache holds (its context), and drafts a block per forward: the row's next token followed by
+K mask tokens, all attending to one another and to the context, gives K draft tokens at once.
+
+Per row it keeps its own KV cache of context positions and the hidden states the target's
+forwards left since its last draft (`observe`: only the positions each row kept, so a
+rejected draft never reaches the drafter and nothing needs rewinding). Each proposal feeds a
+row's pending states as new context (appended to its cache) with the block; the block's own
+keys are never cached (mlx-vlm's attention). A row's cache starts at its first decode step:
+the prompt's hidden states come from the prefill, which this does not read.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, cast
+
+import mlx.core as mx
+
+from mlxd.backend.mlx_lm.layer_tap import LayerTap
+
+if TYPE_CHECKING:
+    from mlx.nn.layers.base import Module
+
+    from mlxd.backend.speculation.drafts import DraftRequest
+
+# Context positions kept per row between its drafts (older ones are dropped: a gap in its KV).
+_MAX_PENDING = 64
+
+
+class DflashDrafter:
+    """Greedy block proposals of one DFlash drafter for many rows (Drafts calls)."""
+
+    def __init__(self, drafter: Module, target: Module, vocab_size: int) -> None:
+        self.drafter: Any = drafter  # mlx-vlm's class is untyped
+        self.vocab_size = vocab_size
+        config = self.drafter.config
+        self.mask_token = int(config.mask_token_id)
+        self.block_size = int(config.block_size)  # the block it was trained on: K + 1 at most
+        tap = LayerTap.on(target, list(config.target_layer_ids))
+        if tap is None:  # dflash_load checked the layer ids against the target's config
+            raise ValueError("the target's decoder layers cannot be tapped")
+        self.tap = tap
+        self._caches: dict[int, list[Any]] = {}  # uid -> the drafter's KV cache of its context
+        self._pending: dict[int, list[mx.array]] = {}  # uid -> context states not yet fed
+
+    def start(self, uid: int) -> None:
+        """A row of kind `dflash` joined: keep its hidden states from the next forward on."""
+        self._pending.setdefault(uid, [])
+
+    def observe(self, uids: list[int], kept: list[int]) -> None:
+        """The target's forward over rows `uids` just ran: each row keeps the tapped states
+        of its first kept[i] positions."""
+        hidden = self.tap.hidden()
+        if hidden is None:
+            return
+        for i, (uid, n) in enumerate(zip(uids, kept, strict=True)):
+            rows = self._pending.get(uid)
+            if rows is not None and n > 0:
+                rows.append(hidden[i : i + 1, :n])
+                while len(rows) > 1 and sum(r.shape[1] for r in rows[1:]) >= _MAX_PENDING:
+                    del rows[0]
+
+    def propose(self, asks: list[DraftRequest]) -> list[list[int]]:
+        """Per ask: up to k greedy draft tokens (none for a row with no context yet)."""
+        # One drafter forward per row: mlx-vlm's attention takes one cache offset and no
+        # mask (the block is non-causal), so rows of different context lengths cannot share
+        # a padded batch cache without attending to the padding; mlx-vlm drafts row by row.
+        drafted: list[mx.array | None] = [self._draft(ask) for ask in asks]
+        mx.eval([d for d in drafted if d is not None])
+        return [[] if d is None else cast("list[int]", d.tolist()) for d in drafted]
+
+    def discard(self, uid: int) -> None:
+        """The row left the batch: drop its cache and pending states."""
+        self._caches.pop(uid, None)
+        self._pending.pop(uid, None)
+
+    def _draft(self, ask: DraftRequest) -> mx.array | None:
+        pending = self._pending.get(ask.uid) or []
+        k = min(ask.k, self.block_size - 1)
+        if not pending or k <= 0:
+            return None
+        self._pending[ask.uid] = []
+        context = pending[0] if len(pending) == 1 else mx.concatenate(pending, axis=1)
+        cache = self._caches.get(ask.uid)
+        if cache is None:
+            cache = self._caches[ask.uid] = self.drafter.make_cache()
+        block = mx.array([[ask.last] + [self.mask_token] * k], dtype=mx.uint32)
+        logits = self.drafter(block, context, cache)[0, 1:, : self.vocab_size]
+        return mx.argmax(logits, axis=-1)
