@@ -184,3 +184,22 @@ def test_xlm_roberta_fits_its_window_and_batches(
     batched = engine.embed(EmbedRequest(info.name, rows)).result(60).vectors
     for a, b in zip(alone, batched, strict=True):
         assert max(abs(x - y) for x, y in zip(a, b, strict=True)) <= TOLERANCE
+
+
+def test_nomic_bert_alone_equals_inside_a_batch_of_32(
+    make_engine: EngineFactory, tmp_path: Path
+) -> None:
+    """mlxd's own nomic-bert network on the engine: rotary positions count from 0 in every
+    row, so right padding changes nothing; its window is n_positions (128 here)."""
+    from tests.hf_encoder_checkpoints import make_nomic
+
+    engine = make_engine(embed_step_tokens=4096)
+    info = engine.load_model(make_nomic(tmp_path / "nomic"))
+    assert info.kind is ModelKind.EMBEDDING and info.dimensions == 32
+    assert info.context_window == 128
+    rows = _rows(info, [f"search_document: {t}" for t in TEXTS])
+    alone = [engine.embed(EmbedRequest(info.name, [r])).result(60).vectors[0] for r in rows]
+    batched = engine.embed(EmbedRequest(info.name, rows)).result(60).vectors
+    for a, b in zip(alone, batched, strict=True):
+        assert max(abs(x - y) for x, y in zip(a, b, strict=True)) <= TOLERANCE
+    assert len({tuple(round(x, 4) for x in v) for v in alone}) == len(alone)

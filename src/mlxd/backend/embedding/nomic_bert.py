@@ -22,6 +22,7 @@ from mlx.nn.layers.base import Module
 from mlx.nn.layers.embedding import Embedding
 from mlx.nn.layers.linear import Linear
 from mlx.nn.layers.normalization import LayerNorm
+from mlx.nn.layers.quantized import quantize
 
 from mlxd.errors import ModelBroken
 
@@ -141,7 +142,7 @@ class _Embeddings(Module):
     def __call__(self, ids: mx.array) -> mx.array:
         out: mx.array = self.word_embeddings(ids)
         if "token_type_embeddings" in self:
-            out = out + self.token_type_embeddings.weight[0]  # one segment: type 0
+            out = out + self.token_type_embeddings(mx.array([0]))  # one segment: type 0
         return out
 
 
@@ -169,14 +170,24 @@ class NomicBert(Module):
 
 
 def load_nomic_bert(path: Path, config: Mapping[str, object]) -> NomicBert:
-    """The network of the nomic-bert checkpoint at `path`, every weight checked against it
-    (a missing or extra tensor is a ModelBroken naming it)."""
+    """The network of the nomic-bert checkpoint at `path` (float, or quantized as its config's
+    `quantization` says), every weight checked against it (a missing or extra tensor is a
+    ModelBroken naming it)."""
     model = NomicBert(NomicArgs.from_config(config))
     weights: dict[str, mx.array] = {}
     for shard in sorted(path.glob("*.safetensors")):
         weights.update(mx.load(str(shard)))  # type: ignore[arg-type]
     if not weights:
         raise ModelBroken(f"{path.name}: no *.safetensors weights")
+    quant = config.get("quantization")
+    if isinstance(quant, dict):  # an MLX conversion: each quantized layer stored its scales
+        quantize(
+            model,
+            int(quant.get("group_size", 64)),
+            int(quant.get("bits", 4)),
+            mode=str(quant.get("mode", "affine")),
+            class_predicate=lambda name, _: f"{name}.scales" in weights,
+        )
     try:
         model.load_weights(list(_sanitized(weights).items()), strict=True)
     except ValueError as exc:

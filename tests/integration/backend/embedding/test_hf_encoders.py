@@ -184,3 +184,30 @@ def test_the_gates_the_checkpoint_rules_accept_are_the_network_s() -> None:
     from mlxd.checkpoint import NOMIC_GATES
 
     assert tuple(_GATES) == NOMIC_GATES
+
+
+def test_an_mlx_quantized_nomic_checkpoint_loads_and_stays_close(tmp_path: Path) -> None:
+    """mlx-community's nomic conversions are quantized MLX checkpoints: every quantized layer
+    stores weight, scales and biases, and config.json says `quantization`."""
+    import mlx.core as mx
+    from mlx.nn.layers.quantized import quantize
+    from mlx.utils import tree_flatten
+
+    from mlxd.backend.embedding.nomic_bert import load_nomic_bert
+
+    source = make_nomic(tmp_path / "float")
+    config = json.loads((source / "config.json").read_text())
+    model = load_nomic_bert(source, config)
+    quantize(model, 32, 8)
+    quantized = make_nomic(tmp_path / "q8")
+    flat = dict(tree_flatten(model.parameters()))
+    assert "encoder.layers.0.attn.Wqkv.scales" in flat
+    mx.save_safetensors(str(quantized / "model.safetensors"), flat)
+    q_config = {**config, "quantization": {"group_size": 32, "bits": 8}}
+    (quantized / "config.json").write_text(json.dumps(q_config))
+    a, b = load_checkpoint(source), load_checkpoint(quantized)
+    assert a.embedder is not None and b.embedder is not None
+    rows = [a.tokenizer.encode(t) for t in TEXTS]
+    exact, close = np.array(a.embedder.embed(rows)), np.array(b.embedder.embed(rows))
+    assert np.abs(exact - close).max() > 0  # it did run quantized
+    assert (exact * close).sum(-1).min() >= 0.99  # cosine of unit vectors, 8 bits
