@@ -190,6 +190,14 @@ SETTINGS: dict[str, Setting[Any]] = {
         "dimension must be a multiple of it)",
         int,
     ),
+    "kv_quant_start": Setting(
+        "MLXD_KV_QUANT_START",
+        "0",
+        "quantized KV: each sequence's most recent N positions also stay in full precision "
+        "(attention reads their exact values; they cost their full-precision bytes too); 0: "
+        "every position quantized",
+        int,
+    ),
     "prefix_cache_bytes": Setting(
         "MLXD_PREFIX_CACHE_BYTES",
         str(2 << 30),

@@ -1,6 +1,6 @@
-"""--kv-bits and --kv-group-size: the KV cache's precision, for `serve` and for the in-process
-engine of `run` / `chat` (one engine setting each, `mlxd.config` SETTINGS kv_bits and
-kv_group_size; never per request)."""
+"""--kv-bits, --kv-group-size and --kv-quant-start: the KV cache's precision, for `serve`
+and for the in-process engine of `run` / `chat` (one engine setting each, `mlxd.config`
+SETTINGS kv_bits, kv_group_size and kv_quant_start; never per request)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,11 @@ import argparse
 
 from mlxd.config import KV_BITS, KV_GROUP_SIZES, SETTINGS, default
 
-KV_FLAGS = ("kv_bits", "kv_group_size")  # argparse dests, named as the engine settings
+KV_FLAGS = (
+    "kv_bits",
+    "kv_group_size",
+    "kv_quant_start",
+)  # argparse dests, named as the engine settings
 
 
 def add_kv_flags(parser: argparse.ArgumentParser) -> None:
@@ -26,6 +30,14 @@ def add_kv_flags(parser: argparse.ArgumentParser) -> None:
         choices=KV_GROUP_SIZES,
         help=f"with --kv-bits: values per quantization group (default "
         f"{default('kv_group_size')}; env {SETTINGS['kv_group_size'].env})",
+    )
+    parser.add_argument(
+        "--kv-quant-start",
+        type=int,
+        metavar="N",
+        help=f"with --kv-bits: each conversation's most recent N tokens also stay in full "
+        f"precision (closer to unquantized output, N tokens' full-precision bytes more each; "
+        f"default {default('kv_quant_start')}; env {SETTINGS['kv_quant_start'].env})",
     )
 
 

@@ -43,6 +43,7 @@ class EngineConfig:
     kv_budget_bytes: int = setting_field("kv_budget_bytes")  # 0: from memory left at load
     kv_bits: int = setting_field("kv_bits")  # 0: full precision (backend/kv)
     kv_group_size: int = setting_field("kv_group_size")
+    kv_quant_start: int = setting_field("kv_quant_start")  # recent positions kept exact
     prefix_cache_bytes: int = setting_field("prefix_cache_bytes")
     prefix_cache_dir: str = setting_field("prefix_cache_dir")  # "": no disk tier
     prefix_cache_disk_bytes: int = setting_field("prefix_cache_disk_bytes")
@@ -91,11 +92,11 @@ class EngineConfig:
             if getattr(self, name) < 1:
                 raise InvalidRequest(f"engine setting {name} must be >= 1", param=name)
         sizes = [self.max_queue, self.prefix_cache_bytes, self.prefix_cache_disk_bytes]
-        sizes.append(self.kv_budget_bytes)
+        sizes += [self.kv_budget_bytes, self.kv_quant_start]
         if min(sizes) < 0 or self.prefill_group_tokens < 0:
             raise InvalidRequest(
-                "engine settings max_queue, prefix_cache_bytes, prefix_cache_disk_bytes and "
-                "kv_budget_bytes must be >= 0"
+                "engine settings max_queue, prefix_cache_bytes, prefix_cache_disk_bytes, "
+                "kv_budget_bytes and kv_quant_start must be >= 0"
             )
         if self.kv_bits not in (0, *KV_BITS) or self.kv_group_size not in KV_GROUP_SIZES:
             raise InvalidRequest(

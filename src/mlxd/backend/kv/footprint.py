@@ -4,7 +4,9 @@ One token runs through a fresh cache of the model (`make_prompt_cache`, so at th
 precision `quantize_kv` set): each layer's arrays then hold exactly one position, whose bytes
 are that layer's cost per token (heads x head dims x dtype, or the packed words, scales and
 biases of a quantized layer). A rotating (sliding-window) layer costs that up to its window,
-a recurrent layer (no token axis) its whole state once.
+a recurrent layer (no token axis) its whole state once. A quantized layer that keeps its
+recent N positions in full precision too (`RowFullTailKVCache`) costs the quantized bytes per
+token and the full-precision ones as a window of N.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.models.cache import ArraysCache, RotatingKVCache, make_prompt_cache
 
 from mlxd.backend.api import KvFootprint
+from mlxd.backend.kv.full_tail import SPARE, RowFullTailKVCache
 
 
 def kv_footprint(model: Any) -> KvFootprint:
@@ -25,19 +28,30 @@ def kv_footprint(model: Any) -> KvFootprint:
     per_token, fixed = 0, 0
     windows: dict[int, int] = {}
     for layer in cache:
-        flat: dict[str, Any] = {}
-        tree_flatten(layer.state, destination=flat)
-        arrays = [v for v in flat.values() if isinstance(v, mx.array)]
-        mx.eval(arrays)
+        arrays = _arrays(layer.state)
         if isinstance(layer, ArraysCache):
             fixed += sum(a.nbytes for a in arrays)
             continue
-        one = sum(_one_position(a) for a in arrays)
+        window = None
         if isinstance(layer, RotatingKVCache):
-            windows[layer.max_size] = windows.get(layer.max_size, 0) + one
-        else:
+            window = layer.max_size
+        elif isinstance(layer, RowFullTailKVCache):
+            window, arrays = layer.recent + SPARE, _arrays(layer.tail)
+            per_token += sum(_one_position(a) for a in _arrays(layer.inner.state))
+        one = sum(_one_position(a) for a in arrays)
+        if window is None:
             per_token += one
+        else:
+            windows[window] = windows.get(window, 0) + one
     return KvFootprint(per_token, tuple(sorted(windows.items())), fixed)
+
+
+def _arrays(state: Any) -> list[mx.array]:
+    flat: dict[str, Any] = {}
+    tree_flatten(state, destination=flat)
+    arrays = [v for v in flat.values() if isinstance(v, mx.array)]
+    mx.eval(arrays)
+    return arrays
 
 
 def _one_position(a: mx.array) -> int:

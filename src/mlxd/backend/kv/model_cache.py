@@ -4,7 +4,8 @@ mlx-lm builds every cache of a model with `make_prompt_cache(model)`, which defe
 model's `make_cache()` when it has one (BatchGenerator for each new sequence, and mlxd's
 prefix cache, vision prefill and speculation checks). `quantize_kv` gives the loaded model a
 `make_cache` that returns the model's own layers with each plain attention `KVCache` replaced
-by a `RowQuantizedKVCache`: sliding-window (rotating) and recurrent layers keep theirs, since a
+by a `RowQuantizedKVCache` (a `RowFullTailKVCache` when recent positions stay full
+precision): sliding-window (rotating) and recurrent layers keep theirs, since a
 window is bounded already and a recurrent state has no token axis. Batches merged from such
 rows are `BatchQuantizedKVCache`s, so the whole path stays quantized.
 """
@@ -17,6 +18,7 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
+from mlxd.backend.kv.full_tail import RowFullTailKVCache
 from mlxd.backend.kv.quantized_batch import RowQuantizedKVCache
 from mlxd.config import KV_BITS, KV_GROUP_SIZES
 from mlxd.errors import InvalidRequest
@@ -24,10 +26,11 @@ from mlxd.errors import InvalidRequest
 _PLAIN = "_mlxd_plain_make_cache"  # the model's own cache maker, kept once replaced
 
 
-def quantize_kv(model: Any, bits: int, group_size: int) -> None:
+def quantize_kv(model: Any, bits: int, group_size: int, recent: int = 0) -> None:
     """From now on the model's plain attention layers cache keys and values quantized to
-    `bits` in groups of `group_size` (bits 0: full precision again). Raises InvalidRequest
-    when a layer's head dimension is not a multiple of the group size."""
+    `bits` in groups of `group_size`, each sequence's last `recent` positions also in full
+    precision (bits 0: full precision again). Raises InvalidRequest when a layer's head
+    dimension is not a multiple of the group size."""
     plain = _plain_maker(model)
     if not bits:
         if _PLAIN in vars(model):
@@ -42,7 +45,7 @@ def quantize_kv(model: Any, bits: int, group_size: int) -> None:
     _check_head_dims(model, plain, group_size)
 
     def make_cache() -> list[Any]:
-        return [_quantized(layer, bits, group_size) for layer in plain()]
+        return [_quantized(layer, bits, group_size, recent) for layer in plain()]
 
     object.__setattr__(model, "make_cache", make_cache)
 
@@ -52,6 +55,8 @@ def kv_quantization(model: Any) -> tuple[int, int] | None:
     for layer in make_prompt_cache(model):
         if isinstance(layer, RowQuantizedKVCache):
             return int(layer.bits), int(layer.group_size)
+        if isinstance(layer, RowFullTailKVCache):
+            return layer.kv_bits, layer.group_size
     return None
 
 
@@ -72,10 +77,12 @@ def _plain_maker(model: Any) -> Callable[[], list[Any]]:
     return maker
 
 
-def _quantized(layer: Any, bits: int, group_size: int) -> Any:
-    if type(layer) is KVCache:
-        return RowQuantizedKVCache(group_size=group_size, bits=bits)
-    return layer
+def _quantized(layer: Any, bits: int, group_size: int, recent: int) -> Any:
+    if type(layer) is not KVCache:
+        return layer
+    if recent:
+        return RowFullTailKVCache(group_size, bits, recent)
+    return RowQuantizedKVCache(group_size=group_size, bits=bits)
 
 
 def _check_head_dims(model: Any, plain: Callable[[], list[Any]], group_size: int) -> None:

@@ -14,7 +14,8 @@ Nothing else in mlxd reads or writes mlx-lm's private state. What we rely on:
   (`end_of_segment`, not `end_of_prompt`) when the cache holds exactly the tokens before it,
   and `extract_cache` then returns that cache and its tokens (mlx-lm's server saves its
   prompt caches this way). `first_segments` reads the segments of `_unprocessed_sequences`.
-- `trim_prompt_cache` returns the number of tokens trimmed (annotated `List[Any]`).
+- `can_trim_prompt_cache(cache)` says whether every layer is trimmable; each layer's `trim(n)`
+  returns how many positions it cut (`trim_cache` takes the least).
 - `TokenizerWrapper._detokenizer` is the prototype `detokenizer` copies; the BPE one drops
   the first token's leading space in `_maybe_trim_space`: `keep_leading_space` turns that off,
   so that streamed text equals `tokenizer.decode(ids)`; its `_decode_bytes(text)` turns the
@@ -69,7 +70,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 import mlx.core as mx
 from mlx_lm import tokenizer_utils, utils
 from mlx_lm.generate import BatchGenerator, GenerationBatch, StopSequences
-from mlx_lm.models.cache import BatchKVCache, trim_prompt_cache
+from mlx_lm.models.cache import BatchKVCache, can_trim_prompt_cache
 from mlx_lm.tokenizer_utils import BPEStreamingDetokenizer, TokenizerWrapper, _byte_decoder
 
 from mlxd.backend.sampling.logits_processing import BatchBias, process_rows
@@ -380,9 +381,12 @@ def prefill_limit(gen: BatchGen) -> int:
 
 
 def trim_cache(cache: PromptCache, tokens: int) -> int:
-    """Trim `tokens` from the end of a trimmable cache, in place; returns how many went."""
-    trimmed: object = trim_prompt_cache(cache, tokens)
-    return trimmed if isinstance(trimmed, int) else 0
+    """Trim `tokens` from the end of a trimmable cache, in place; returns how many went from
+    every layer (the least: a layer may refuse, backend.kv's full-precision tail does)."""
+    if not cache or not can_trim_prompt_cache(cache):
+        return 0
+    trimmed = [layer.trim(tokens) for layer in cache]  # type: ignore[attr-defined]
+    return min(n if isinstance(n, int) else 0 for n in trimmed)
 
 
 def load(

@@ -27,7 +27,12 @@ from mlx_lm.generate import GenerationBatch
 from mlx_lm.models.cache import ArraysCache, BatchKVCache, KVCache, make_prompt_cache
 from mlx_lm.sample_utils import greedy_sampler
 
-from mlxd.backend.kv import BatchQuantizedKVCache, RowQuantizedKVCache
+from mlxd.backend.kv import (
+    BatchFullTailKVCache,
+    BatchQuantizedKVCache,
+    RowFullTailKVCache,
+    RowQuantizedKVCache,
+)
 from mlxd.backend.mlx_lm.compat import BatchedGenerationBatch
 from mlxd.backend.mlx_lm.hidden_tap import HiddenTap
 from mlxd.backend.mlx_lm.prefill_tap import Primer, enable_priming
@@ -35,8 +40,8 @@ from mlxd.backend.mlx_lm.recurrent_rollback import RecurrentRollback, recurrent_
 from mlxd.backend.sampling.logits_processing import process_rows
 
 # Single-row caches a batch row of which can be rewound, and those batches.
-_ROW_KV = (KVCache, RowQuantizedKVCache)
-_BATCH_KV = (BatchKVCache, BatchQuantizedKVCache)
+_ROW_KV = (KVCache, RowQuantizedKVCache, RowFullTailKVCache)
+_BATCH_KV = (BatchKVCache, BatchQuantizedKVCache, BatchFullTailKVCache)
 
 if TYPE_CHECKING:
     from mlx.nn.layers.base import Module
