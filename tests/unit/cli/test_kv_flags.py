@@ -1,4 +1,5 @@
-"""--kv-bits / --kv-group-size: one engine setting each, for serve and the CLI's own engine."""
+"""--kv-bits / --kv-group-size / --kv-quant-start: one engine setting each, for serve and
+the CLI's own engine."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from mlxd.errors import InvalidRequest
 
 @pytest.mark.parametrize("command", ["serve", "run", "chat"])
 def test_flags_become_engine_overrides(command: str) -> None:
-    args = build_parser([command]).parse_args([command, "--kv-bits", "8", "--kv-group-size", "32"])
-    assert kv_overrides(args) == {"kv_bits": 8, "kv_group_size": 32}
+    flags = ["--kv-bits", "8", "--kv-group-size", "32", "--kv-quant-start", "256"]
+    args = build_parser([command]).parse_args([command, *flags])
+    assert kv_overrides(args) == {"kv_bits": 8, "kv_group_size": 32, "kv_quant_start": 256}
     assert kv_overrides(build_parser([command]).parse_args([command])) == {}
 
 
@@ -30,3 +32,13 @@ def test_kv_bits_is_the_servers_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     args = argparse.Namespace(server=None, local=False, kv_bits=8)
     with pytest.raises(InvalidRequest, match="--kv-bits is the server's choice"):
         server_of(args)
+    args = argparse.Namespace(server=None, local=False, kv_quant_start=64)
+    with pytest.raises(InvalidRequest, match="--kv-quant-start is the server's choice"):
+        server_of(args)
+
+
+def test_a_negative_quant_start_is_refused() -> None:
+    from mlxd.engine import EngineConfig
+
+    with pytest.raises(InvalidRequest, match="kv_quant_start"):
+        EngineConfig.from_settings(kv_quant_start=-1)
