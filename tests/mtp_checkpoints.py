@@ -5,6 +5,9 @@
   add_mtp_head(path, shapes=...)  the same with some tensors reshaped (a head that does not fit)
   make_successor_checkpoint(path) a llama whose greedy next token is succ(current token), with
                                   a head computing the same function (it predicts exactly)
+  make_nextn_checkpoint(path, f)  a GLM-4 MoE or DeepSeek-V3 whose random next-token layer sits
+                                  in its own safetensors at model.layers.<num_hidden_layers>
+                                  (enorm, hnorm, eh_proj, shared_head, experts apart)
 """
 
 from __future__ import annotations
@@ -19,14 +22,14 @@ SIDECAR = "mtp.safetensors"
 
 
 def _head_shapes(path: Path) -> dict[str, tuple[int, ...]]:
-    """`mtp.*` name -> shape of a head fitting the model at `path`: its first attention
+    """`mtp.*` name -> shape of a head fitting the model at `path`: its last attention
     layer's tensors under mtp.layers.0, fc (hidden x 2 hidden), the norms."""
     from mlx.utils import tree_flatten
     from mlx_lm.utils import load_model
 
     model, config = load_model(path)
     hidden = config.get("text_config", config)["hidden_size"]
-    layer = next(layer for layer in model.layers if "self_attn" in layer)
+    layer = next(layer for layer in reversed(model.layers) if "self_attn" in layer)
     shapes = {f"mtp.layers.0.{k}": tuple(v.shape) for k, v in tree_flatten(layer.parameters())}
     shapes["mtp.fc.weight"] = (hidden, 2 * hidden)
     for norm in ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm"):
@@ -133,3 +136,85 @@ def unstack_experts(path: Path) -> Path:
             weights[f"{head}.mlp.experts.{e}.{proj}"] = stacked[e]
     mx.save_safetensors(str(path / SIDECAR), weights)
     return path
+
+
+_NEXTN_FAMILIES = {
+    "glm4_moe": dict(
+        intermediate_size=128, head_dim=16, use_qk_norm=True, attention_bias=True,
+        partial_rotary_factor=0.5,
+    ),
+    "deepseek_v3": dict(
+        intermediate_size=128, kv_lora_rank=16, q_lora_rank=None, qk_rope_head_dim=8,
+        qk_nope_head_dim=8, v_head_dim=16, topk_method="noaux_tc", scoring_func="sigmoid",
+        moe_layer_freq=1, attention_bias=False,
+    ),
+}  # fmt: skip
+
+
+def make_nextn_checkpoint(
+    path: Path, family: str = "glm4_moe", *, sidecar: bool = False, seed: int = 0
+) -> Path:
+    """A two-layer MoE of mlx-lm's `family` (glm4_moe or deepseek_v3: a dense first layer,
+    then a sparse one), its weights random, with a next-token layer as HF ships one: an MoE
+    decoder layer's tensors (experts apart; DeepSeek's attention with its kv_b_proj, which
+    mlx-lm's sanitize splits) plus enorm, hnorm, eh_proj, shared_head.norm and the repeated
+    embeddings / lm_head, under model.layers.2 of model.safetensors (`sidecar`: of an
+    mtp.safetensors beside it; mlx-lm's deepseek_v3 drops model.layers.61 only, so a tiny
+    one carries its head so). Returns path."""
+    import importlib
+
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
+    make_checkpoint(path, "chat")
+    config = json.loads((path / "config.json").read_text())
+    hidden = 64
+    config.update(
+        model_type=family, hidden_size=hidden, moe_intermediate_size=32, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, n_group=1, topk_group=1,
+        n_shared_experts=1, n_routed_experts=4, num_experts_per_tok=2,
+        routed_scaling_factor=1.0, first_k_dense_replace=1, norm_topk_prob=True,
+        rms_norm_eps=1e-5, rope_theta=1e4, rope_scaling=None, tie_word_embeddings=False,
+        num_nextn_predict_layers=1, **_NEXTN_FAMILIES[family],
+    )  # fmt: skip
+    module = importlib.import_module(f"mlx_lm.models.{family}")
+    mx.random.seed(seed)
+    model = module.Model(module.ModelArgs.from_dict(config))
+    weights = {k: _random(k, v.shape) for k, v in tree_flatten(model.parameters())}
+    nextn = "model.layers.2."
+    for key, value in list(weights.items()):
+        if key.startswith("model.layers.1."):  # the head's layer: shaped as the MoE one
+            weights.update(_apart(nextn + key.removeprefix("model.layers.1."), value))
+    if family == "deepseek_v3":  # HF ships kv_b_proj; mlx-lm's sanitize splits it
+        for part in ("embed_q", "unembed_out"):
+            del weights[f"{nextn}self_attn.{part}.weight"]
+        rows = config["num_attention_heads"] * (config["qk_nope_head_dim"] + config["v_head_dim"])
+        kv_b = _random("kv_b_proj.weight", (rows, config["kv_lora_rank"]))
+        weights[f"{nextn}self_attn.kv_b_proj.weight"] = kv_b
+    for name in ("enorm", "hnorm", "shared_head.norm"):
+        weights[f"{nextn}{name}.weight"] = _random(name + ".weight", (hidden,))
+    weights[f"{nextn}eh_proj.weight"] = _random("eh_proj.weight", (hidden, 2 * hidden))
+    weights[f"{nextn}embed_tokens.weight"] = weights["model.embed_tokens.weight"]
+    weights[f"{nextn}shared_head.head.weight"] = weights["lm_head.weight"]
+    for f in path.glob("*.safetensors"):
+        f.unlink()
+    if sidecar:
+        head = {k: weights.pop(k) for k in [k for k in weights if k.startswith(nextn)]}
+        mx.save_safetensors(str(path / SIDECAR), head)
+    mx.save_safetensors(str(path / "model.safetensors"), weights, metadata={"format": "mlx"})
+    (path / "config.json").write_text(json.dumps(config, indent=2))
+    return path
+
+
+def _random(name: str, shape: tuple[int, ...]):  # noqa: ANN202 (an mx.array)
+    import mlx.core as mx
+
+    return mx.ones(shape) if _is_norm(name) else 0.3 * mx.random.normal(shape)
+
+
+def _apart(key: str, value):  # noqa: ANN001, ANN202
+    """HF's names for one of mlx-lm's tensors: stacked experts come apart, one per expert."""
+    if ".mlp.switch_mlp." not in key:
+        return {key: value}
+    head, proj = key.split(".mlp.switch_mlp.")
+    return {f"{head}.mlp.experts.{e}.{proj}": value[e] for e in range(value.shape[0])}

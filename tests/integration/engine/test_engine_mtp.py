@@ -180,3 +180,27 @@ def test_a_float_head_beside_a_quantized_target(
     plain = _run(engine, info, prompts, draft_kind=NONE, **params)
     assert _run(engine, info, prompts, draft_kind=MTP, num_draft_tokens=2, **params) == plain
     assert _counts(engine)[0] > 0
+
+
+@pytest.mark.parametrize(("family", "sidecar"), [("glm4_moe", False), ("deepseek_v3", True)])
+def test_a_next_token_layer_as_deepseek_and_glm_ship_it(
+    make_engine, tmp_path: Path, family: str, sidecar: bool
+) -> None:
+    """A tiny GLM-4 MoE / DeepSeek-V3 (a dense first layer, an MoE second) whose head sits at
+    model.layers.2 (in its safetensors; DeepSeek's in an mtp.safetensors, see
+    make_nextn_checkpoint), named enorm / hnorm / eh_proj / shared_head, experts apart,
+    DeepSeek's kv_b_proj unsplit: it loads (built like the target's last, sparse, layer,
+    sanitized as the target's) and drafts, exactly, alone and in a batch."""
+    from tests.mtp_checkpoints import make_nextn_checkpoint
+
+    engine = make_engine()
+    info = engine.load_model(make_nextn_checkpoint(tmp_path / family, family, sidecar=sidecar))
+    assert info.mtp_problem is None
+    params = dict(max_tokens=16, ignore_eos=True)
+    prompts = _prompts(info, 3)
+    plain = _run(engine, info, prompts, draft_kind=NONE, **params)
+    assert (
+        _run(engine, info, prompts[:1], draft_kind=MTP, num_draft_tokens=2, **params) == plain[:1]
+    )
+    assert _run(engine, info, prompts, draft_kind=MTP, num_draft_tokens=2, **params) == plain
+    assert _counts(engine)[0] > 0

@@ -24,3 +24,15 @@ def test_show_names_the_head(tiny_chat_model: Path, tiny_mtp_model: Path, tmp_pa
     assert line is not None and "fc is [8, 8]" in line and "wants [64, 128]" in line
     info = describe(ModelRef(name="m", path=tiny_mtp_model, source="path", revision=None))
     assert info.to_dict()["mtp_head"] == _show(tiny_mtp_model)
+
+
+def test_show_names_a_next_token_layer(tmp_path: Path) -> None:
+    """The DeepSeek-V3 / GLM layout: the head's tensors at model.layers.<num_hidden_layers>
+    inside the checkpoint's own safetensors, or in an mtp.safetensors with those names."""
+    from tests.mtp_checkpoints import make_nextn_checkpoint
+
+    line = _show(make_nextn_checkpoint(tmp_path / "glm"))
+    assert line is not None and line.startswith("model.layers.2.* in the checkpoint")
+    assert "usable" in line
+    line = _show(make_nextn_checkpoint(tmp_path / "ds", "deepseek_v3", sidecar=True))
+    assert line is not None and line.startswith("mtp.safetensors:") and "usable" in line

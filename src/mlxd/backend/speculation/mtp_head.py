@@ -9,8 +9,8 @@ of token t+1 (`pre_fc_norm_embedding`) and the normed hidden state at t
 strict load refuses them), so the weights are read from the checkpoint's safetensors, or
 from an `mtp.safetensors` beside them (conversions that stripped the head add it back so).
 
-The decoder layer is a copy of one of the target's own full-attention layers (mlx-lm's
-class, the target's config) with the head's weights in it. Families whose RMSNorm weights
+The decoder layer is a copy of the target's last full-attention layer (mlx-lm's class, the
+target's config) with the head's weights in it. Families whose RMSNorm weights
 are zero-centred (`_SHIFTED`: the checkpoint stores w - 1) get +1, as mlx-lm's sanitize does
 for the target's own norms.
 """
@@ -98,8 +98,12 @@ def load_mtp_head(path: Path, model: Module, config: dict[str, Any]) -> MtpHead:
             param="draft_kind",
         )
     weights = _read(files, config)
+    if _prefix(config) != "mtp.":
+        weights = _sanitized_layer(model, weights)
     layers = cast("list[Module]", getattr(model, "layers", []))
-    attention = next((layer for layer in layers if "self_attn" in layer), None)
+    # The last attention layer: where the first ones are dense (DeepSeek / GLM's
+    # first_k_dense_replace), the next-token layer is sparse like the last ones.
+    attention = next((layer for layer in reversed(layers) if "self_attn" in layer), None)
     text = config.get("text_config", config)
     hidden = int(text["hidden_size"])
     if attention is None:
@@ -201,6 +205,24 @@ def _read(files: list[Path], config: dict[str, Any]) -> dict[str, mx.array]:
                 value = value + 1.0
             weights[key] = value
     return _stacked_experts(weights)
+
+
+def _sanitized_layer(model: Module, weights: dict[str, mx.array]) -> dict[str, mx.array]:
+    """The head's layer as the target's own sanitize leaves its layers (DeepSeek-V3's
+    attention: kv_b_proj split into embed_q / unembed_out), run on it as layer 0."""
+    sanitize = getattr(model, "sanitize", None)
+    inner = "model.layers.0."
+    layer = {
+        inner + k.removeprefix("layers.0."): v for k, v in weights.items() if k[:9] == "layers.0."
+    }
+    if sanitize is None or not layer:
+        return weights
+    kept = {k: v for k, v in weights.items() if not k.startswith("layers.0.")}
+    done = cast("dict[str, mx.array]", sanitize(layer))
+    kept.update(
+        {"layers.0." + k.removeprefix(inner): v for k, v in done.items() if k.startswith(inner)}
+    )
+    return kept
 
 
 def _stacked_experts(weights: dict[str, mx.array]) -> dict[str, mx.array]:
