@@ -112,9 +112,13 @@ def check(path: Path, deep: bool = False, verify: bool = False) -> HealthReport:
     if config is not None and headers:  # what loading it would build and need, from headers
         problems += architecture_problems(config, headers)
         problems += memory_problems(headers)
-    problems += _check_tokenizer(path, skip, deep)
+    # A DFlash drafter has no tokenizer (it reads its target's) nor an mlx-lm architecture.
+    drafter = config is not None and "dflash_config" in config
+    if not drafter:
+        problems += _check_tokenizer(path, skip, deep)
     # Only a sound model is built (its config passed store.limits); mlx-vlm builds vision ones.
-    if deep and not problems and not (config and _is_vision(config)) and not encoder:
+    vision = config is not None and _is_vision(config)
+    if deep and not problems and not vision and not encoder and not drafter:
         problems += _check_binding(path)
     if verify:
         problems += verify_problems(path)

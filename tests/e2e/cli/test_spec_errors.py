@@ -17,6 +17,7 @@ BAD_FLAGS = {
     "k-negative": (["--num-draft-tokens=-1"], "num_draft_tokens"),
     "unknown-kind": (["--draft-kind", "eagle"], "--draft-kind"),
     "model-kind-without-draft": (["--draft-kind", "model"], "draft"),
+    "dflash-kind-without-draft": (["--draft-kind", "dflash"], "draft"),
 }
 
 
@@ -36,7 +37,9 @@ def test_run_refuses_bad_speculation_flags(
     assert error["type"] == "invalid_request_error" and named in error["message"]
 
 
-@pytest.mark.parametrize("flags", [["--num-draft-tokens", "17"], ["--draft-kind", "eagle"]])
+@pytest.mark.parametrize(
+    "flags", [["--num-draft-tokens", "17"], ["--draft-kind", "eagle"], ["--draft-kind", "dflash"]]
+)
 def test_serve_refuses_bad_speculation_flags(
     tiny_chat_model: Path, cli_env: dict[str, str], flags: list[str]
 ) -> None:
