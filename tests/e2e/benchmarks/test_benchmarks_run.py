@@ -38,6 +38,8 @@ RUNS = {
     "kv_memory_bench": ["--kind", "tiny", "--kv-group-size", "32", "--context", "64",
                         "--conversations", "2", "--quality-prompts", "2", "--quality-tokens",
                         "4", "--long", "256", "--decode-tokens", "4"],
+    "long_prompt_bench": ["--servers", "mlxd", "--long", "256", "--before", "0.3", "--after",
+                          "0.1", "--row-tokens", "4000"],
     "speculation_kinds_bench": ["--batches", "1", "--tokens", "6", "--size", "tiny"],
     "experiments.sampling_bench": ["--trees", f"new={ROOT / 'src'}", "--rows", "1", "--loads",
                                    "greedy_bias", "--steps", "5", "--rounds", "1"],
