@@ -131,3 +131,20 @@ def test_dflash_without_its_drafter_is_refused(
     with_dflash = engine.load_model(target, "with-dflash", draft=drafter)
     with pytest.raises(InvalidRequest, match="is not a draft model"):
         engine.submit(request(with_dflash, [5, 6, 7], draft_kind=DraftKind.MODEL, max_tokens=4))
+
+
+def test_the_drafter_is_primed_over_the_whole_prompt(make_engine, tmp_path: Path) -> None:
+    """The prefill's forwards feed each row's drafter context, every chunk of them: the
+    first decode step drafts already (a 2-token answer drafts once, at its first step), and
+    its draft is the prompt's most frequent token (the repeater's rule), which only a
+    drafter that saw the prompt's first chunks proposes: 40 repeats, 9 is drafted."""
+    target, drafter = make_repeater_pair(tmp_path)
+    engine = make_engine(prefill_chunk=64)
+    info = engine.load_model(target, draft=drafter)
+    params = dict(max_tokens=2, ignore_eos=True, draft_kind=DFLASH, num_draft_tokens=4)
+    assert _run(engine, info, [[5, 6, 40]], **params) == [[40, 40]]
+    counters = engine.stats().counters
+    assert counters.drafted_by_kind["dflash"] == counters.accepted_by_kind["dflash"] == 1
+    assert _run(engine, info, [[9] * 150 + [40] * 100], **params) == [[40, 40]]
+    counters = engine.stats().counters
+    assert counters.drafted_by_kind["dflash"] == 2 and counters.accepted_by_kind["dflash"] == 1

@@ -18,11 +18,13 @@ if TYPE_CHECKING:
 
 
 class LayerTap:
-    """The last outputs of some decoder layers of one model (each batch x positions x hidden)."""
+    """The outputs of some decoder layers of one model (each batch x positions x hidden): the
+    last forward's, and every forward's since the last `take_seen` (a prefill may run many)."""
 
     def __init__(self, ids: tuple[int, ...]) -> None:
         self.ids = ids
         self.last: dict[int, mx.array] = {}
+        self.seen: dict[int, list[mx.array]] = {i: [] for i in ids}
 
     @classmethod
     def on(cls, model: Module, ids: list[int]) -> LayerTap | None:
@@ -46,6 +48,16 @@ class LayerTap:
             return None
         return mx.concatenate([self.last[i] for i in self.ids], axis=-1)
 
+    def take_seen(self) -> list[mx.array]:
+        """Each forward's tapped outputs since the last call, side by side as `hidden`; then
+        forgets them (the reader calls it after every forward, so nothing piles up)."""
+        per_layer = [self.seen[i] for i in self.ids]
+        forwards = min(len(outputs) for outputs in per_layer)
+        taken = [mx.concatenate([o[j] for o in per_layer], axis=-1) for j in range(forwards)]
+        for outputs in per_layer:
+            outputs.clear()
+        return taken
+
 
 def _swap(layer: Module, tap: LayerTap, index: int) -> None:
     base = type(layer)
@@ -53,6 +65,7 @@ def _swap(layer: Module, tap: LayerTap, index: int) -> None:
     def __call__(self: Any, *args: Any, **kwargs: Any) -> Any:
         out = base.__call__(self, *args, **kwargs)
         tap.last[index] = out if isinstance(out, mx.array) else out[0]
+        tap.seen[index].append(tap.last[index])
         return out
 
     attrs = {"__call__": __call__, "_mlxd_layer_tap": tap}

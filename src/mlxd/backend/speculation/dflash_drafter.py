@@ -9,8 +9,10 @@ Per row it keeps its own KV cache of context positions and the hidden states the
 forwards left since its last draft (`observe`: only the positions each row kept, so a
 rejected draft never reaches the drafter and nothing needs rewinding). Each proposal feeds a
 row's pending states as new context (appended to its cache) with the block; the block's own
-keys are never cached (mlx-vlm's attention). A row's cache starts at its first decode step:
-the prompt's hidden states come from the prefill, which this does not read.
+keys are never cached (mlx-vlm's attention); more than _MAX_PENDING pending states are fed
+at once, without a draft. The prefill's forwards prime it (`prime`): the prompt's states are
+pending then, so its first decode step drafts already. A prompt's cached prefix (a
+prefix-cache hit) is never seen: its context starts after it.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ if TYPE_CHECKING:
 
     from mlxd.backend.speculation.drafts import DraftRequest
 
-# Context positions kept per row between its drafts (older ones are dropped: a gap in its KV).
+# Context positions a row keeps pending between its drafts; more are fed to its cache at once
+# (a long prompt, steps where the policy verified no draft).
 _MAX_PENDING = 64
 
 
@@ -54,14 +57,42 @@ class DflashDrafter:
         """The target's forward over rows `uids` just ran: each row keeps the tapped states
         of its first kept[i] positions."""
         hidden = self.tap.hidden()
+        self.tap.take_seen()  # only the last forward's states matter here
         if hidden is None:
             return
         for i, (uid, n) in enumerate(zip(uids, kept, strict=True)):
             rows = self._pending.get(uid)
             if rows is not None and n > 0:
-                rows.append(hidden[i : i + 1, :n])
-                while len(rows) > 1 and sum(r.shape[1] for r in rows[1:]) >= _MAX_PENDING:
-                    del rows[0]
+                self._stash(uid, rows, hidden[i : i + 1, :n])
+
+    def prime(self, uids: list[int], shape: tuple[int, ...], lengths: list[int]) -> None:
+        """The prefill's forwards over rows `uids` just ran (their final states are `shape`,
+        rows x positions): row i's first lengths[i] positions are the last ones its cache
+        holds. Each row of kind `dflash` keeps them pending."""
+        seen = self.tap.take_seen()
+        states = seen[0] if len(seen) == 1 else mx.concatenate(seen, axis=1) if seen else None
+        if states is None or tuple(states.shape[:2]) != tuple(shape[:2]):
+            return  # not the forwards the prefill saw: the row drafts from its decode steps
+        for i, (uid, n) in enumerate(zip(uids, lengths, strict=True)):
+            pending = self._pending.get(uid)
+            if pending is not None and n > 0:
+                self._stash(uid, pending, states[i : i + 1, :n])
+
+    def _stash(self, uid: int, pending: list[mx.array], states: mx.array) -> None:
+        pending.append(states)
+        if sum(p.shape[1] for p in pending) > _MAX_PENDING:
+            self._feed(uid, pending)
+
+    def _feed(self, uid: int, pending: list[mx.array]) -> None:
+        """Feed the row's pending states but the last to its cache (a one-mask block whose
+        output is not read: mlx-vlm's drafter feeds context only with a block)."""
+        context = pending[0] if len(pending) == 1 else mx.concatenate(pending, axis=1)
+        if context.shape[1] > 1:
+            cache = self._cache(uid)
+            block = mx.array([[self.mask_token]], dtype=mx.uint32)
+            self.drafter(block, context[:, :-1], cache)
+            mx.eval([c.state for c in cache])
+        pending[:] = [context[:, -1:]]
 
     def propose(self, asks: list[DraftRequest]) -> list[list[int]]:
         """Per ask: up to k greedy draft tokens (none for a row with no context yet)."""
@@ -84,9 +115,13 @@ class DflashDrafter:
             return None
         self._pending[ask.uid] = []
         context = pending[0] if len(pending) == 1 else mx.concatenate(pending, axis=1)
-        cache = self._caches.get(ask.uid)
-        if cache is None:
-            cache = self._caches[ask.uid] = self.drafter.make_cache()
+        cache = self._cache(ask.uid)
         block = mx.array([[ask.last] + [self.mask_token] * k], dtype=mx.uint32)
         logits = self.drafter(block, context, cache)[0, 1:, : self.vocab_size]
         return mx.argmax(logits, axis=-1)
+
+    def _cache(self, uid: int) -> list[Any]:
+        cache = self._caches.get(uid)
+        if cache is None:
+            cache = self._caches[uid] = self.drafter.make_cache()
+        return cache

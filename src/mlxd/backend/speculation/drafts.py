@@ -137,6 +137,8 @@ class Drafts:
         """A prefill forward over rows `uids` gave these hidden states (mtp_drafter.prime)."""
         if self.mtp is not None:
             self.mtp.prime(uids, cast("mx.array", hidden), lengths, contexts)
+        if self.dflash is not None:  # it reads its own layers' states (LayerTap)
+            self.dflash.prime(uids, cast("mx.array", hidden).shape, lengths)
 
     def _drafter(self, kind: DraftKind) -> ModelDrafter | None:
         drafters = {
