@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from tests.integration.chat.scripted import make_scripted_checkpoint
+from tests.vendor_templates import vendor_template
 
 ANSWER = ["Sunny", " in Paris."]
 THOUGHT = "Let me see."
@@ -87,3 +91,22 @@ def qwen_call(name: str, args: dict[str, Any]) -> str:
 LLAMA_SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|python_tag|>", "<|eot_id|>")
 LLAMA_WEATHER = json.dumps({"name": "get_weather", "parameters": WEATHER})
 LLAMA_TWO = LLAMA_WEATHER + "; " + json.dumps({"name": "get_time", "parameters": TIME})
+
+
+def family_checkpoint(path: Path, family: Family, kind: str, script: list[str]) -> Path:
+    """`family`'s scripted checkpoint at `path` (kept if there) writing `script` as an answer
+    ("answer": inside its answer tags), a tool-result answer ("result"), calls, or reasoning
+    ("think": as is; others after the family's lead)."""
+    if kind == "answer" and family.answer_tags is not None:
+        script = [family.answer_tags[0], *script, family.answer_tags[1]]
+    lead = family.lead if kind != "result" or family.result_lead is None else family.result_lead
+    script = script if kind == "think" else [*lead, *script]
+    if not (path / "config.json").exists():
+        make_scripted_checkpoint(
+            path, script, template=vendor_template(family.name), special=family.special
+        )
+        # Command-R7B's preamble alone is over 4096 tokens of the tiny tokenizer.
+        config = json.loads((path / "config.json").read_text())
+        config["max_position_embeddings"] = 16384
+        (path / "config.json").write_text(json.dumps(config))
+    return path

@@ -18,7 +18,6 @@ from mlxd.chat.session import start_chat
 from mlxd.types import FinishEvent, FinishReason, ReasoningDelta, TextDelta, ToolCall, Usage
 from mlxd.types import Warning as ChatWarning
 from tests.chat_requests import chat_request
-from tests.integration.chat.scripted import make_scripted_checkpoint
 from tests.vendor_families import (
     ANSWER,
     CALLS_ONE,
@@ -30,7 +29,7 @@ from tests.vendor_families import (
     WEATHER,
     Family,
 )
-from tests.vendor_templates import vendor_template
+from tests.vendor_family import family_checkpoint
 
 IDS = [f.name for f in FAMILIES]
 USER = {"role": "user", "content": "What is the weather in Paris?"}
@@ -42,20 +41,7 @@ def _messages(family: Family, *rest: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _checkpoint(root: Path, family: Family, kind: str, script: list[str]) -> Path:
-    path = root / f"family-{family.name}-{kind}"
-    if kind == "answer" and family.answer_tags is not None:
-        script = [family.answer_tags[0], *script, family.answer_tags[1]]
-    lead = family.lead if kind != "result" or family.result_lead is None else family.result_lead
-    script = script if kind == "think" else [*lead, *script]
-    if not (path / "config.json").exists():
-        make_scripted_checkpoint(
-            path, script, template=vendor_template(family.name), special=family.special
-        )
-        # Command-R7B's preamble alone is over 4096 tokens of the tiny tokenizer.
-        config = json.loads((path / "config.json").read_text())
-        config["max_position_embeddings"] = 16384
-        (path / "config.json").write_text(json.dumps(config))
-    return path
+    return family_checkpoint(root / f"family-{family.name}-{kind}", family, kind, script)
 
 
 def _run(engine: Any, path: Path, messages: list[dict[str, Any]], **kwargs: Any) -> Any:

@@ -60,10 +60,11 @@ class ToolParam(WireModel):
 
     def to_chat(self) -> dict[str, Any]:
         """The OpenAI function tool the chat layer takes."""
-        fn: dict[str, Any] = {"name": self.name, "parameters": self.input_schema}
+        # OpenAI's key order: templates that dump whole tools (Granite) render the same prompt.
+        fn: dict[str, Any] = {"name": self.name}
         if self.description is not None:
             fn["description"] = self.description
-        return {"type": "function", "function": fn}
+        return {"type": "function", "function": {**fn, "parameters": self.input_schema}}
 
 
 class ToolChoiceAuto(WireModel):

@@ -164,7 +164,6 @@ def _function(
         }
     else:
         params = tool.parameters or {}
-    fn: dict[str, Any] = {"name": flat, "parameters": params}
-    if description:
-        fn["description"] = description
-    return {"type": "function", "function": fn}
+    # OpenAI's key order: templates that dump whole tools (Granite) render the same prompt.
+    fn: dict[str, Any] = {"name": flat, **({"description": description} if description else {})}
+    return {"type": "function", "function": {**fn, "parameters": params}}
