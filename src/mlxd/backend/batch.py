@@ -121,7 +121,10 @@ class BatchRunner:
         if self._speculates(params, sampler, procs):
             assert params.draft_kind is not None  # _speculates checked it
             fixed = self._every_draft or (sampler is not GREEDY and params.seed is not None)
-            self._speculation().add(uid, params.draft_kind, params.num_draft_tokens or 0, fixed)
+            drafts = self._speculation()
+            drafts.add(uid, params.draft_kind, params.num_draft_tokens or 0, fixed)
+            if reuse.side is not None:  # the head's state over the reused prefix
+                drafts.restore(uid, reuse.side)
         if params.logprobs:
             self._top_n[uid] = params.top_logprobs
         if self._keeps_snapshots:
@@ -136,12 +139,12 @@ class BatchRunner:
         for uid in uids:
             self._top_n.pop(uid, None)
             self._failed.pop(uid, None)
-            if self._drafts is not None:
-                self._drafts.discard(uid)
             plan = self._snapshots.pop(uid)
             if plan is not None and uid in caches:
                 cache, tokens = caches[uid]
-                self._store(plan, tokens, cache, plan.kind_at_end(tokens))
+                self._store(uid, plan, tokens, cache, plan.kind_at_end(tokens))
+            if self._drafts is not None:
+                self._drafts.discard(uid)
 
     def awaits_snapshot(self, prompt_ids: list[int]) -> bool:
         """A sequence of this batch is about to store a snapshot holding more of this prompt
@@ -217,11 +220,11 @@ class BatchRunner:
     def _finished(self, r: compat.Generated) -> None:
         """A sequence ended in this step: forget it, keep its final cache (prompt + answer)."""
         self._top_n.pop(r.uid, None)
-        if self._drafts is not None:
-            self._drafts.discard(r.uid)
         plan = self._snapshots.pop(r.uid)
         if plan is not None and plan.answer:
-            self._store(plan, r.all_tokens, r.prompt_cache, SnapshotKind.ANSWER)
+            self._store(r.uid, plan, r.all_tokens, r.prompt_cache, SnapshotKind.ANSWER)
+        if self._drafts is not None:
+            self._drafts.discard(r.uid)
 
     def _speculates(self, params: SamplingParams, sampler: Sampler, procs: list[Processor]) -> bool:
         """Rows without logits processors draft, greedy or sampled (a sampler that verifies:
@@ -260,7 +263,7 @@ class BatchRunner:
         caches = self._gen.extract_cache([uid for uid, _, _ in keep])
         for uid, kind, plan in keep:
             cache, tokens = caches[uid]
-            self._store(plan, list(tokens), cache, kind)
+            self._store(uid, plan, list(tokens), cache, kind)
 
     def close(self) -> None:
         self._gen.close()
@@ -306,16 +309,20 @@ class BatchRunner:
 
     def _store(
         self,
+        uid: int,
         plan: SnapshotPlan,
         tokens: list[int] | None,
         cache: compat.PromptCache | None,
         kind: SnapshotKind,
     ) -> None:
-        """Copy a cache holding `tokens` (the prompt, then generated ones) as `plan` keys them."""
+        """Copy a cache holding `tokens` (the prompt, then generated ones) as `plan` keys them,
+        with sequence `uid`'s MTP head state over them when it has one."""
         keyed = plan.keyed(tokens)
-        if keyed and cache:
+        if keyed and cache and tokens is not None:
             cache = row_deltas.without_delta(cache)
-            self.prefix_cache.store(self.model_key, keyed, cache, kind, plan.turn)
+            drafts = self._drafts
+            side = drafts.head_state(uid, len(tokens)) if drafts is not None else None
+            self.prefix_cache.store(self.model_key, keyed, cache, kind, plan.turn, side)
 
     def _image_cache(
         self,

@@ -123,6 +123,84 @@ def test_the_head_primed_over_the_prompt_drafts_at_the_first_step(
         assert (finish.timings.draft_tokens, finish.timings.accepted_draft_tokens) == (3, 3)
 
 
+def _first_head_kv(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """After each MtpDrafter.propose, the keys of its batch's first row (numpy)."""
+    import numpy as np
+
+    from mlxd.backend.speculation.mtp_drafter import MtpDrafter
+
+    seen: list[object] = []
+    propose = MtpDrafter.propose
+
+    def recording(self: MtpDrafter, asks: list) -> list[list[int]]:
+        drafts = propose(self, asks)
+        assert self._cache is not None
+        seen.append(np.array(self._cache[0].extract(0).keys))
+        return drafts
+
+    monkeypatch.setattr(MtpDrafter, "propose", recording)
+    return seen
+
+
+def test_a_prefix_hit_restores_the_heads_kv(
+    make_engine, tiny_mtp_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second turn reuses the first's snapshot and the head's state kept with it: its
+    first draft reads a head KV over its whole context, as a cold prefill of the same
+    prompt gives (not only over the tokens it prefilled); greedy output as without drafts."""
+    import numpy as np
+
+    seen = _first_head_kv(monkeypatch)
+    params = dict(max_tokens=8, ignore_eos=True, num_draft_tokens=2)
+    warm = make_engine()
+    info = warm.load_model(tiny_mtp_model)
+    first = random_prompts(1, info.vocab_size, (40, 41), seed=3)[0]
+    answer, _ = warm.submit(request(info, first, draft_kind=MTP, **params)).collect()
+    second = [*first, *answer, 7, 8, 9, 10, 11]
+    seen.clear()
+    tokens, finish = warm.submit(request(info, second, draft_kind=MTP, **params)).collect()
+    assert finish.usage.cached_tokens >= len(first)
+    restored = seen[0]
+    cold = make_engine(prefix_cache_bytes=0)
+    cold_info = cold.load_model(tiny_mtp_model)
+    seen.clear()
+    again, _ = cold.submit(request(cold_info, second, draft_kind=MTP, **params)).collect()
+    plain, _ = cold.submit(request(cold_info, second, draft_kind=NONE, **params)).collect()
+    assert tokens == again == plain
+    assert restored.shape == seen[0].shape and restored.shape[2] == len(second)
+    np.testing.assert_allclose(restored, seen[0], rtol=1e-3, atol=1e-4)
+
+
+def test_a_prefix_hit_cut_inside_the_heads_kv(
+    make_engine, tiny_mtp_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A prompt departing from the first turn's inside its prompt reuses the snapshot cut
+    back: the head's KV is cut with it (the pair at the cut goes: the head reads that
+    position by its token alone), the rest as a cold prefill gives; output exact."""
+    import numpy as np
+
+    seen = _first_head_kv(monkeypatch)
+    params = dict(max_tokens=6, ignore_eos=True, num_draft_tokens=2)
+    warm = make_engine()
+    info = warm.load_model(tiny_mtp_model)
+    first = random_prompts(1, info.vocab_size, (40, 41), seed=4)[0]
+    warm.submit(request(info, first, draft_kind=MTP, **params)).collect()
+    second = [*first[:30], *(t % 500 + 3 for t in first[30:])]
+    seen.clear()
+    tokens, finish = warm.submit(request(info, second, draft_kind=MTP, **params)).collect()
+    assert finish.usage.cached_tokens == 30
+    restored = seen[0]
+    cold = make_engine(prefix_cache_bytes=0)
+    cold_info = cold.load_model(tiny_mtp_model)
+    seen.clear()
+    plain, _ = cold.submit(request(cold_info, second, draft_kind=NONE, **params)).collect()
+    cold.submit(request(cold_info, second, draft_kind=MTP, **params)).collect()
+    assert tokens == plain and restored.shape == seen[0].shape
+    kept = [j for j in range(len(second)) if j != 29]  # the pair of the cut position differs
+    np.testing.assert_allclose(restored[:, :, kept], seen[0][:, :, kept], rtol=1e-3, atol=1e-4)
+    assert not np.allclose(restored[:, :, 29], seen[0][:, :, 29])
+
+
 def test_no_head_is_refused_in_one_line(make_engine, tiny_chat_model: Path) -> None:
     engine = make_engine()
     info = engine.load_model(tiny_chat_model)

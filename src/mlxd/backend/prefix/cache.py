@@ -28,6 +28,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import Protocol
 
 import mlx.core as mx
 from mlx.utils import tree_map
@@ -68,6 +69,19 @@ class Turn:
     continues: Turn | None = None
 
 
+class SideState(Protocol):
+    """What a snapshot may keep beside its cache (an MTP head's state:
+    speculation.mtp_drafter.HeadState): counted in its bytes, cut back with it, kept in
+    memory only (the disk tier holds the cache alone)."""
+
+    @property
+    def nbytes(self) -> int: ...
+
+    def cut(self, tokens: int) -> SideState | None:
+        """A copy over the first `tokens` of the positions it covers (None: it cannot)."""
+        ...
+
+
 @dataclass(slots=True, eq=False)
 class Snapshot:
     """`nbytes`: what it holds (KV and its own objects); `kv_bytes`: its arrays alone."""
@@ -79,6 +93,7 @@ class Snapshot:
     kind: SnapshotKind
     trimmable: bool
     turn: Turn | None  # None for SYSTEM snapshots: they belong to no conversation
+    side: SideState | None = None  # over the same tokens
 
     @property
     def length(self) -> int:
@@ -93,6 +108,7 @@ class Reuse:
     cache: PromptCache | None
     tokens: int
     turn: Turn
+    side: SideState | None = None  # the snapshot's, cut to `tokens`
 
 
 class PrefixCache:
@@ -153,11 +169,12 @@ class PrefixCache:
             return Reuse(None, 0, turn)
         self._lru.move_to_end(snap.key)
         earlier = snap.turn
+        side = snap.side.cut(usable) if snap.side is not None else None
         if earlier is not None and earlier.prompt == prompt:
-            return Reuse(cache, usable, earlier)  # the same prompt again: the same turn
+            return Reuse(cache, usable, earlier, side)  # the same prompt again: the same turn
         if earlier is not None and _continues(prompt, earlier):
             turn.continues = earlier
-        return Reuse(cache, usable, turn)
+        return Reuse(cache, usable, turn, side)
 
     def reusable(self, model: str, prompt: list[int]) -> int:
         """How many tokens of `prompt` a fetch would reuse now (0 or >= MIN_REUSE_TOKENS)."""
@@ -208,13 +225,14 @@ class PrefixCache:
         cache: PromptCache,
         kind: SnapshotKind,
         turn: Turn | None,
+        side: SideState | None = None,
     ) -> None:
         """Keep `cache`, which holds exactly `tokens` (it is not copied: the caller gives it
-        up). A snapshot larger than the whole budget is not kept."""
+        up), and `side` beside it. A snapshot larger than the whole budget is not kept."""
         if not self.enabled or len(tokens) < MIN_REUSE_TOKENS or not cache:
             return
         cache = _detach(cache)
-        kv_bytes = sum(int(c.nbytes) for c in cache)
+        kv_bytes = sum(int(c.nbytes) for c in cache) + (side.nbytes if side is not None else 0)
         nbytes = kv_bytes + ENTRY_BYTES + len(tokens) * KEY_TOKEN_BYTES
         if nbytes + len(tokens) * NODE_BYTES > self.max_bytes:
             return
@@ -226,7 +244,7 @@ class PrefixCache:
         if key in self._lru:
             self._remove(self._lru[key])
         trimmable = can_trim_prompt_cache(cache)
-        snap = Snapshot(key, cache, nbytes, kv_bytes, kind, trimmable, owner)
+        snap = Snapshot(key, cache, nbytes, kv_bytes, kind, trimmable, owner, side)
         self._trie.add(model, list(tokens), snap)
         self._lru[key] = snap
         self._bytes += nbytes

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import mlx.core as mx
 
     from mlxd.backend.speculation.dflash_drafter import DflashDrafter
-    from mlxd.backend.speculation.mtp_drafter import MtpDrafter
+    from mlxd.backend.speculation.mtp_drafter import HeadState, MtpDrafter
 
 # Prompt lookup matches the last MAX_NGRAM..MIN_NGRAM tokens, longest first: a one-token
 # match drafts too often on a CPU, where every drafted position costs a forward position.
@@ -139,6 +139,16 @@ class Drafts:
             self.mtp.prime(uids, cast("mx.array", hidden), lengths, contexts)
         if self.dflash is not None:  # it reads its own layers' states (LayerTap)
             self.dflash.prime(uids, cast("mx.array", hidden).shape, lengths)
+
+    def head_state(self, uid: int, tokens: int) -> HeadState | None:
+        """Row `uid`'s MTP head state over the first `tokens` positions, if it has one."""
+        return self.mtp.state(uid, tokens) if self.mtp is not None else None
+
+    def restore(self, uid: int, state: object) -> None:
+        """Row `uid` reuses a prefix whose snapshot kept this MTP head state."""
+        row = self.rows.get(uid)
+        if self.mtp is not None and row is not None and row.kind is DraftKind.MTP:
+            self.mtp.restore(uid, cast("HeadState", state))
 
     def _drafter(self, kind: DraftKind) -> ModelDrafter | None:
         drafters = {

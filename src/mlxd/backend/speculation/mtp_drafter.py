@@ -20,10 +20,12 @@ position's state waits for the first sampled token, so the first decode step dra
 
 from __future__ import annotations
 
+import copy
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, cast
 
 import mlx.core as mx
-from mlx_lm.models.cache import BatchKVCache
+from mlx_lm.models.cache import BatchKVCache, KVCache
 
 from mlxd.backend.mlx_lm import verify_step as spec_compat
 
@@ -34,6 +36,39 @@ if TYPE_CHECKING:
 
 # Hidden states kept per row between its drafts (older ones are dropped: a gap in its KV).
 _MAX_PENDING = 64
+
+
+@dataclass(frozen=True, slots=True)
+class HeadState:
+    """A row's head state over the first `tokens` positions of its context, kept beside the
+    target's prefix-cache snapshot (prefix.cache.SideState): the head's KV, one entry per
+    (hidden, next token) pair fed, and the hidden states of the last positions, whose next
+    tokens were not known yet (the last position's always)."""
+
+    kv: KVCache | None
+    pending: mx.array  # positions x hidden
+
+    @property
+    def tokens(self) -> int:
+        return (self.kv.offset if self.kv is not None else 0) + int(self.pending.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.pending.nbytes) + (int(self.kv.nbytes) if self.kv is not None else 0)
+
+    def cut(self, tokens: int) -> HeadState | None:
+        """A copy over the first `tokens` positions. Cut inside the KV, the pair of the
+        last kept position goes (its next token may differ now) and its hidden state, not
+        kept, is left zero: the head then reads that position by its token alone."""
+        kv = copy.deepcopy(self.kv)
+        entries = kv.offset if kv is not None else 0
+        if tokens > self.tokens or tokens <= 0:
+            return None
+        if tokens > entries:
+            return HeadState(kv, self.pending[: tokens - entries])
+        assert kv is not None  # tokens <= entries
+        kv.trim(entries - tokens + 1)  # type: ignore[no-untyped-call]
+        return HeadState(kv, mx.zeros_like(self.pending[:1]))
 
 
 class MtpDrafter:
@@ -82,6 +117,31 @@ class MtpDrafter:
                 self.head(states[None, :pairs].astype(dtype), tokens, cache)
                 mx.eval([layer.state for layer in cache])  # type: ignore[attr-defined]
             self._pending[uid] = [states[-1]]
+
+    def state(self, uid: int, tokens: int) -> HeadState | None:
+        """A copy of the row's head state, if it covers exactly the first `tokens` positions
+        of its context (its head was fed from the context's start on, without gaps)."""
+        pending = self._pending.get(uid)
+        if not pending:
+            return None
+        kv = None
+        if uid in self._uids:
+            assert self._cache is not None
+            kv = self._cache[0].extract(self._uids.index(uid))  # type: ignore[attr-defined]
+        elif uid in self._primed and self._primed[uid][0].keys is not None:  # type: ignore[attr-defined]
+            kv = self._primed[uid][0].extract(0)  # type: ignore[attr-defined]
+        state = HeadState(cast("KVCache | None", kv), mx.stack(pending))
+        if state.tokens != tokens:
+            return None
+        mx.eval(state.pending, *(state.kv.state if state.kv is not None else ()))
+        return state
+
+    def restore(self, uid: int, state: HeadState) -> None:
+        """A row of kind `mtp` joined with a prefix-cache hit holding this head state over
+        the positions it reuses: its head goes on from there."""
+        self._pending[uid] = [state.pending[j] for j in range(state.pending.shape[0])]
+        if state.kv is not None and state.kv.offset > 0:
+            self._primed[uid] = spec_compat.batch_rows([[state.kv]])
 
     def propose(self, asks: list[DraftRequest]) -> list[list[int]]:
         """Per ask: its k greedy draft tokens (none for a row with no hidden state yet)."""
