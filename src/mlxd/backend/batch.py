@@ -13,6 +13,7 @@ mlx-lm's private state (mlx_lm.compat).
 
 from __future__ import annotations
 
+import copy
 import time
 
 import mlx.core as mx
@@ -92,10 +93,12 @@ class BatchRunner:
         key = prompt_ids if images is None else vision.cache_key(prompt_ids, images)
         reuse = self.prefix_cache.fetch(self.model_key, key, seq.boundaries.next_turn)
         cached = reuse.tokens
-        cache, start = self._image_cache(prompt_ids, images, reuse.cache, cached)
+        plan = self._snapshots.plan(prompt_ids, key, seq.boundaries, reuse.turn, cached)
+        cache, start = self._image_cache(prompt_ids, images, reuse.cache, cached, plan)
         if self.one_at_a_time:
             cache = one_row.one_row_cache(cache or make_prompt_cache(self.loaded.model))
-        plan = self._snapshots.plan(prompt_ids, key, seq.boundaries, reuse.turn, start)
+        if start != cached:  # an image prefill ran (and took the points before `start`)
+            plan = self._snapshots.plan(prompt_ids, key, seq.boundaries, reuse.turn, start)
         report = _FailureReport(self._failed)
         masks: list[Processor] = []
         if params.max_reasoning_tokens is not None and seq.reasoning is not None:
@@ -330,10 +333,12 @@ class BatchRunner:
         images: ImageInputs | None,
         cache: compat.PromptCache | None,
         cached: int,
+        plan: SnapshotPlan,
     ) -> tuple[compat.PromptCache | None, int]:
         """The cache a sequence joins the batch with and where the batch's prefill starts:
-        an image prompt's images prefilled here; on an M-RoPE model every row's cache carries
-        its position delta (row_deltas; 0 for text), whatever prefilled it."""
+        an image prompt's images prefilled here (`plan`: its snapshot points after the
+        `cached` tokens); on an M-RoPE model every row's cache carries its position delta
+        (row_deltas; 0 for text), whatever prefilled it."""
         parts, model = self.loaded.vision, self.loaded.model
         if images is None and not getattr(model, "mrope", False):
             return cache, cached
@@ -341,15 +346,38 @@ class BatchRunner:
             raise ValueError("this model takes text only")
         start, delta = cached, 0
         if images is not None and vision.needs_image_prefill(prompt_ids, images, cached):
-            cache, delta = vision.prefill_images(
-                parts, model, prompt_ids, images, cache, cached, self.prefill_chunk
-            )
+            cache, delta = self._prefill_images(parts, model, images, cache, cached, plan)
             start = len(prompt_ids) - 1
         elif images is not None and model.mrope:
             delta = vision.prompt_rope_delta(parts, prompt_ids, images)
         if not model.mrope:
             return cache, start
         return row_deltas.carry_delta(cache or make_prompt_cache(model), delta), start
+
+    def _prefill_images(
+        self,
+        parts: vision.VisionParts,
+        model: vision.TextModel,
+        images: ImageInputs,
+        cache: compat.PromptCache | None,
+        cached: int,
+        plan: SnapshotPlan,
+    ) -> tuple[compat.PromptCache, int]:
+        """vision.prefill_images, copying the cache into the prefix cache at `plan`'s kept
+        points on the way: the batch's own segments start after the image prefill, so
+        without these a cache that cannot be cut back (a sliding window past full) would
+        keep no prefix of an image turn."""
+        kinds = dict(plan.points) if self._keeps_snapshots else {}
+        keep = [at for at, kind in kinds.items() if kind is not None]
+
+        def at_point(at: int, filled: compat.PromptCache) -> None:
+            kind = kinds[at]
+            assert kind is not None  # only kept points are passed
+            self._store(plan, plan.prompt[:at], copy.deepcopy(filled), kind)
+
+        return vision.prefill_images(
+            parts, model, plan.prompt, images, cache, cached, self.prefill_chunk, keep, at_point
+        )
 
 
 class _FailureReport:

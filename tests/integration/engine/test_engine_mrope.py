@@ -24,8 +24,9 @@ SIZES = {0: (56, 84), 1: (84, 56), 2: (70, 70), 3: (56, 56)}  # seed -> (width, 
 
 
 def recurrent(model: Path) -> bool:
-    """Qwen3.5: gated delta-net layers beside attention. Its states cannot be cut back, so an
-    image turn leaves no snapshot a later turn reuses, and its rows do not speculate (mlx-vlm's
+    """Qwen3.5: gated delta-net layers beside attention. Its states cannot be cut back, so a
+    later turn reuses only the snapshots the image prefill copied at the prompt's snapshot
+    points (none holds the answer), and its rows do not speculate (mlx-vlm's
     layers are not the ones mlx_lm.recurrent_rollback knows); on the tiny checkpoint its
     answers hardly depend on the picture (mlx-vlm's own alike)."""
     return model.name == "tiny-qwen3_5"
@@ -152,6 +153,9 @@ def test_second_turn_hits_the_prefix_cache_and_equals_a_cold_run(
         assert second.usage.cached_tokens >= first.usage.prompt_tokens
         assert third.usage.cached_tokens == third.usage.prompt_tokens - 1
         assert with_image.usage.cached_tokens >= first.usage.prompt_tokens
+    else:  # no cut back: the snapshot the image prefill copied before the prompt's last token
+        assert second.usage.cached_tokens == first.usage.prompt_tokens - 1
+        assert with_image.usage.cached_tokens >= first.usage.prompt_tokens - 1
     cold_engine = make_engine(prefix_cache_bytes=0)
     cold_info = cold_engine.load_model(tiny_mrope_model)
     assert ask(cold_engine, cold_info, messages)[0] == warm

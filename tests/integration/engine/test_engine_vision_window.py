@@ -1,7 +1,8 @@
 """Gemma 3 with a sliding window shorter than the prompts (tests/vision_families.py, window 16):
 the rotating layers wrap, and image turns still equal mlx-vlm's own generation and are the same
 alone and batched; a text turn's next turn is served from the prefix cache (mlx-vlm's rotating
-cache is a window, not a cache that cuts back anywhere) and equals a cache-off run."""
+cache is a window, not a cache that cuts back anywhere) and equals a cache-off run, and so is
+an image turn's (from the snapshots the image prefill copies at the prompt's snapshot points)."""
 
 from __future__ import annotations
 
@@ -55,3 +56,23 @@ def test_a_text_turn_past_the_window_is_served_from_the_cache(
     cold = make_engine(prefix_cache_bytes=0)
     cold_info = cold.load_model(gemma3)
     assert answer(start_chat(cold, cold_info, chat_request(messages, GREEDY)))[0] == second_reply
+
+
+def test_an_image_turn_past_the_window_is_served_from_the_cache(
+    make_engine: EngineFactory, gemma3: Path
+) -> None:
+    engine = make_engine()
+    info = engine.load_model(gemma3)
+    cold = make_engine(prefix_cache_bytes=0)
+    cold_info = cold.load_model(gemma3)
+    messages = [turn(image_part(3))]
+    reply, earlier = answer(start_chat(engine, info, chat_request(messages, GREEDY)))
+    for question in ("And the colours?", "And the shapes?"):
+        messages += [{"role": "assistant", "content": reply}, turn(text=question)]
+        reply, finish = answer(start_chat(engine, info, chat_request(messages, GREEDY)))
+        # The whole earlier prompt but its last token: the window has wrapped, so the answer's
+        # cache (which holds more than the next prompt shares) cannot be cut back to it.
+        assert earlier.usage.prompt_tokens > WINDOW
+        assert finish.usage.cached_tokens >= earlier.usage.prompt_tokens - 1
+        assert answer(start_chat(cold, cold_info, chat_request(messages, GREEDY)))[0] == reply
+        earlier = finish

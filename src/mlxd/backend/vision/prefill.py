@@ -4,6 +4,7 @@ the delta its later tokens decode at (mlx-vlm's `get_rope_index`, from the image
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import mlx.core as mx
@@ -29,11 +30,16 @@ def prefill_images(
     cache: PromptCache | None,
     start: int,
     chunk: int,
+    points: Sequence[int] = (),
+    at_point: Callable[[int, PromptCache], None] | None = None,
 ) -> tuple[PromptCache, int]:
     """Run prompt_ids[start:-1] through the language model with the images' features merged
     into its embeddings, extending `cache` (which holds prompt_ids[:start]; None: empty).
     The last prompt token is left for the batch, which computes the first logits from it.
-    Returns the cache and the prompt's M-RoPE delta (0 for other models)."""
+    No chunk crosses one of `points` (start < point <= len - 1), and `at_point(point, cache)`
+    is called when the cache holds prompt_ids[:point] (the prefix cache's snapshots: a
+    cache that cannot be cut back, a sliding window past full, is only reusable as it was
+    at such a point). Returns the cache and the prompt's M-RoPE delta (0 for other models)."""
     ids = mx.array([prompt_ids])
     # Qwen3-VL's deepstack features (per_call) span the prompt; its language model cuts them
     # to each chunk by the KV offset.
@@ -41,8 +47,7 @@ def prefill_images(
     positions, delta = _positions(parts, text_model, prompt_ids, images)
     prompt_cache: PromptCache = cache if cache is not None else make_prompt_cache(text_model)
     end = len(prompt_ids) - 1
-    for at in range(start, end, chunk):
-        stop = min(at + chunk, end)
+    for at, stop in _chunks(start, end, chunk, points):
         text_model(
             ids[:, at:stop],
             cache=prompt_cache,
@@ -51,7 +56,19 @@ def prefill_images(
             **per_call,
         )
         mx.eval([c.state for c in prompt_cache])  # type: ignore[attr-defined]
+        if at_point is not None and stop in points:
+            at_point(stop, prompt_cache)
     return prompt_cache, delta
+
+
+def _chunks(start: int, end: int, chunk: int, points: Sequence[int]) -> list[tuple[int, int]]:
+    """[at, stop) spans of at most `chunk` tokens covering start..end, cut at every point."""
+    ends = sorted({p for p in points if start < p < end} | {end})
+    spans, at = [], start
+    for stop in ends:
+        spans += [(a, min(a + chunk, stop)) for a in range(at, stop, chunk)]
+        at = stop
+    return spans
 
 
 def prompt_rope_delta(parts: VisionParts, prompt_ids: list[int], images: ImageInputs) -> int:
