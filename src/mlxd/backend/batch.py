@@ -312,19 +312,22 @@ class BatchRunner:
 
     def _store(
         self,
-        uid: int,
+        uid: int | None,
         plan: SnapshotPlan,
         tokens: list[int] | None,
         cache: compat.PromptCache | None,
         kind: SnapshotKind,
     ) -> None:
         """Copy a cache holding `tokens` (the prompt, then generated ones) as `plan` keys them,
-        with sequence `uid`'s MTP head state over them when it has one."""
+        with sequence `uid`'s MTP head state over them when it has one (None: a cache copied
+        before its sequence joined the batch, an image prefill's)."""
         keyed = plan.keyed(tokens)
         if keyed and cache and tokens is not None:
             cache = row_deltas.without_delta(cache)
             drafts = self._drafts
-            side = drafts.head_state(uid, len(tokens)) if drafts is not None else None
+            side = None
+            if drafts is not None and uid is not None:
+                side = drafts.head_state(uid, len(tokens))
             self.prefix_cache.store(self.model_key, keyed, cache, kind, plan.turn, side)
 
     def _image_cache(
@@ -373,7 +376,7 @@ class BatchRunner:
         def at_point(at: int, filled: compat.PromptCache) -> None:
             kind = kinds[at]
             assert kind is not None  # only kept points are passed
-            self._store(plan, plan.prompt[:at], copy.deepcopy(filled), kind)
+            self._store(None, plan, plan.prompt[:at], copy.deepcopy(filled), kind)
 
         return vision.prefill_images(
             parts, model, plan.prompt, images, cache, cached, self.prefill_chunk, keep, at_point
