@@ -1,16 +1,21 @@
-"""Speculation kinds side by side (issue 27): mtp, ngram and a draft model against no
-speculation, on a self-consistent pair and on a hybrid target; prints JSON.
+"""Speculation kinds side by side (issue 27): mtp, ngram, a draft model and a DFlash drafter
+against no speculation, on self-consistent pairs and on a hybrid target; prints JSON.
 
     python -m benchmarks.speculation_kinds_bench                 # ~5 min on a loaded 2-core VM
     python -m benchmarks.speculation_kinds_bench --batches 1 --tokens 16 --size tiny   # seconds
 
-Pairs (tests/checkpoints.py, tests/mtp_checkpoints.py; random weights, built here):
+Pairs (tests/checkpoints.py, tests/mtp_checkpoints.py, tests/dflash_checkpoints.py; random
+weights, built here):
 - `self_consistent`: a llama whose greedy next token is a fixed function of the current one,
   with an MTP head computing the same function, and itself as the draft model (both
   predict it exactly, so acceptance is ~100% and the figures show the mechanics' cost);
+- `self_consistent_dflash`: a Qwen3 that repeats its current token and a DFlash drafter
+  predicting exactly that (the repeater; a DFlash drafter cannot follow the llama's function,
+  a draft position sees no other position's draft);
 - `hybrid`: a Qwen3-Next (gated delta-net + attention layers, --size) with a random MTP head,
   the tiny llama of the same tokenizer as draft model (random drafts: mostly rejected, rolled
-  back every step: mlx_lm/recurrent_rollback.py).
+  back every step: mlx_lm/recurrent_rollback.py); `hybrid_dflash`: the same target with a
+  random DFlash drafter (a model carries one draft: a draft model or a DFlash drafter).
 
 Per pair, batch size and variant, one engine wave of `batch` random prompts (greedy):
 `plain`, each kind as the drafting policy runs it by default, and `<kind>_every` (every
@@ -41,21 +46,30 @@ from benchmarks.spec_bench import every_draft_verified
 fast_blas()  # before mlx is imported
 
 from tests.checkpoints import make_checkpoint  # noqa: E402
+from tests.dflash_checkpoints import make_dflash_drafter, make_repeater_pair  # noqa: E402
 from tests.mtp_checkpoints import add_mtp_head, make_successor_checkpoint  # noqa: E402
 
 from mlxd.engine import Engine, EngineConfig, EngineRequest, ModelInfo  # noqa: E402
 from mlxd.types import DraftKind, FinishEvent, SamplingParams  # noqa: E402
 
 KINDS = (DraftKind.MTP, DraftKind.NGRAM, DraftKind.MODEL)
+DFLASH = (DraftKind.DFLASH,)
 
 
-def build_pairs(work: Path, size: str) -> dict[str, tuple[Path, Path]]:
-    """pair name -> (target with an MTP head, draft model)."""
+def build_pairs(work: Path, size: str) -> dict[str, tuple[Path, Path, tuple[DraftKind, ...]]]:
+    """pair name -> (target, its draft model or DFlash drafter, the kinds run on it)."""
     consistent = make_successor_checkpoint(work / "successor")
+    repeater, repeater_dflash = make_repeater_pair(work / "repeater")
     hybrid = make_checkpoint(work / "hybrid", "gated", size=size)
     add_mtp_head(hybrid)
     draft = make_checkpoint(work / "draft", "chat")
-    return {"self_consistent": (consistent, consistent), "hybrid": (hybrid, draft)}
+    hybrid_dflash = make_dflash_drafter(work / "hybrid-dflash", hybrid)
+    return {
+        "self_consistent": (consistent, consistent, KINDS),
+        "self_consistent_dflash": (repeater, repeater_dflash, DFLASH),
+        "hybrid": (hybrid, draft, KINDS),
+        "hybrid_dflash": (hybrid, hybrid_dflash, DFLASH),
+    }
 
 
 def wave(engine: Engine, info: ModelInfo, prompts: list[list[int]], params: SamplingParams):
@@ -71,19 +85,26 @@ def forwards(finishes: list[FinishEvent]) -> int:
     return sum(f.usage.completion_tokens - f.timings.accepted_draft_tokens for f in finishes)
 
 
-def bench_batch(engine: Engine, info: ModelInfo, batch: int, args: argparse.Namespace):
-    """One wave per variant (plain, each kind as the policy runs it, each kind with every
+def bench_batch(
+    engine: Engine,
+    info: ModelInfo,
+    batch: int,
+    args: argparse.Namespace,
+    kinds: tuple[DraftKind, ...] = KINDS,
+) -> dict[str, dict[str, Any]]:
+    """One wave per variant (plain, each of `kinds` as the policy runs it, each with every
     draft verified), in ABBA order after an untimed warm-up; a row per variant."""
     import random
 
     rng = random.Random(batch)
-    prompts = [[rng.randrange(3, info.vocab_size) for _ in range(12)] for _ in range(batch)]
+    top = info.vocab_size - 1  # never the last id (the DFlash drafters' mask token)
+    prompts = [[rng.randrange(3, top) for _ in range(12)] for _ in range(batch)]
     base = dict(max_tokens=args.tokens, ignore_eos=True, num_draft_tokens=args.k)
     variants = {"plain": (DraftKind.NONE, False)}
-    for kind in KINDS:
+    for kind in kinds:
         variants[kind.value] = (kind, False)
         variants[f"{kind.value}_every"] = (kind, True)
-    for kind, every in (variants["plain"], (DraftKind.MTP, True)):  # kernels, first shapes
+    for kind, every in (variants["plain"], (kinds[0], True)):  # kernels, first shapes
         with every_draft_verified(every):
             wave(engine, info, prompts, SamplingParams(draft_kind=kind, **base))
     seconds: dict[str, list[float]] = {name: [] for name in variants}
@@ -194,16 +215,17 @@ def main() -> None:
     work = scratch("spec-kinds-")
     report: dict[str, Any] = {"k": args.k, "tokens": args.tokens, "pairs": {}}
     try:
-        for name, (target, draft) in build_pairs(work, args.size).items():
+        for name, (target, draft, kinds) in build_pairs(work, args.size).items():
             engine = Engine(EngineConfig.from_settings(max_batch=max(batches)))
             try:
                 info = engine.load_model(target, name=name, draft=draft)
                 pair: dict[str, Any] = {"by_batch": {}, "step_cost_ratio": {}}
                 for batch in batches:
-                    pair["by_batch"][str(batch)] = bench_batch(engine, info, batch, args)
+                    rows = bench_batch(engine, info, batch, args, kinds)
+                    pair["by_batch"][str(batch)] = rows
                     ratio = step_cost_ratio(target, args.k, batch, args.context)
                     pair["step_cost_ratio"][str(batch)] = ratio
-                    progress(f"{name} batch {batch}", pair["by_batch"][str(batch)]["mtp"])
+                    progress(f"{name} batch {batch}", rows[kinds[0].value])
                 if name == "hybrid":
                     pair["rollback"] = {str(b): rollback_costs(target, args.k, b) for b in batches}
                 report["pairs"][name] = pair
