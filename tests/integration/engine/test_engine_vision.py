@@ -56,13 +56,14 @@ def test_image_turn_alone_equals_inside_a_batch_of_text_requests(
 ) -> None:
     alone_engine = make_engine(max_batch=1, prefix_cache_bytes=0)
     alone_info = alone_engine.load_model(tiny_vision_model)
-    alone = [ask(alone_engine, alone_info, image_turn(seed))[0] for seed in (0, 1)]
+    seeds = (0, 1, 2, 3)  # with the 4 text requests: a batch of 8
+    alone = [ask(alone_engine, alone_info, image_turn(seed))[0] for seed in seeds]
 
     engine = make_engine(max_batch=8, prefix_cache_bytes=0)
     info = engine.load_model(tiny_vision_model)
     texts = ["Hello, how are you today?", "The capital of France is", "Numbers: 0 1 2 3", "Hi"]
     streams = [start_chat(engine, info, chat_request(text_turn(t), GREEDY)) for t in texts[:2]]
-    image_streams = [start_chat(engine, info, chat_request(image_turn(s), GREEDY)) for s in (0, 1)]
+    image_streams = [start_chat(engine, info, chat_request(image_turn(s), GREEDY)) for s in seeds]
     streams += [start_chat(engine, info, chat_request(text_turn(t), GREEDY)) for t in texts[2:]]
     batched = [answer(s)[0] for s in image_streams]
     text_answers = [answer(s) for s in streams]
