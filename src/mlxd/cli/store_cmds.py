@@ -165,6 +165,8 @@ def _print_description(info: ModelDescription, files: bool, config: bool) -> Non
     ]
     if info.vision is not None:
         lines.insert(5, ("images", f"{info.vision.name}: {info.vision.serving}"))
+    if info.dflash is not None:
+        lines.append(("dflash drafter", info.dflash))
     for key, value in lines:
         print(f"{key:<15} {value}")
     for problem in info.health.problems:

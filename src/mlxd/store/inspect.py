@@ -40,6 +40,7 @@ class ModelDescription:
     kv_bytes_per_token: dict[str, int] | None = None  # "full", "8-bit", "4-bit" (--kv-bits)
     vision: VisionFamily | None = None  # a vision model's family: batches, or why refused
     mtp_head: str | None = None  # where its MTP head is and whether it fits (inspect.mtp_head)
+    dflash: str | None = None  # a DFlash drafter: what target it wants (inspect.dflash_drafter)
 
     @property
     def size(self) -> int:
@@ -70,6 +71,7 @@ class ModelDescription:
             "not_runnable_reason": self.not_runnable_reason,
             "vision": facts.vision_dict(self.vision),
             "mtp_head": self.mtp_head,
+            "dflash_drafter": self.dflash,
         }
         if with_files:
             out["files"] = [{"name": n, "size": s} for n, s in self.files]
@@ -118,6 +120,7 @@ def describe(ref: str | ModelRef, deep: bool = True) -> ModelDescription:
         kv_bytes_per_token=facts.kv_bytes_per_token(config, facts.dtype(config, dtypes)),
         vision=vision_family(config),
         mtp_head=mtp_head(root, headers, config),
+        dflash=dflash_drafter(config),
     )
 
 
@@ -197,3 +200,17 @@ def mtp_head(root: Path, headers: list[SafetensorsHeader], config: dict[str, Any
             f"{where}: fc is {list(fc.shape)}, hidden size {hidden} wants [{hidden}, {2 * hidden}]"
         )
     return f"{where}: {len(tensors)} tensors (usable: --draft-kind mtp)"
+
+
+def dflash_drafter(config: dict[str, Any]) -> str | None:
+    """One line on a DFlash drafter checkpoint (`--draft-model`, kind dflash): the target it
+    was made for (hidden size, vocabulary, the layers it reads) and its block; None for any
+    other checkpoint. Read from config.json (backend.speculation.dflash_load checks a pair)."""
+    block = config.get("dflash_config")
+    if not isinstance(block, dict):
+        return None
+    return (
+        f"for a target of hidden size {config.get('hidden_size')}, vocabulary "
+        f"{config.get('vocab_size')}, reading its layers {block.get('target_layer_ids')}; "
+        f"blocks of {config.get('block_size')} (use as --draft-model)"
+    )

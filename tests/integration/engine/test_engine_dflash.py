@@ -148,3 +148,18 @@ def test_the_drafter_is_primed_over_the_whole_prompt(make_engine, tmp_path: Path
     assert _run(engine, info, [[9] * 150 + [40] * 100], **params) == [[40, 40]]
     counters = engine.stats().counters
     assert counters.drafted_by_kind["dflash"] == 2 and counters.accepted_by_kind["dflash"] == 1
+
+
+def test_dflash_on_a_hybrid_target_equals_plain(
+    make_engine, tiny_gated_model: Path, tmp_path: Path
+) -> None:
+    """A random drafter on the tiny Qwen3-Next (gated delta-nets, rolled back after each
+    verify): greedy output equals plain, in a batch of 4 (drafts are mostly rejected)."""
+    drafter = make_dflash_drafter(tmp_path / "gated-dflash", tiny_gated_model)
+    engine = make_engine()
+    info = engine.load_model(tiny_gated_model, draft=drafter)
+    prompts = _prompts(info, 4)
+    params = dict(max_tokens=16, ignore_eos=True)
+    plain = _run(engine, info, prompts, draft_kind=NONE, **params)
+    assert _run(engine, info, prompts, draft_kind=DFLASH, num_draft_tokens=3, **params) == plain
+    assert engine.stats().counters.drafted_by_kind["dflash"] > 0
