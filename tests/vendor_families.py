@@ -143,7 +143,9 @@ FAMILIES = [
         "granite",
         ["<|tool_call|>", "[" + call_json("get_weather", WEATHER) + "]"],
         ["<|tool_call|>", "[" + ", ".join(call_json(n, a) for n, a in CALLS_TWO) + "]"],
-        None,
+        # Under `thinking` its template asks for <think></think> then <response></response>.
+        ["<think>", THOUGHT, "</think>", "<response>", "Sunny.", "</response>"],
+        thinking_kwargs={"thinking": True},
         call_marker=None,  # the template does not render earlier calls
         enforced=True,
     ),

@@ -50,6 +50,9 @@ OTHER_THINK = (("<seed:think>", "</seed:think>"), ("<|START_THINKING|>", "<|END_
 HARMONY_MARKERS = ("<|channel|>", "<|message|>")
 KIMI_SECTION = "<|tool_calls_section_begin|>"
 RESPONSE_TAGS = ("<|START_RESPONSE|>", "<|END_RESPONSE|>")  # Command-R7B wraps its answer
+# Granite 3.3 thinking: "write your response between <response></response>" (its template's
+# words; MiniMax-M2 wraps tool results, not answers, in the same tags, never written adjacent).
+GRANITE_RESPONSE = ("<response>", "</response>")
 
 Parser = Callable[[str], list[dict[str, Any]]]  # raises ValueError when the text is no call
 
@@ -93,6 +96,8 @@ def detect_formats(
         markers = explicit_markers(reasoning)
     tool = None if harmony else detect_tool_format(tokenizer, vocab, template, tools)
     layout = RESPONSE_TAGS if _mentions_all(vocab, template, RESPONSE_TAGS) else ()
+    if "".join(GRANITE_RESPONSE) in template:
+        layout = GRANITE_RESPONSE
     return Formats(
         reasoning=markers, harmony=harmony and reasoning == "auto", tool=tool, layout=layout
     )

@@ -49,12 +49,14 @@ _EFFORT_LEVEL = {"none": "low", "minimal": "low", "low": "low", "medium": "mediu
 def effort_template_kwargs(effort: str) -> dict[str, Any]:
     """A reasoning effort (OpenAI's reasoning_effort, Responses' reasoning.effort, Ollama's
     think level) as the switches reasoning templates read: `reasoning_effort` (GPT-OSS:
-    low/medium/high; it cannot stop reasoning, so none/minimal are low) and `enable_thinking`
-    (Qwen3 and others: "none"/"minimal" turn thinking off)."""
+    low/medium/high; it cannot stop reasoning, so none/minimal are low), `enable_thinking`
+    (Qwen3 and others: "none"/"minimal" turn thinking off) and `thinking` (the same switch as
+    Granite 3.3 and DeepSeek V3.1 name it)."""
     level = _EFFORT_LEVEL.get(effort)
     if level is None:
         raise InvalidRequest(f"unknown reasoning effort {effort!r}", param="reasoning_effort")
-    return {"reasoning_effort": level, "enable_thinking": effort not in ("none", "minimal")}
+    thinking = effort not in ("none", "minimal")
+    return {"reasoning_effort": level, "enable_thinking": thinking, "thinking": thinking}
 
 
 def normalize_messages(messages: object) -> list[dict[str, Any]]:

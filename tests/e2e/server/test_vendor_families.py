@@ -316,3 +316,20 @@ def test_non_ascii_quoted_and_nested_arguments(
         )
     )
     assert [(b.name, b.input) for b in m.content if b.type == "tool_use"] == [("save_note", RICH)]
+
+
+def test_granite_reasoning_effort_turns_its_thinking_prompt_on(client: openai.OpenAI) -> None:
+    # reasoning_effort maps onto the `thinking` switch its template reads: the prompt gains
+    # its thinking instructions, and the <response> tags stay out of the answer.
+    def ask(**kwargs: Any) -> Any:
+        messages: Any = [{"role": "user", "content": USER}]
+        model = "granite-3.3-2B-Instruct-think"
+        return client.chat.completions.create(
+            model=model, messages=messages, temperature=0, max_tokens=50, **kwargs
+        )
+
+    plain, effort = ask(), ask(reasoning_effort="high")
+    assert plain.usage is not None and effort.usage is not None
+    assert effort.usage.prompt_tokens > plain.usage.prompt_tokens
+    msg = effort.choices[0].message
+    assert (msg.content, (msg.model_extra or {}).get("reasoning_content")) == ("Sunny.", THOUGHT)

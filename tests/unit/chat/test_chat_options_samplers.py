@@ -80,11 +80,13 @@ def test_cli_flags_carry_the_same_names() -> None:
 def test_reasoning_efforts_map_onto_the_template_switches() -> None:
     from mlxd.chat.messages import effort_template_kwargs
 
-    assert effort_template_kwargs("none") == {"reasoning_effort": "low", "enable_thinking": False}
+    off = {"reasoning_effort": "low", "enable_thinking": False, "thinking": False}
+    assert effort_template_kwargs("none") == off
     assert effort_template_kwargs("minimal")["enable_thinking"] is False
     assert effort_template_kwargs("medium") == {
         "reasoning_effort": "medium",
         "enable_thinking": True,
+        "thinking": True,
     }
     assert effort_template_kwargs("xhigh")["reasoning_effort"] == "high"
     with pytest.raises(InvalidRequest):
