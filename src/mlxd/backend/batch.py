@@ -367,20 +367,18 @@ class BatchRunner:
         plan: SnapshotPlan,
     ) -> tuple[compat.PromptCache, int]:
         """vision.prefill_images, copying the cache into the prefix cache at `plan`'s kept
-        points on the way: the batch's own segments start after the image prefill, so
-        without these a cache that cannot be cut back (a sliding window past full) would
-        keep no prefix of an image turn."""
-        kinds = dict(plan.points) if self._keeps_snapshots else {}
-        keep = [at for at, kind in kinds.items() if kind is not None]
+        points: the batch's segments start after it, so a cache that cannot be cut back (a
+        sliding window past full) would otherwise keep no prefix of an image turn."""
+        kept = [(at, kind) for at, kind in plan.points if kind is not None]
+        keep = dict(kept) if self._keeps_snapshots else {}
 
         def at_point(at: int, filled: compat.PromptCache) -> None:
-            kind = kinds[at]
-            assert kind is not None  # only kept points are passed
-            self._store(None, plan, plan.prompt[:at], copy.deepcopy(filled), kind)
+            self._store(None, plan, plan.prompt[:at], copy.deepcopy(filled), keep[at])
 
         return vision.prefill_images(
-            parts, model, plan.prompt, images, cache, cached, self.prefill_chunk, keep, at_point
-        )
+            parts, model, plan.prompt, images, cache, cached, self.prefill_chunk,
+            list(keep), at_point,
+        )  # fmt: skip
 
 
 class _FailureReport:
