@@ -132,3 +132,23 @@ MORE += [
         special=(*MISTRAL_SPECIAL, "[ARGS]", "[CALL_ID]"),
     ),
 ]
+
+
+# Gemma 4's vocabulary has its turn, channel and tool tokens (EOS stays the scripts' <|im_end|>).
+GEMMA4_SPECIAL = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|turn>", "<turn|>")
+GEMMA4_SPECIAL += ("<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>", '<|"|>')
+GEMMA4_SPECIAL += ("<|tool>", "<tool|>", "<|think|>")
+_GEMMA4_WEATHER = 'call:get_weather{city:<|"|>Paris<|"|>,days:3}'
+MORE.append(
+    Family(
+        "gemma4",  # call:NAME{key:<|"|>text<|"|>,...}; the prompt closes an empty thought
+        "gemma4",
+        ["<|tool_call>", _GEMMA4_WEATHER, "<tool_call|>"],
+        ["<|tool_call>", _GEMMA4_WEATHER, "<tool_call|>"]
+        + ['<|tool_call>call:get_time{zone:<|"|>UTC<|"|>}<tool_call|>'],
+        ["<|channel>", "thought", THOUGHT, "<channel|>", "Sunny."],
+        thinking_kwargs={"enable_thinking": True},
+        call_marker="<|tool_call>" + _GEMMA4_WEATHER + "<tool_call|>",
+        special=GEMMA4_SPECIAL,
+    )
+)

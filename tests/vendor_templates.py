@@ -29,6 +29,8 @@ vendors ship in their tokenizer_config.json):
                              commit 9190da2208fbaa161e10f5f0f9ab437faeacba13
   Kimi-K2-Thinking.jinja     models/templates/moonshotai-Kimi-K2-Thinking.jinja
                              commit 0c3c896ea80643608b4e961eec7e1efcd844e109
+  gemma4.jinja               models/templates/gemma4.jinja
+                             commit 75f1ba7389067a9f90082515e124c377a1e104b2
 The next ones are not in the index's copy of ggml-org/llama.cpp; they were read from forks
 that keep the same models/templates/ files:
   Hermes-3-Llama-3.1-8B-tool_use.jinja  ye-NX/llama.cpp
