@@ -280,8 +280,8 @@ class BatchRunner:
         gen = self._gen
         due = compat.first_token_due(gen)
         if compat.prefilling(gen):  # a prompt longer than a chunk, or cut at snapshot points
-            self._chunk_beside_decoding(planner)
-            return planner.expect(None, first_tokens=due)  # the group keeps its members
+            beside = self._chunk_beside_decoding(planner)
+            return planner.expect(None, first_tokens=due, beside=beside)  # the group stays
         if not compat.prompts_waiting(gen):
             return planner.expect(0, first_tokens=due)
         if due:
@@ -297,18 +297,21 @@ class BatchRunner:
         # what this step runs.
         longest = max(first for _, first in compat.first_segments(gen, count))
         if longest > planner.chunk:
-            self._chunk_beside_decoding(planner)
-            return planner.expect(None)
+            return planner.expect(None, beside=self._chunk_beside_decoding(planner))
         compat.set_prefill_chunk(gen, planner.chunk)  # a prompt of one chunk runs at once
         return planner.expect(count * longest, count * max(lengths[:count]))
 
-    def _chunk_beside_decoding(self, planner: PrefillPlanner) -> None:
+    def _chunk_beside_decoding(self, planner: PrefillPlanner) -> int:
         """Size the next chunk of a prompt longer than one: smaller beside decoding rows, so
         their tokens keep coming while it prefills (prefill_plan.chunk_beside); a prompt of
-        one chunk still runs in one step."""
+        one chunk still runs in one step. Returns the prompt tokens the step runs beside
+        decoding rows (0: none decode), whose cost sizes the next chunk."""
         gen = self._gen
         prompts = max(compat.prefill_group_size(gen), 1)
-        compat.set_prefill_chunk(gen, planner.chunk_beside(compat.decoding_rows(gen), prompts))
+        decoding = compat.decoding_rows(gen)
+        size = planner.chunk_beside(decoding, prompts)
+        compat.set_prefill_chunk(gen, size)
+        return size * prompts if decoding else 0
 
     def _store(
         self,

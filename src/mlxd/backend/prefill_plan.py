@@ -61,7 +61,13 @@ COMPUTE_BOUND = 0.4
 # prompt's chunks shrink to fit, so the rows' inter-token latency stays within ~2x its median
 # (issue 30's goal is p99 <= 3x) while the prompt still moves at that pace every step.
 BESIDE_DECODE = 2.0
-MIN_CHUNK = 32  # smallest chunk: below it a step's fixed cost outweighs its prompt tokens
+# The first chunk beside decoding rows, before any such step was timed: small, so a long prompt
+# arriving at a fresh server (no prefill cost known yet) never stalls the rows for a whole chunk.
+PROBE_CHUNK = 32
+# Smallest chunk beside decoding rows. The measured cost per token includes the chunk's fixed
+# cost, so sizes settle where the whole step fits; late in a 16k prompt on a small model each
+# token's attention spans so many positions that only a few fit (measured: 2-8 tokens).
+MIN_CHUNK = 4
 
 
 class PrefillPlanner:
@@ -80,6 +86,11 @@ class PrefillPlanner:
         self._extra_s = 0.0
         self._tokens = 0.0
         self._seen_tokens = 0
+        # The cost per token, beyond a decode step, of the latest chunks run beside decoding
+        # rows: it grows along a long prompt (attention spans more positions) and carries the
+        # chunk's fixed cost, so the next chunk is sized from it rather than from e.
+        self.beside_s: float | None = None
+        self._beside = 0  # prompt tokens the next step runs beside decoding rows
         # The next step, as `expect` announced it: its padded prefill tokens (0: it only
         # decodes; None: its cost says nothing clean), the group it starts (padded tokens in
         # all), and whether it returns the first tokens of the group being timed. That group:
@@ -133,13 +144,26 @@ class PrefillPlanner:
         floor = STEPS_TO_FIRST_TOKEN * (self.decode_s or 0.0)
         self.group_s = _ewma(self.group_s, new, floor)
 
-    def expect(self, prefilled: int | None, starts: int = 0, first_tokens: bool = False) -> None:
+    def observe_beside(self, seconds: float, tokens: int) -> None:
+        """A step that ran a chunk of `tokens` prompt tokens (in all) beside decoding rows."""
+        if self.decode_s is None or tokens <= 0:
+            return
+        extra = max(seconds - self.decode_s, 0.0) / tokens
+        # A step measured as cheap as a decode step must not pin the estimate at 0: judge
+        # outliers against at least the cost at which a whole chunk takes one decode step.
+        self.beside_s = _ewma(self.beside_s, extra, self.decode_s / self.chunk)
+
+    def expect(
+        self, prefilled: int | None, starts: int = 0, first_tokens: bool = False, beside: int = 0
+    ) -> None:
         """What the next step runs: `prefilled` padded prompt tokens (0: it only decodes,
         None: a group mid-prefill or longer than a chunk), a new group of `starts` padded
-        tokens in all, and whether it computes a just-prefilled sequence's first token."""
+        tokens in all, whether it computes a just-prefilled sequence's first token, and (with
+        None) the `beside` prompt tokens of the chunk it runs beside decoding rows."""
         self._planned = prefilled
         self._starts = starts
         self._due = first_tokens and self._timed is not None
+        self._beside = beside if prefilled is None else 0
 
     def step_done(self, started: float, ended: float, prefilling: bool) -> None:
         """Learn from the step `expect` announced (its perf_counter span) and time the groups,
@@ -149,6 +173,8 @@ class PrefillPlanner:
             self.observe_decode(ended - started)
         elif self._planned is not None:
             self.observe_prefill(ended - started, self._planned)
+        elif self._beside:
+            self.observe_beside(ended - started, self._beside)
         if self._due and self._timed is not None:
             self.observe_group(ended - self._timed[0], self._timed[1])
             self._timed = None
@@ -157,11 +183,15 @@ class PrefillPlanner:
 
     def chunk_beside(self, decoding: int, prompts: int) -> int:
         """Prompt tokens per prompt the next prefill step runs, for `prompts` side by side:
-        the whole chunk when no row decodes (or before d and e are measured); beside
-        `decoding` rows, what keeps the step within BESIDE_DECODE decode steps."""
-        if not decoding or self.decode_s is None or not self.token_s:
+        the whole chunk when no row decodes; beside `decoding` rows, what keeps the step
+        within BESIDE_DECODE decode steps at the latest chunks' measured cost per token (else
+        e), or PROBE_CHUNK while neither is known."""
+        if not decoding:
             return self.chunk
-        fits = (BESIDE_DECODE - 1) * self.decode_s / (self.token_s * max(prompts, 1))
+        per_token = self.beside_s if self.beside_s is not None else self.token_s
+        if self.decode_s is None or not per_token:
+            return min(PROBE_CHUNK, self.chunk)
+        fits = (BESIDE_DECODE - 1) * self.decode_s / (per_token * max(prompts, 1))
         return max(min(int(fits), self.chunk), min(MIN_CHUNK, self.chunk))
 
     def plan(self, waiting: Iterable[int]) -> int:

@@ -212,10 +212,11 @@ def test_the_planner_times_a_group_from_its_first_step_to_its_first_tokens() -> 
 
 
 def test_chunks_beside_decoding_rows_fit_a_bounded_step() -> None:
-    from mlxd.backend.prefill_plan import BESIDE_DECODE, MIN_CHUNK
+    from mlxd.backend.prefill_plan import BESIDE_DECODE, MIN_CHUNK, PROBE_CHUNK
 
     planner = PrefillPlanner(8, static_budget=256, chunk=512)
-    assert planner.chunk_beside(decoding=4, prompts=1) == 512  # costs unknown: the whole chunk
+    assert planner.chunk_beside(decoding=4, prompts=1) == PROBE_CHUNK  # costs unknown: a probe
+    assert planner.chunk_beside(decoding=0, prompts=1) == 512
     planner = measured(0.020, 0.0002)  # a 20 ms decode step, 0.2 ms per prompt token
     assert planner.chunk_beside(decoding=0, prompts=1) == 512  # nobody waits for tokens
     beside = planner.chunk_beside(decoding=4, prompts=1)
@@ -224,3 +225,27 @@ def test_chunks_beside_decoding_rows_fit_a_bounded_step() -> None:
     assert planner.chunk_beside(decoding=4, prompts=2) == 50  # two prompts side by side
     assert measured(0.001, 0.01).chunk_beside(4, 1) == MIN_CHUNK  # never below the floor
     assert measured(0.5, 0.0001).chunk_beside(4, 1) == 512  # never above the chunk
+
+
+def test_chunks_beside_decoding_rows_follow_their_own_measured_cost() -> None:
+    """A long prompt's chunks cost more per token as it grows (attention spans more positions,
+    and each chunk has a fixed cost): the next chunk is sized from the last chunks' cost, not
+    from e, so the step stays within BESIDE_DECODE decode steps."""
+    from mlxd.backend.prefill_plan import BESIDE_DECODE, MIN_CHUNK
+
+    planner = measured(0.002, 0.00001)  # e from short prompts: 200 tokens fit beside 2 ms
+    size = planner.chunk_beside(decoding=4, prompts=1)
+    assert size == 200
+    for _ in range(40):  # each chunk costs 1 ms fixed + 0.1 ms per token beyond a decode step
+        planner.expect(None, beside=size)
+        planner.step_done(0.0, 0.002 + 0.001 + 0.0001 * size, prefilling=True)
+        size = planner.chunk_beside(decoding=4, prompts=1)
+    assert size == 10  # (2 - 1) * 2 ms = 1 ms fixed + 10 x 0.1 ms: the whole step fits
+    assert 0.002 + 0.001 + 0.0001 * size <= BESIDE_DECODE * 0.002 + 1e-9
+    planner.expect(None, beside=size)
+    planner.step_done(0.0, 0.5, prefilling=True)  # one stalled step moves it, within bounds
+    assert MIN_CHUNK <= planner.chunk_beside(decoding=4, prompts=1) < size
+    planner.expect(None, beside=0)  # no row decoded: the step says nothing of the rows' cost
+    before = planner.beside_s
+    planner.step_done(0.0, 9.0, prefilling=True)
+    assert planner.beside_s == before
