@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 import mlx.core as mx
 
 from mlxd.backend.mlx_lm.layer_tap import LayerTap
+from mlxd.backend.speculation.dflash_batch import batchable, draft_logits
 
 if TYPE_CHECKING:
     from mlx.nn.layers.base import Module
@@ -46,6 +47,7 @@ class DflashDrafter:
         if tap is None:  # dflash_load checked the layer ids against the target's config
             raise ValueError("the target's decoder layers cannot be tapped")
         self.tap = tap
+        self._batched = batchable(self.drafter)
         self._caches: dict[int, list[Any]] = {}  # uid -> the drafter's KV cache of its context
         self._pending: dict[int, list[mx.array]] = {}  # uid -> context states not yet fed
 
@@ -95,30 +97,45 @@ class DflashDrafter:
         pending[:] = [context[:, -1:]]
 
     def propose(self, asks: list[DraftRequest]) -> list[list[int]]:
-        """Per ask: up to k greedy draft tokens (none for a row with no context yet)."""
-        # One drafter forward per row: mlx-vlm's attention takes one cache offset and no
-        # mask (the block is non-causal), so rows of different context lengths cannot share
-        # a padded batch cache without attending to the padding; mlx-vlm drafts row by row.
-        drafted: list[mx.array | None] = [self._draft(ask) for ask in asks]
-        mx.eval([d for d in drafted if d is not None])
-        return [[] if d is None else cast("list[int]", d.tolist()) for d in drafted]
+        """Per ask: up to k greedy draft tokens (none for a row with no context yet). The
+        asking rows draft in one forward (speculation.dflash_batch), or one row per forward
+        for a drafter that path does not take."""
+        ready = [a for a in asks if self._pending.get(a.uid) and min(a.k, self.block_size - 1)]
+        drafts: dict[int, mx.array] = {}
+        if len(ready) > 1 and self._batched:
+            drafts = self._draft_batch(ready)
+        else:
+            for ask in ready:
+                drafts[ask.uid] = self._draft(ask)
+        mx.eval(list(drafts.values()))
+        return [cast("list[int]", drafts[a.uid].tolist()) if a.uid in drafts else [] for a in asks]
+
+    def _draft_batch(self, asks: list[DraftRequest]) -> dict[int, mx.array]:
+        width = max(min(a.k, self.block_size - 1) for a in asks)
+        blocks = mx.array([[a.last] + [self.mask_token] * width for a in asks], dtype=mx.uint32)
+        contexts = [self._context(a.uid) for a in asks]
+        caches = [self._cache(a.uid) for a in asks]
+        logits = draft_logits(self.drafter, blocks, contexts, caches)
+        tokens = mx.argmax(logits[:, 1:, : self.vocab_size], axis=-1)
+        return {a.uid: tokens[i, : min(a.k, self.block_size - 1)] for i, a in enumerate(asks)}
 
     def discard(self, uid: int) -> None:
         """The row left the batch: drop its cache and pending states."""
         self._caches.pop(uid, None)
         self._pending.pop(uid, None)
 
-    def _draft(self, ask: DraftRequest) -> mx.array | None:
-        pending = self._pending.get(ask.uid) or []
+    def _draft(self, ask: DraftRequest) -> mx.array:
         k = min(ask.k, self.block_size - 1)
-        if not pending or k <= 0:
-            return None
-        self._pending[ask.uid] = []
-        context = pending[0] if len(pending) == 1 else mx.concatenate(pending, axis=1)
+        context = self._context(ask.uid)
         cache = self._cache(ask.uid)
         block = mx.array([[ask.last] + [self.mask_token] * k], dtype=mx.uint32)
         logits = self.drafter(block, context, cache)[0, 1:, : self.vocab_size]
         return mx.argmax(logits, axis=-1)
+
+    def _context(self, uid: int) -> mx.array:
+        """The row's pending states (some), taken."""
+        pending, self._pending[uid] = self._pending[uid], []
+        return pending[0] if len(pending) == 1 else mx.concatenate(pending, axis=1)
 
     def _cache(self, uid: int) -> list[Any]:
         cache = self._caches.get(uid)
