@@ -119,7 +119,7 @@ def every_draft_verified(on: bool) -> Iterator[None]:
         yield
         return
     ratio, needs_plain = StepCosts.ratio, StepCosts.needs_plain
-    StepCosts.ratio = lambda self, rows, width: 1.0
+    StepCosts.ratio = lambda self, rows, width, kinds="": 1.0
     StepCosts.needs_plain = lambda self, rows: False
     try:
         yield

@@ -40,5 +40,5 @@ def chat(make_engine: EngineFactory, tiny_chat_model: Path) -> tuple[Engine, Mod
 def verify_every_draft(monkeypatch: pytest.MonkeyPatch) -> None:
     """Steps cost the same at every width, measured: the drafting policy verifies every draft
     (exactness tests exercise the verify step at each step, whatever this machine's costs)."""
-    monkeypatch.setattr(StepCosts, "ratio", lambda self, rows, width: 1.0)
+    monkeypatch.setattr(StepCosts, "ratio", lambda self, rows, width, kinds="": 1.0)
     monkeypatch.setattr(StepCosts, "needs_plain", lambda self, rows: False)

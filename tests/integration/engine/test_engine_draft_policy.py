@@ -35,7 +35,7 @@ def test_a_row_whose_drafts_are_rejected_stops_drafting_when_width_costs(
         return [wrong] * k
 
     monkeypatch.setattr(NgramIndex, "propose", propose)
-    monkeypatch.setattr(StepCosts, "ratio", lambda self, rows, width: 1.0 + slope * width)
+    monkeypatch.setattr(StepCosts, "ratio", lambda self, rows, width, kinds="": 1.0 + slope * width)
     monkeypatch.setattr(StepCosts, "needs_plain", lambda self, rows: False)
     plain, _ = _run(engine, info, draft=False)
     spec, drafted = _run(engine, info, draft=True)
@@ -58,7 +58,9 @@ def test_a_seeded_sampled_row_repeats_whatever_the_step_costs(
     params.update(draft_kind=DraftKind.NGRAM, num_draft_tokens=4)
     outputs = []
     for slope in (0.0, 5.0):
-        monkeypatch.setattr(StepCosts, "ratio", lambda self, rows, width, s=slope: 1 + s * width)
+        monkeypatch.setattr(
+            StepCosts, "ratio", lambda self, rows, width, kinds="", s=slope: 1 + s * width
+        )
         monkeypatch.setattr(StepCosts, "needs_plain", lambda self, rows: False)
         handle = engine.submit(request(info, [20] * 25, **params))
         tokens, finish = handle.collect()

@@ -63,6 +63,8 @@ class RowDrafter(Primer, Protocol):
 
     def started(self, rows: int, width: int, at: float | None = None) -> None: ...
 
+    def parks(self, uids: list[int], room: list[int]) -> bool: ...
+
     def observe(self, uids: list[int], hidden: object, kept: list[int]) -> None: ...
 
 
@@ -161,14 +163,18 @@ class SpeculativeGenerationBatch(BatchedGenerationBatch):
     def next(self) -> list[GenerationBatch.Response]:
         if not self.uids:
             return []
-        mx.eval(self._next_tokens)
-        last = cast("list[int]", self._next_tokens.tolist())
         room = [m - n - 1 for m, n in zip(self.max_tokens, self._num_tokens, strict=True)]
-        began = time.perf_counter()  # the drafting counts in the step it drafts for
-        drafts = self._mlxd_drafter.propose(self.uids, self.tokens, last, room)
+        uids, last = list(self.uids), []
+        drafts: list[list[int]] = [[] for _ in uids]
+        if self._mlxd_drafter.parks(uids, room):  # plain whatever is drafted: do not read
+            began = time.perf_counter()
+        else:
+            mx.eval(self._next_tokens)
+            last = cast("list[int]", self._next_tokens.tolist())
+            began = time.perf_counter()  # the drafting counts in the step it drafts for
+            drafts = self._mlxd_drafter.propose(self.uids, self.tokens, last, room)
         width = max(len(d) for d in drafts)
         self._mlxd_drafter.started(len(self.uids), width, began)
-        uids = list(self.uids)
         if width == 0:
             responses, kept = super().next(), [1] * len(uids)
         else:

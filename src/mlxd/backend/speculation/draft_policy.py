@@ -13,7 +13,9 @@ small batches) the rule drafts wide. It only picks which drafts are verified, ne
 accepted: greedy output is the same with any choice.
 
 r_B(w) = 1 + w * extra_B / plain_B is measured online (StepCosts: moving averages of real
-steps' seconds: a plain step's, and what each verified position adds, per row count B);
+steps' seconds: a plain step's per row count B, and what each verified position adds per row
+count and drafter set: a step whose rows ask an MTP head or a draft model also pays their
+forwards, which prompt lookup does not, so each set's verify steps are measured apart);
 p_i is each row's own record (Acceptance), which drifts back to a prior while the row does
 not draft, so a row turned off is tried again now and then.
 """
@@ -36,6 +38,10 @@ PRIOR_SLOPE = 0.1
 # by another process must not shut drafting off for long.
 REFRESH = 64
 VERIFY_REFRESH = 16
+# A verify re-measurement that agrees with the estimate (within AGREE) doubles the wait
+# before the next, up to VERIFY_REFRESH_MAX: each costs a wide step where verifying loses.
+VERIFY_REFRESH_MAX = 256
+AGREE = 0.25
 # Acceptance: a prior of PRIOR_P worth PRIOR_WEIGHT drafted positions; older evidence decays
 # by DECAY per verified draft, and by IDLE_DECAY per step a row's draft is not verified.
 PRIOR_P = 0.5
@@ -72,71 +78,86 @@ class Acceptance:
 
 
 @dataclass(slots=True)
-class _Shape:
-    """Moving averages over the steps of one row count: a plain step's seconds, and what
-    each verified position adds per row count (a step of width w: plain + w * extra)."""
+class _Measured:
+    """A moving average of seconds, the steps since its last sample, and how many steps a
+    verify estimate waits before it is measured again."""
 
-    plain_s: float | None = None
-    extra_s: float | None = None
-    since_plain: int = 0
-    since_verify: int = 0
+    seconds: float | None = None
+    since: int = 0
+    wait: int = VERIFY_REFRESH
+
+    def verified(self, seconds: float) -> None:
+        """A verify sample: a re-measurement that agrees waits longer for the next one."""
+        old = self.seconds
+        due = self.since >= self.wait
+        self.seconds, self.since = _ewma(old, seconds), 0
+        if old is not None and due:
+            agrees = abs(seconds - old) <= AGREE * max(old, 1e-9)
+            self.wait = min(2 * self.wait, VERIFY_REFRESH_MAX) if agrees else VERIFY_REFRESH
+
+
+Shape = tuple[int, int, str]  # rows, width, drafters (StepCosts.started)
 
 
 class StepCosts:
-    """Measured cost of a step by shape (rows x width) relative to a plain step; the one
-    place where step times are kept. Pure Python, no mlx."""
+    """Measured cost of a step by shape (rows x width, and which drafters it asked: `kinds`,
+    e.g. "mtp"; "" for prompt lookup alone) relative to a plain step over as many rows; the
+    one place where step times are kept. Pure Python, no mlx."""
 
     def __init__(self) -> None:
-        self._shapes: dict[int, _Shape] = {}
-        self._last: tuple[int, int, float] | None = None  # rows, width, start of the last step
-        self._seen: set[tuple[int, int]] = set()  # (rows, width) that ran once unmeasured
+        self._plain: dict[int, _Measured] = {}  # rows -> a plain step's seconds
+        self._extra: dict[tuple[int, str], _Measured] = {}  # what a verified position adds
+        self._last: tuple[Shape, float] | None = None  # the last step's shape and start
+        self._seen: set[Shape] = set()  # shapes that ran once unmeasured
 
-    def started(self, rows: int, width: int, at: float) -> None:
+    def started(self, rows: int, width: int, at: float, kinds: str = "") -> None:
         """A step of this shape starts at `at` (perf_counter): the previous step took from its
         own start to now, the work around it included (mlx-lm runs a plain step's forward
         behind the engine's per-step work, a verify step before it)."""
         last = self._last
-        if last is not None and last[:2] in self._seen:
-            self.observe(last[0], last[1], at - last[2])
+        if last is not None and last[0] in self._seen:
+            self.observe(*last[0][:2], at - last[1], kinds=last[0][2])
         elif last is not None:  # a shape's first forward also builds its kernels
-            self._seen.add(last[:2])
-        self._last = (rows, width, at)
-        shape = self._shapes.setdefault(rows, _Shape())
-        shape.since_plain += 1
-        shape.since_verify += 1
+            self._seen.add(last[0])
+        shape = (rows, width, kinds if width else "")
+        self._last = (shape, at)
+        self._plain.setdefault(rows, _Measured()).since += 1
+        for (count, _), extra in self._extra.items():
+            extra.since += count == rows
 
     def spoil(self) -> None:
         """The step just started also did other work (a prefill): it is not a sample."""
         self._last = None
 
-    def observe(self, rows: int, width: int, seconds: float) -> None:
-        shape = self._shapes.setdefault(rows, _Shape())
+    def observe(self, rows: int, width: int, seconds: float, kinds: str = "") -> None:
+        plain = self._plain.setdefault(rows, _Measured())
         if width == 0:
-            shape.plain_s = _ewma(shape.plain_s, seconds)
-            shape.since_plain = 0
-        elif shape.plain_s is not None:
-            shape.extra_s = _ewma(shape.extra_s, max(seconds - shape.plain_s, 0.0) / width)
-            shape.since_verify = 0
+            plain.seconds, plain.since = _ewma(plain.seconds, seconds), 0
+        elif plain.seconds is not None:
+            extra = self._extra.setdefault((rows, kinds), _Measured())
+            extra.verified(max(seconds - plain.seconds, 0.0) / width)
 
     def needs_plain(self, rows: int) -> bool:
         """The plain step over `rows` rows is unmeasured or due for a new measurement."""
-        shape = self._shapes.get(rows)
-        return shape is None or shape.plain_s is None or shape.since_plain >= REFRESH
+        plain = self._plain.get(rows)
+        return plain is None or plain.seconds is None or plain.since >= REFRESH
 
-    def ratio(self, rows: int, width: int) -> float:
+    def ratio(self, rows: int, width: int, kinds: str = "") -> float:
         """r_rows(width): a step of this shape over a plain step over as many rows. A row
-        count never measured verifying takes the nearest one's slope, else PRIOR_SLOPE, and
-        so does one due for a new measurement (optimistic, so that a step measures it)."""
-        shape = self._shapes.get(rows)
-        if shape is not None and shape.since_verify >= VERIFY_REFRESH:
+        count never measured verifying with these drafters takes the nearest one's slope,
+        else PRIOR_SLOPE, and so does one due for a new measurement (optimistic, so that a
+        step measures it; due after VERIFY_REFRESH steps, twice as long after each
+        re-measurement that agreed, up to VERIFY_REFRESH_MAX)."""
+        extra = self._extra.get((rows, kinds))
+        if extra is not None and extra.since >= extra.wait:
             return 1.0 + PRIOR_SLOPE * width
-        return 1.0 + self._slope(rows) * width
+        return 1.0 + self._slope(rows, kinds) * width
 
-    def _slope(self, rows: int) -> float:
-        for count in sorted(self._shapes, key=lambda n: abs(n - rows)):
-            shape = self._shapes[count]
-            if shape.plain_s and shape.extra_s is not None:
-                return shape.extra_s / shape.plain_s
+    def _slope(self, rows: int, kinds: str) -> float:
+        for count in sorted(self._plain, key=lambda n: abs(n - rows)):
+            plain, extra = self._plain[count], self._extra.get((count, kinds))
+            if plain.seconds and extra is not None and extra.seconds is not None:
+                return extra.seconds / plain.seconds
         return PRIOR_SLOPE
 
 
@@ -147,31 +168,41 @@ class DraftPolicy:
         self.costs = costs if costs is not None else StepCosts()
 
     def width(
-        self, rows: int, offers: list[tuple[Acceptance, int]], most: int, least: int = 0
+        self,
+        rows: int,
+        offers: list[tuple[Acceptance, int]],
+        most: int,
+        least: int = 0,
+        kinds: str = "",
     ) -> int:
         """The verify width for a step over `rows` rows, where each drafting row offers a
         draft of some length with its acceptance record: from `least` (rows that must
-        verify their drafts) to `most`; 0 is a plain step."""
+        verify their drafts) to `most`; 0 is a plain step. `kinds`: the drafters a verify
+        step would ask (StepCosts)."""
         if not offers or most <= 0 or (least == 0 and self.costs.needs_plain(rows)):
             return least
-        best, best_score = least, self._score(rows, offers, least)
+        best, best_score = least, self._score(rows, offers, least, kinds)
         for w in range(least + 1, most + 1):
-            score = self._score(rows, offers, w)
-            if score > best_score and self._none_slowed(rows, offers, w):
+            score = self._score(rows, offers, w, kinds)
+            if score > best_score and self._none_slowed(rows, offers, w, kinds):
                 best, best_score = w, score
         return best
 
-    def _none_slowed(self, rows: int, offers: list[tuple[Acceptance, int]], width: int) -> bool:
+    def _none_slowed(
+        self, rows: int, offers: list[tuple[Acceptance, int]], width: int, kinds: str
+    ) -> bool:
         """Every drafting row expects at least a token per plain step's time at this width:
         a batch that nothing refills ends with its slowest rows, which a width paid for by
         the other rows' good drafts would slow."""
-        ratio = self.costs.ratio(rows, width)
+        ratio = self.costs.ratio(rows, width, kinds)
         return all(1 + acc.expected(min(length, width)) >= ratio for acc, length in offers)
 
-    def _score(self, rows: int, offers: list[tuple[Acceptance, int]], width: int) -> float:
+    def _score(
+        self, rows: int, offers: list[tuple[Acceptance, int]], width: int, kinds: str
+    ) -> float:
         """Expected tokens per plain step's time of a step of this width."""
         tokens = rows + sum(acc.expected(min(length, width)) for acc, length in offers)
-        return tokens / self.costs.ratio(rows, width)
+        return tokens / self.costs.ratio(rows, width, kinds)
 
 
 def draft_policy_every() -> bool:

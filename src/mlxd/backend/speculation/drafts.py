@@ -104,6 +104,7 @@ class Drafts:
     rows: dict[int, _Row] = field(default_factory=dict)
     counts: dict[int, DraftCount] = field(default_factory=dict)  # since the last take_counts
     parked: int = 0  # steps where rows offered drafts and the policy verified none
+    _kinds: str = ""  # the drafters the step being chosen asks (StepCosts measures per set)
 
     def add(self, uid: int, kind: DraftKind, k: int, fixed: bool = False) -> None:
         """A speculating row; `fixed`: its drafts are verified whatever the policy says (a
@@ -184,7 +185,8 @@ class Drafts:
         most = max((k for _, _, k in offers), default=0)
         least = max((k for _, row, k in offers if row.fixed), default=0)
         chances = [(row.odds, k) for _, row, k in offers]
-        width = self.policy.width(len(uids), chances, most, least)
+        self._kinds = _drafters([row for _, row, _ in offers])
+        width = self.policy.width(len(uids), chances, most, least, self._kinds)
         asks: dict[DraftKind, list[tuple[int, DraftRequest]]] = {}
         self.parked += bool(offers) and width == 0
         for i, row, k in offers:
@@ -204,11 +206,35 @@ class Drafts:
                 drafts[i] = draft
         return drafts
 
+    def parks(self, uids: list[int], room: list[int]) -> bool:
+        """Whether this step is plain whatever the rows would draft: the policy verifies no
+        width even if every speculating row offered its longest draft (and none must verify
+        its own). Such a step is counted as `propose` would count it, without drafting:
+        mlx-lm's plain step then runs as without speculation (its next forward queued
+        behind this one, no sync to read the sampled tokens)."""
+        offers = [
+            (row, min(row.k, left))
+            for uid, left in zip(uids, room, strict=True)
+            if (row := self.rows.get(uid)) is not None and min(row.k, left) > 0
+        ]
+        if any(row.fixed for row, _ in offers):
+            return False
+        most = max((k for _, k in offers), default=0)
+        kinds = _drafters([row for row, _ in offers])
+        chances = [(row.odds, k) for row, k in offers]
+        if offers and self.policy.width(len(uids), chances, most, 0, kinds) > 0:
+            return False
+        for row, _ in offers:
+            row.odds.idle()
+        self.parked += bool(offers)
+        return True
+
     def started(self, rows: int, width: int, at: float | None = None) -> None:
         """A step over `rows` rows verifying `width` drafts per row (0: plain) started at
         `at` (perf_counter; None: now), its drafting included: a draft model's or an MTP
-        head's forwards are part of what a verify step costs."""
-        self.policy.costs.started(rows, width, time.perf_counter() if at is None else at)
+        head's forwards are part of what a verify step costs (measured per drafter set)."""
+        at = time.perf_counter() if at is None else at
+        self.policy.costs.started(rows, width, at, self._kinds)
 
     def record(self, uid: int, drafted: int, accepted: int) -> None:
         if drafted:
@@ -237,3 +263,9 @@ class Drafts:
     def take_counts(self) -> dict[int, DraftCount]:
         counts, self.counts = self.counts, {}
         return counts
+
+
+def _drafters(rows: list[_Row]) -> str:
+    """The drafters a verify step over these offering rows asks: "" (prompt lookup only),
+    "model", "mtp" or "model+mtp"."""
+    return "+".join(sorted({row.kind.value for row in rows if row.index is None}))

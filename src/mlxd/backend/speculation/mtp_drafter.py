@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 
 # Hidden states kept per row between its drafts (older ones are dropped: a gap in its KV).
 _MAX_PENDING = 64
+# Prompt pairs a row's priming leaves uncomputed at most (mtp_drafter.prime).
+_LAZY_PAIRS = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +83,7 @@ class MtpDrafter:
         self._uids: list[int] = []
         self._pending: dict[int, list[mx.array]] = {}  # uid -> hidden states not yet fed
         self._primed: dict[int, PromptCache] = {}  # uid -> its head cache until it drafts
+        self._lazy: dict[int, int] = {}  # uid -> pairs fed to _primed[uid] not yet computed
 
     def start(self, uid: int) -> None:
         """A row of kind `mtp` joined: keep its hidden states from the next forward on."""
@@ -115,7 +118,12 @@ class MtpDrafter:
                 tokens = mx.array([contexts[i][-pairs:]], dtype=mx.uint32)
                 dtype = self.head.fc.weight.dtype
                 self.head(states[None, :pairs].astype(dtype), tokens, cache)
-                mx.eval([layer.state for layer in cache])  # type: ignore[attr-defined]
+                # Left lazy: a row that never drafts (the policy parks) never pays for it;
+                # past _LAZY_PAIRS it is computed, so a long prompt does not hold its graph.
+                lazy = self._lazy.get(uid, 0) + pairs
+                if lazy >= _LAZY_PAIRS:
+                    mx.eval([layer.state for layer in cache])  # type: ignore[attr-defined]
+                self._lazy[uid] = 0 if lazy >= _LAZY_PAIRS else lazy
             self._pending[uid] = [states[-1]]
 
     def state(self, uid: int, tokens: int) -> HeadState | None:
@@ -169,6 +177,7 @@ class MtpDrafter:
         """The row left the batch: drop its head cache."""
         self._pending.pop(uid, None)
         self._primed.pop(uid, None)
+        self._lazy.pop(uid, None)
         if uid not in self._uids:
             return
         i = self._uids.index(uid)

@@ -22,7 +22,7 @@ class FixedCosts(StepCosts):
         super().__init__()
         self.slope = slope
 
-    def ratio(self, rows: int, width: int) -> float:
+    def ratio(self, rows: int, width: int, kinds: str = "") -> float:
         return 1.0 + self.slope * width
 
     def needs_plain(self, rows: int) -> bool:
@@ -129,3 +129,47 @@ def test_no_width_that_slows_a_drafting_row_below_a_plain_step() -> None:
     assert policy.width(8, [good] * 4, most=4) == 4
     # the poor rows expect 1.37 tokens at width 2 (cost 1.3) but 1.41 at 4 (cost 1.6)
     assert policy.width(8, [good] * 4 + [poor] * 4, most=4) == 2
+
+
+def test_verify_steps_are_measured_per_drafter_set() -> None:
+    """A step asking an MTP head also pays its forwards: its verify cost is kept apart from
+    prompt lookup's, and a set never measured starts at the prior slope."""
+    costs = StepCosts()
+    costs.observe(1, 0, 0.010)
+    costs.observe(1, 2, 0.012)  # prompt lookup: 1 ms a verified position
+    costs.observe(1, 2, 0.050, kinds="mtp")  # the head's forwards: 20 ms a position
+    assert costs.ratio(1, 2) == pytest.approx(1.2)
+    assert costs.ratio(1, 2, "mtp") == pytest.approx(5.0)
+    assert costs.ratio(1, 2, "model") == pytest.approx(1.0 + 2 * PRIOR_SLOPE)
+    policy = DraftPolicy(costs)
+    sure = [(_odds(0.99), 2)]
+    assert policy.width(1, sure, most=2) == 2 and policy.width(1, sure, most=2, kinds="mtp") == 0
+    costs.started(1, 2, 0.0, kinds="mtp")
+    costs.started(1, 0, 1.0)  # the first step of a shape is no sample
+    costs.started(1, 2, 2.0, kinds="mtp")
+    costs.started(1, 0, 2.010)  # 10 ms at width 2 with the head: cheap after all
+    assert costs.ratio(1, 2, "mtp") < 5.0
+
+
+def test_a_re_measurement_that_agrees_waits_longer_for_the_next() -> None:
+    """Each re-measurement costs a wide step where verifying loses: one that confirms the
+    estimate doubles the wait before the next; one that does not resets it."""
+    costs = StepCosts()
+    costs.observe(2, 0, 0.010)
+    costs.observe(2, 2, 0.050)  # 20 ms a verified position: r(2) = 5
+
+    def steps_until_due() -> int:
+        n = 0
+        while costs.ratio(2, 2) != pytest.approx(1.0 + 2 * PRIOR_SLOPE):  # due: optimistic
+            costs.started(2, 0, float(n))
+            costs.spoil()  # no samples: only the steps since the last verify count
+            n += 1
+        return n
+
+    assert steps_until_due() == VERIFY_REFRESH
+    costs.observe(2, 2, 0.050)  # it agrees
+    assert steps_until_due() == 2 * VERIFY_REFRESH
+    costs.observe(2, 2, 0.050)
+    assert steps_until_due() == 4 * VERIFY_REFRESH
+    costs.observe(2, 2, 0.020)  # it does not: back to the first wait
+    assert steps_until_due() == VERIFY_REFRESH

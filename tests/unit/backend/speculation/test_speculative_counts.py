@@ -21,7 +21,7 @@ def test_counts_are_per_row_summed_within_a_step_and_taken_once() -> None:
 
 def test_the_policy_width_truncates_drafts_and_a_fixed_row_keeps_its_own() -> None:
     class Linear(StepCosts):
-        def ratio(self, rows: int, width: int) -> float:
+        def ratio(self, rows: int, width: int, kinds: str = "") -> float:
             return 1.0 + width
 
         def needs_plain(self, rows: int) -> bool:
@@ -34,3 +34,25 @@ def test_the_policy_width_truncates_drafts_and_a_fixed_row_keeps_its_own() -> No
     assert drafts.propose([1, 2], [loop, loop], [5, 5], [9, 9]) == [[], []]
     drafts.add(2, DraftKind.NGRAM, 2, fixed=True)
     assert drafts.propose([1, 2], [loop, loop], [5, 5], [9, 9]) == [[6, 7], [6, 7]]
+
+
+def test_a_step_parks_unread_when_no_offer_could_be_verified() -> None:
+    """`parks`: the rows' longest drafts at their records would not be verified, so the step
+    is plain without reading its tokens (counted as parked); a fixed row never parks."""
+
+    class Costly(StepCosts):
+        def ratio(self, rows: int, width: int, kinds: str = "") -> float:
+            return 1.0 + 5.0 * width
+
+        def needs_plain(self, rows: int) -> bool:
+            return False
+
+    drafts = Drafts(policy=DraftPolicy(Costly()))
+    assert drafts.parks([1], [9])  # no speculating row: plain
+    assert drafts.take_parked() == 0
+    drafts.add(1, DraftKind.NGRAM, 4)
+    assert drafts.parks([1, 2], [9, 9]) and drafts.take_parked() == 1
+    drafts.policy = DraftPolicy(StepCosts())  # nothing measured: a plain step measures first
+    assert drafts.parks([1, 2], [9, 9])
+    drafts.add(2, DraftKind.NGRAM, 2, fixed=True)
+    assert not drafts.parks([1, 2], [9, 9])
