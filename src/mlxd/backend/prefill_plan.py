@@ -39,6 +39,8 @@ cost (it once made e 200 times too high, so G came out 0 and stayed there).
 
 from __future__ import annotations
 
+import statistics
+from collections import deque
 from collections.abc import Iterable
 
 # Weight of the newest step in the moving averages: steps are noisy (GC, other threads).
@@ -68,6 +70,10 @@ PROBE_CHUNK = 32
 # cost, so sizes settle where the whole step fits; late in a 16k prompt on a small model each
 # token's attention spans so many positions that only a few fit (measured: 2-8 tokens).
 MIN_CHUNK = 4
+# Decode-only steps whose median is the decode step the chunks beside decoding rows are sized
+# against: a mean (d) is pulled up by stalled steps (another process on a busy machine: d came
+# out 1.5x the median), and with it the rows' steps during a long prompt.
+_RECENT_DECODES = 31
 
 
 class PrefillPlanner:
@@ -91,6 +97,7 @@ class PrefillPlanner:
         # chunk's fixed cost, so the next chunk is sized from it rather than from e.
         self.beside_s: float | None = None
         self._beside = 0  # prompt tokens the next step runs beside decoding rows
+        self._decodes: deque[float] = deque(maxlen=_RECENT_DECODES)
         # The next step, as `expect` announced it: its padded prefill tokens (0: it only
         # decodes; None: its cost says nothing clean), the group it starts (padded tokens in
         # all), and whether it returns the first tokens of the group being timed. That group:
@@ -114,6 +121,12 @@ class PrefillPlanner:
     def observe_decode(self, seconds: float) -> None:
         """A step that only decoded (no prompt waiting or being prefilled)."""
         self.decode_s = _ewma(self.decode_s, seconds)
+        self._decodes.append(seconds)
+
+    @property
+    def decode_median(self) -> float | None:
+        """The median of the latest decode-only steps (None before any)."""
+        return statistics.median(self._decodes) if self._decodes else None
 
     def observe_prefill(self, seconds: float, padded_tokens: int) -> None:
         """A step that started prefilling a group of `padded_tokens` (longest x count), all
@@ -146,12 +159,13 @@ class PrefillPlanner:
 
     def observe_beside(self, seconds: float, tokens: int) -> None:
         """A step that ran a chunk of `tokens` prompt tokens (in all) beside decoding rows."""
-        if self.decode_s is None or tokens <= 0:
+        decode = self.decode_median
+        if decode is None or tokens <= 0:
             return
-        extra = max(seconds - self.decode_s, 0.0) / tokens
+        extra = max(seconds - decode, 0.0) / tokens
         # A step measured as cheap as a decode step must not pin the estimate at 0: judge
         # outliers against at least the cost at which a whole chunk takes one decode step.
-        self.beside_s = _ewma(self.beside_s, extra, self.decode_s / self.chunk)
+        self.beside_s = _ewma(self.beside_s, extra, decode / self.chunk)
 
     def expect(
         self, prefilled: int | None, starts: int = 0, first_tokens: bool = False, beside: int = 0
@@ -184,14 +198,15 @@ class PrefillPlanner:
     def chunk_beside(self, decoding: int, prompts: int) -> int:
         """Prompt tokens per prompt the next prefill step runs, for `prompts` side by side:
         the whole chunk when no row decodes; beside `decoding` rows, what keeps the step
-        within BESIDE_DECODE decode steps at the latest chunks' measured cost per token (else
-        e), or PROBE_CHUNK while neither is known."""
+        within BESIDE_DECODE decode steps (their recent median) at the latest chunks' measured
+        cost per token (else e), or PROBE_CHUNK while neither is known."""
         if not decoding:
             return self.chunk
         per_token = self.beside_s if self.beside_s is not None else self.token_s
-        if self.decode_s is None or not per_token:
+        decode = self.decode_median
+        if decode is None or not per_token:
             return min(PROBE_CHUNK, self.chunk)
-        fits = (BESIDE_DECODE - 1) * self.decode_s / (per_token * max(prompts, 1))
+        fits = (BESIDE_DECODE - 1) * decode / (per_token * max(prompts, 1))
         return max(min(int(fits), self.chunk), min(MIN_CHUNK, self.chunk))
 
     def plan(self, waiting: Iterable[int]) -> int:

@@ -249,3 +249,15 @@ def test_chunks_beside_decoding_rows_follow_their_own_measured_cost() -> None:
     before = planner.beside_s
     planner.step_done(0.0, 9.0, prefilling=True)
     assert planner.beside_s == before
+
+
+def test_chunks_beside_decoding_rows_are_sized_against_the_median_decode_step() -> None:
+    """A few stalled decode steps (another process on the machine) raise the mean d, not the
+    median the chunks beside decoding rows are sized against."""
+    steady, stalled = measured(0.002, 0.00001), measured(0.002, 0.00001)
+    for seconds in [0.002] * 10 + [0.006] * 4:
+        stalled.observe_decode(seconds)
+        steady.observe_decode(0.002)
+    assert stalled.decode_s is not None and stalled.decode_s > 0.003  # the mean moved
+    assert stalled.decode_median == steady.decode_median == 0.002
+    assert stalled.chunk_beside(decoding=4, prompts=1) == steady.chunk_beside(4, 1) == 200
