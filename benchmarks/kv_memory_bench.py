@@ -1,17 +1,20 @@
-"""Quantized KV (`--kv-bits`) against full precision, in process, one engine per setting:
-KV bytes per context token, peak RSS at --conversations conversations of --context tokens,
-how many such conversations fit a fixed KV budget, decode tokens/s at that batch, greedy
+"""Quantized KV (`--kv-bits`, `--kv-quant-start`) against full precision, in process, one
+engine per setting (`--bits 0,8,4,4@32`: BITS@N keeps the last N positions exact): KV
+bytes per context token, peak RSS at --conversations conversations of --context tokens (they
+share all but their last 64 prompt tokens, prefilled once: each row still holds its own KV),
+how many such conversations fit a fixed KV budget, decode tokens/s at that batch, and greedy
 quality against full precision (agreement over the first --quality-tokens tokens and the
-mean |logprob| difference of the chosen tokens, --quality-prompts chat prompts), and the
-step time (the decoding rows' inter-token latency) of 4 decoding rows while a --long-token
-prompt prefills, against their steps before it arrived; JSON.
+mean |logprob| difference of the chosen tokens, --quality-prompts chat prompts answered in
+one batch); `--long N` adds the step times of 4 decoding rows while an N-token prompt
+prefills (long_prompt_bench measures that against the peers). `--peers` runs real servers
+side by side under the same 8 x 4k load (benchmarks/kv_peers.py); JSON.
 
 Each setting runs in its own child process (peak RSS is the child's `ru_maxrss`). Use the
-demo model for quality (`--model DIR`: an imported checkpoint; the SmolLM2 demo has an 8k
-window, so --long stays under it); without --model a generated `medium` checkpoint runs
-(random weights: its quality figures mean little).
+demo model for quality (`--model DIR`: an imported checkpoint); without --model a generated
+`medium` checkpoint runs (random weights: its quality figures mean little).
 
-    python -m benchmarks.kv_memory_bench --model ~/.mlxd/models/demo
+    python -m benchmarks.kv_memory_bench --model ~/.mlxd/models/smollm2-135m-instruct \
+        --peers mlxd,vllm-mlx,rapid-mlx,mlx_lm
     python -m benchmarks.kv_memory_bench --kind tiny --context 64 --conversations 2 \
         --quality-prompts 2 --quality-tokens 4 --long 256 --decode-tokens 4   # smallest run
 """
@@ -33,6 +36,8 @@ from typing import Any
 
 from benchmarks.common import emit, fast_blas, pct, progress
 
+OWN = 64  # tokens of each conversation's prompt that no other shares
+
 QUESTIONS = [
     "What is the capital of France?", "Explain photosynthesis in two sentences.",
     "Write a haiku about the sea.", "How do I reverse a list in Python?",
@@ -51,26 +56,52 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", type=Path, help="a checkpoint directory (default: generated)")
     ap.add_argument("--kind", default="medium", help="generated checkpoint size without --model")
-    ap.add_argument("--bits", default="0,8,4", help="settings to compare (0: full precision)")
+    ap.add_argument(
+        "--bits",
+        default="0,8,4,4@32",
+        help="settings to compare: BITS or BITS@N (--kv-quant-start N); 0 is full precision",
+    )
     ap.add_argument("--kv-group-size", type=int, default=64)
     ap.add_argument("--conversations", type=int, default=8)
     ap.add_argument("--context", type=int, default=4096, help="prompt tokens per conversation")
-    ap.add_argument("--decode-tokens", type=int, default=64)
+    ap.add_argument("--decode-tokens", type=int, default=16)
     ap.add_argument("--budget-bytes", type=int, default=1 << 30, help="the fixed KV budget")
     ap.add_argument("--quality-prompts", type=int, default=20)
     ap.add_argument("--quality-tokens", type=int, default=64)
-    ap.add_argument("--long", type=int, default=7000, help="the long prompt's tokens")
-    ap.add_argument("--one", type=int, help=argparse.SUPPRESS)  # child: one setting
+    ap.add_argument(
+        "--long", type=int, default=0, help="a long prompt's tokens beside 4 decoding rows "
+        "(0: skipped; long_prompt_bench measures long prompts against the peers)",
+    )  # fmt: skip
+    ap.add_argument(
+        "--peers", default="", help="servers side by side under the same load (benchmarks/"
+        "kv_peers.py): mlxd, vllm-mlx, rapid-mlx, mlx_lm at --peer-bits, NAME-0 unquantized",
+    )  # fmt: skip
+    ap.add_argument("--peer-bits", type=int, default=8, choices=(8, 4))
+    ap.add_argument("--vllm-mlx", default="/work/peers/vllm-mlx/bin/vllm-mlx")
+    ap.add_argument("--rapid-mlx", default="/work/peers/rapid-mlx/bin/rapid-mlx")
+    ap.add_argument("--mlx-lm-python", default=sys.executable, help="runs mlx_lm.server")
+    ap.add_argument("--one", help=argparse.SUPPRESS)  # child: one setting
     args = ap.parse_args()
     if args.one is not None:
         print(json.dumps(run_setting(args, args.one)))
         return
     model = args.model or generated(args.kind)
     settings = {}
-    for bits in (int(b) for b in args.bits.split(",")):
-        progress("kv_bits", bits)
-        settings[bits] = child(args, model, bits)
-    emit(report(args, model, settings))
+    for setting in filter(None, args.bits.split(",")):
+        progress("kv setting", setting)
+        settings[setting] = child(args, model, setting)
+    out = report(args, model, settings)
+    if args.peers:
+        from benchmarks.kv_peers import run_peers
+
+        out["servers"] = run_peers(args, model)
+    emit(out)
+
+
+def parse_setting(setting: str) -> tuple[int, int]:
+    """ "8@256" -> (8 bits, quant start 256); "8" -> (8, 0)."""
+    bits, _, start = setting.partition("@")
+    return int(bits), int(start or 0)
 
 
 def generated(kind: str) -> Path:
@@ -81,7 +112,7 @@ def generated(kind: str) -> Path:
     return make_checkpoint(root / kind, "chat", size=kind, head_dim=head_dim)
 
 
-def child(args: argparse.Namespace, model: Path, bits: int) -> dict[str, Any]:
+def child(args: argparse.Namespace, model: Path, setting: str) -> dict[str, Any]:
     argv, rest = [], iter(sys.argv[1:])
     for a in rest:
         if a == "--model":
@@ -89,16 +120,17 @@ def child(args: argparse.Namespace, model: Path, bits: int) -> dict[str, Any]:
         elif not a.startswith("--model="):
             argv.append(a)
     cmd = [sys.executable, "-m", "benchmarks.kv_memory_bench", *argv, "--model", str(model)]
-    done = subprocess.run([*cmd, "--one", str(bits)], capture_output=True, text=True, check=False)
+    done = subprocess.run([*cmd, "--one", setting], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(done.stderr[-3000:])
     result: dict[str, Any] = json.loads(done.stdout)
     return result
 
 
-def run_setting(args: argparse.Namespace, bits: int) -> dict[str, Any]:
-    """One child: every measurement of one --kv-bits setting."""
+def run_setting(args: argparse.Namespace, setting: str) -> dict[str, Any]:
+    """One child: every measurement of one --kv-bits (@ --kv-quant-start) setting."""
     fast_blas()
+    bits, start = parse_setting(setting)
     from mlxd.engine import Engine, EngineConfig
 
     steps: list[tuple[float, bool]] = []  # each engine step's start, and whether it was
@@ -109,8 +141,10 @@ def run_setting(args: argparse.Namespace, bits: int) -> dict[str, Any]:
             steps.append((time.perf_counter(), long_prefilling.is_set()))
 
     config = EngineConfig.from_settings(
-        max_batch=max(8, args.conversations), kv_bits=bits, kv_group_size=args.kv_group_size,
-        prefix_cache_bytes=0, stream_interval_s=0.0, kv_budget_bytes=1 << 40, fault_hook=on_step,
+        max_batch=max(8, args.conversations, args.quality_prompts), kv_bits=bits,
+        kv_group_size=args.kv_group_size, kv_quant_start=start, prefix_cache_bytes=4 << 30,
+        stream_interval_s=0.0, kv_budget_bytes=1 << 40, fault_hook=on_step,
+        watchdog_seconds=3600.0,  # one 8-row prefill step can take minutes on a loaded CPU
     )  # fmt: skip
     engine = Engine(config)
     try:
@@ -120,26 +154,42 @@ def run_setting(args: argparse.Namespace, bits: int) -> dict[str, Any]:
         args.long = min(args.long, info.context_window - 2)
         out: dict[str, Any] = {
             "kv_bits": bits,
+            "kv_quant_start": start,
             "context_tokens": args.context,
             "kv_bytes_per_token": info.kv.bytes_per_token,
             "kv_bytes_per_conversation": info.kv.bytes_for(args.context + args.decode_tokens),
         }
-        out.update(conversations(engine, info, args))
-        out["quality"] = greedy_answers(engine, info, args)
-        out["long_prompt"] = long_prompt(engine, info, args, steps, long_prefilling)
+        seconds = {}
+        for part, measure in (("conversations", conversations), ("quality", greedy_answers)):
+            began = time.perf_counter()
+            out[part] = measure(engine, info, args)
+            seconds[part] = round(time.perf_counter() - began, 1)
+        out.update(out.pop("conversations"))
+        if args.long:
+            began = time.perf_counter()
+            out["long_prompt"] = long_prompt(engine, info, args, steps, long_prefilling)
+            seconds["long_prompt"] = round(time.perf_counter() - began, 1)
+        out["seconds"] = seconds
     finally:
         engine.close()
     return out
 
 
 def conversations(engine: Any, info: Any, args: argparse.Namespace) -> dict[str, Any]:
-    """--conversations prompts of --context tokens at once: peak RSS and decode tokens/s."""
+    """--conversations prompts of --context tokens at once: peak RSS and decode tokens/s.
+    They share all but their last OWN tokens, prefilled once first (the prefix cache then
+    copies it into each row: every row still holds its own --context tokens of KV, and the
+    prefill costs one conversation, not all)."""
     from mlxd.engine import EngineRequest
     from mlxd.types import SamplingParams
 
     rng = random.Random(0)
+    own = min(OWN, args.context // 2)
+    shared = [rng.randrange(10, info.vocab_size - 10) for _ in range(args.context - own)]
+    engine.submit(EngineRequest(info.name, [*shared, 5], SamplingParams(max_tokens=1))).collect()
+    snapshot_bytes = engine.stats().cache.kv_bytes
     prompts = [
-        [rng.randrange(10, info.vocab_size - 10) for _ in range(args.context)]
+        shared + [rng.randrange(10, info.vocab_size - 10) for _ in range(own)]
         for _ in range(args.conversations)
     ]
     params = SamplingParams(max_tokens=args.decode_tokens, ignore_eos=True, temperature=0.0)
@@ -151,24 +201,30 @@ def conversations(engine: Any, info: Any, args: argparse.Namespace) -> dict[str,
     tokens = sum(args.decode_tokens - 1 for _ in timings)
     return {
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "prefix_snapshot_bytes": snapshot_bytes,  # inside the peak: the shared prefix's copy
         "decode_tokens_per_s": round(tokens / window, 1) if window > 0 else None,
     }
 
 
 def greedy_answers(engine: Any, info: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """Each chat prompt's greedy tokens and their logprobs."""
+    """Each chat prompt's greedy tokens and their logprobs, all prompts in one batch (greedy
+    rows answer alone as in a batch: tests/integration/engine)."""
     from mlxd.engine import EngineRequest
     from mlxd.types import SamplingParams, TokenEvent
 
-    answers = []
     params = SamplingParams(
         max_tokens=args.quality_tokens, ignore_eos=True, temperature=0.0, logprobs=True
     )
-    for question in (QUESTIONS * 4)[: args.quality_prompts]:
-        messages = [{"role": "user", "content": question}]
-        ids = chat_ids(info, messages)
+    handles = [
+        engine.submit(
+            EngineRequest(info.name, chat_ids(info, [{"role": "user", "content": q}]), params)
+        )
+        for q in (QUESTIONS * 4)[: args.quality_prompts]
+    ]
+    answers = []
+    for handle in handles:
         tokens, logprobs = [], []
-        for event in engine.submit(EngineRequest(info.name, ids, params)):
+        for event in handle:
             if isinstance(event, TokenEvent):
                 tokens.extend(event.token_ids)
                 logprobs.extend(lp.logprob for lp in event.logprobs)
@@ -244,8 +300,8 @@ def _ms(seconds: float) -> float:
     return round(seconds * 1000, 2)
 
 
-def report(args: argparse.Namespace, model: Path, settings: dict[int, Any]) -> dict[str, Any]:
-    full = settings.get(0)
+def report(args: argparse.Namespace, model: Path, settings: dict[str, Any]) -> dict[str, Any]:
+    full = settings.get("0")
     out: dict[str, Any] = {
         "bench": "kv_memory_bench",
         "command": "python -m benchmarks.kv_memory_bench " + " ".join(sys.argv[1:]),
@@ -253,10 +309,10 @@ def report(args: argparse.Namespace, model: Path, settings: dict[int, Any]) -> d
         "budget_bytes": args.budget_bytes,
         "settings": {},
     }
-    for bits, s in settings.items():
+    for name, s in settings.items():
         entry = {k: v for k, v in s.items() if k != "quality"}
         entry["conversations_in_budget"] = args.budget_bytes // s["kv_bytes_per_conversation"]
-        if full is not None and bits != 0:
+        if full is not None and name != "0":
             entry["quality"] = agreement(full["quality"], s["quality"], args.quality_tokens)
             if full["decode_tokens_per_s"] and s["decode_tokens_per_s"]:
                 entry["decode_vs_full"] = round(
@@ -265,7 +321,7 @@ def report(args: argparse.Namespace, model: Path, settings: dict[int, Any]) -> d
             entry["conversations_vs_full"] = round(
                 full["kv_bytes_per_conversation"] / s["kv_bytes_per_conversation"], 3
             )
-        out["settings"][str(bits)] = entry
+        out["settings"][name] = entry
     return out
 
 
