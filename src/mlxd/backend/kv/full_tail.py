@@ -147,14 +147,11 @@ class BatchFullTailKVCache(_BaseCache):
             return self.inner.make_mask(n, **kwargs)
         return _two_part_mask(n, index, held, self.valid + n, self.left_padding, self.recent)
 
-    def prepare(
-        self,
-        *,
-        left_padding: list[int] | None = None,
-        lengths: list[int] | None = None,
-        right_padding: list[int] | None = None,
-    ) -> None:
-        self.inner.prepare(left_padding=left_padding, lengths=lengths, right_padding=right_padding)
+    def prepare(self, **padding: list[int] | None) -> None:
+        """As the quantized rows' (left_padding, lengths, right_padding); a right padding
+        stays in the tail until `finalize` rolls it out."""
+        self.inner.prepare(**padding)
+        right_padding = padding.get("right_padding")
         if right_padding is not None and max(right_padding) > 0:
             self._rolling = mx.array(right_padding)
 
