@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tests.vendor_family import (
@@ -150,5 +151,23 @@ MORE.append(
         thinking_kwargs={"enable_thinking": True},
         call_marker="<|tool_call>" + _GEMMA4_WEATHER + "<tool_call|>",
         special=GEMMA4_SPECIAL,
+    )
+)
+
+
+def _action(*calls: tuple[str, dict[str, Any]]) -> str:
+    items = [{"tool_name": n, "parameters": a} for n, a in calls]
+    return "\n```json\n" + json.dumps(items, indent=4) + "\n```"
+
+
+MORE.append(
+    Family(
+        "command-r-plus-tool_use",  # Action: then a fenced JSON list (the older Command R+)
+        "command_r_plus",
+        ["Action:", _action(("get_weather", WEATHER))],
+        ["Action:", _action(*CALLS_TWO)],
+        None,
+        call_marker='"tool_name": "get_weather",',
+        enforced=True,
     )
 )

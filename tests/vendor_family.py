@@ -37,11 +37,15 @@ TOOLS = [
             "get_weather",
             "The weather in a city",
             {
-                "city": {"type": "string", "enum": ["Paris", "Rome"]},
-                "days": {"type": "integer", "minimum": 1, "maximum": 3},
+                "city": {"type": "string", "enum": ["Paris", "Rome"], "description": "A city"},
+                "days": {"type": "integer", "minimum": 1, "maximum": 3, "description": "Days"},
             },
         ),
-        ("get_time", "The time in a zone", {"zone": {"type": "string", "enum": ["UTC"]}}),
+        (
+            "get_time",
+            "The time in a zone",
+            {"zone": {"type": "string", "enum": ["UTC"], "description": "A time zone"}},
+        ),
     )
 ]
 

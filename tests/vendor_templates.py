@@ -55,6 +55,9 @@ that keep the same models/templates/ files:
   Mistral-Small-3.2-24B-Instruct-2506.jinja  ye-NX/llama.cpp
                              models/templates/Mistral-Small-3.2-24B-Instruct-2506.jinja
                              commit b354d7c9ecb76c97c07098617cdebbdfffa2583e (CRLF line ends)
+  command-r-plus-tool_use.jinja  ye-NX/llama.cpp
+                             models/templates/CohereForAI-c4ai-command-r-plus-tool_use.jinja
+                             commit b354d7c9ecb76c97c07098617cdebbdfffa2583e (CRLF line ends)
   Qwen3-Coder.jinja          wbpxre150/llama.cpp models/templates/Qwen3-Coder.jinja
                              commit 90dd63ae86bdad1b4bb6de69379956b0ae1189bf
 """

@@ -130,6 +130,9 @@ _SHAPES = {
     "command_r": ToolCallShape(
         "<|START_ACTION|>", "<|END_ACTION|>", "parameters", as_list=True, name_key="tool_name"
     ),
+    "command_r_plus": ToolCallShape(
+        "Action:\n```json\n", "\n```", "parameters", as_list=True, name_key="tool_name"
+    ),
     "deepseek": ToolCallShape(
         f"{CALLS_BEGIN}{CALL_BEGIN}{{name}}{SEP}",
         f"{CALL_END}{CALLS_END}",

@@ -53,6 +53,19 @@ def _seed(text: str, tools: Tools) -> list[dict[str, Any]]:
     return [call_from_object(call)]
 
 
+def _action(text: str, tools: Tools) -> list[dict[str, Any]]:
+    """Command R+'s tool_use answer: a fenced JSON list of {"tool_name", "parameters"} after
+    `Action:`. Its `directly-answer` pseudo-tool (answer without tools) is no call."""
+    body = text.strip().removeprefix("```json").removesuffix("```").strip()
+    calls = [c for c in parse_json_call(body) if c["name"] != DIRECTLY_ANSWER]
+    if not calls:
+        raise ValueError("no tool call: only directly-answer")
+    return calls
+
+
+DIRECTLY_ANSWER = "directly-answer"
+ACTION = "Action:"
+
 # Checked in order: Phi-4-mini's start token is also Granite's, which has no end token.
 SYNTAXES = (
     Syntax("deepseek", CALLS_BEGIN, CALLS_END, _deepseek, (CALLS_BEGIN,)),
@@ -61,6 +74,7 @@ SYNTAXES = (
     Syntax("nemotron", "<TOOLCALL>", "</TOOLCALL>", _json, ("<TOOLCALL>", "</TOOLCALL>")),
     Syntax("command_r", "<|START_ACTION|>", "<|END_ACTION|>", _json, ("<|START_ACTION|>",)),
     Syntax("granite", "<|tool_call|>", None, _json, ("<|tool_call|>",)),
+    Syntax("command_r_plus", ACTION, None, _action, (ACTION, DIRECTLY_ANSWER)),
 )
 
 # Every vocabulary entry the syntaxes are recognised by.

@@ -174,3 +174,29 @@ def test_command_r_response_tags_are_layout_in_any_split():
             merge_events(parser.feed(text[:cut]) + parser.feed(text[cut:]) + parser.flush())
             == whole
         )
+
+
+def test_command_r_plus_action_list_and_directly_answer():
+    template = "Write 'Action:' ... use the `directly-answer` tool ..."
+    formats = detect_formats(Tok([], template), tools=TOOLS)
+    assert formats.tool is not None and formats.tool.name == "command_r_plus"
+    call = '{"tool_name": "f", "parameters": {"q": "ü \\"x\\""}}'
+    events = merge_events(parse_output(f"Action:\n```json\n[{call}]\n```", formats, tools=True))
+    assert [(c.name, json.loads(c.arguments)) for c in events if isinstance(c, ToolCall)] == [
+        ("f", {"q": 'ü "x"'})
+    ]
+    direct = '[{"tool_name": "directly-answer", "parameters": {}}]'
+    events = parse_output(f"Action:\n```json\n{direct}\n```", formats, tools=True)
+    assert not [e for e in events if isinstance(e, ToolCall)]
+
+
+def test_granite_response_tags_are_layout_but_minimax_tool_results_are_not():
+    granite = "Write your thoughts between <think></think> and <response></response>."
+    assert detect_formats(Tok([], granite)).layout == ("<response>", "</response>")
+    minimax = "{{ '<response>' }}{{ message.content }}{{ '</response>' }}"
+    assert detect_formats(Tok([], minimax)).layout == ()
+    text = "<think>Plan.</think><response>Hi.</response>"
+    assert parse_output(text, detect_formats(Tok([], granite))) == [
+        ReasoningDelta("Plan."),
+        TextDelta("Hi."),
+    ]
