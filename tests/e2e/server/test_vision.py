@@ -4,11 +4,9 @@ image turns (streamed and not, multi-turn), CLI parity, and every bad input refu
 
 from __future__ import annotations
 
-import base64
 import functools
 import http.server
 import io
-import shutil
 import struct
 import threading
 import zlib
@@ -20,45 +18,33 @@ import httpx
 import openai
 import pytest
 
-from tests.e2e.cli.cli_helpers import one_json_line, run_mlxd
 from tests.e2e.server.serverproc import ServerProcess, launch, server_env
+from tests.e2e.server.vision_helpers import (
+    ask,
+    data_url,
+    home_with_text_model,
+    image_message,
+    openai_client,
+    run_json_equals,
+    serving,
+)
 from tests.vision_checkpoints import png_bytes
-
-QUESTION = "What is in this picture?"
-
-
-def data_url(data: bytes, media: str = "image/png") -> str:
-    return f"data:{media};base64," + base64.b64encode(data).decode()
-
-
-def image_message(*urls: str, text: str = QUESTION) -> dict[str, Any]:
-    parts: list[dict[str, Any]] = [{"type": "image_url", "image_url": {"url": u}} for u in urls]
-    return {"role": "user", "content": [*parts, {"type": "text", "text": text}]}
 
 
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory, tiny_chat_model: Path) -> Path:
-    home = tmp_path_factory.mktemp("vision-home")
-    shutil.copytree(tiny_chat_model, home / "mlxd" / "models" / "tiny-text")
-    return home
+    return home_with_text_model(tmp_path_factory, tiny_chat_model, "vision-home")
 
 
 @pytest.fixture(scope="module")
 def server(tiny_vision_model: Path, home: Path) -> Iterator[ServerProcess]:
-    srv = launch(["--model", str(tiny_vision_model)], server_env(home))
-    yield srv
-    srv.stop()
+    with serving(tiny_vision_model, home) as srv:
+        yield srv
 
 
 @pytest.fixture(scope="module")
 def client(server: ServerProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
-
-
-def ask(client: openai.OpenAI, messages: list[dict[str, Any]], **extra: Any) -> Any:
-    return client.chat.completions.create(
-        model="default", messages=messages, max_tokens=12, temperature=0, **extra
-    )
+    return openai_client(server)
 
 
 def post(server: ServerProcess, messages: list[dict[str, Any]], **extra: Any) -> httpx.Response:
@@ -116,14 +102,7 @@ def test_run_json_equals_server_content_for_an_image_turn(
     picture = tmp_path / "picture.png"
     picture.write_bytes(png_bytes(7))
     reply = ask(client, [image_message(data_url(picture.read_bytes()))])
-    proc = run_mlxd(
-        "run", str(tiny_vision_model), "--image", str(picture), QUESTION,
-        "--max-tokens", "12", "--temperature", "0", "--json", env=server.env,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    body = one_json_line(proc.stdout)
-    assert body["content"] == reply.choices[0].message.content
-    assert body["usage"]["prompt_tokens"] == reply.usage.prompt_tokens
+    body = run_json_equals(reply, tiny_vision_model, [picture], server.env)
     assert body["finish_reason"] == reply.choices[0].finish_reason
 
 

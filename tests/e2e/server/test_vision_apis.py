@@ -5,7 +5,6 @@ checkpoint: the same picture and question give the same greedy answer as
 from __future__ import annotations
 
 import base64
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,13 +14,21 @@ import httpx
 import openai
 import pytest
 
-from tests.e2e.server.serverproc import ServerProcess, launch, server_env
+from tests.e2e.server.serverproc import ServerProcess
+from tests.e2e.server.vision_helpers import (
+    QUESTION,
+    ask,
+    data_url,
+    home_with_text_model,
+    image_message,
+    openai_client,
+    serving,
+)
 from tests.vision_checkpoints import png_bytes
 
-QUESTION = "What is in this picture?"
 PICTURE = png_bytes(21)
 B64 = base64.b64encode(PICTURE).decode()
-DATA_URL = "data:image/png;base64," + B64
+DATA_URL = data_url(PICTURE)
 IMAGE_BLOCK = {
     "type": "image",
     "source": {"type": "base64", "media_type": "image/png", "data": B64},
@@ -32,16 +39,14 @@ IMAGE_BLOCK = {
 def server(
     tmp_path_factory: pytest.TempPathFactory, tiny_vision_model: Path, tiny_chat_model: Path
 ) -> Iterator[ServerProcess]:
-    home = tmp_path_factory.mktemp("vision-apis-home")
-    shutil.copytree(tiny_chat_model, home / "mlxd" / "models" / "tiny-text")
-    srv = launch(["--model", str(tiny_vision_model)], server_env(home))
-    yield srv
-    srv.stop()
+    home = home_with_text_model(tmp_path_factory, tiny_chat_model, "vision-apis-home")
+    with serving(tiny_vision_model, home) as srv:
+        yield srv
 
 
 @pytest.fixture(scope="module")
 def client(server: ServerProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=120)
+    return openai_client(server, timeout=120)
 
 
 @pytest.fixture(scope="module")
@@ -50,16 +55,7 @@ def claude(server: ServerProcess) -> anthropic.Anthropic:
 
 
 def chat_answer(client: openai.OpenAI) -> tuple[str, int]:
-    message: Any = {
-        "role": "user",
-        "content": [
-            {"type": "image_url", "image_url": {"url": DATA_URL}},
-            {"type": "text", "text": QUESTION},
-        ],
-    }
-    r = client.chat.completions.create(
-        model="default", messages=[message], max_tokens=12, temperature=0
-    )
+    r = ask(client, [image_message(DATA_URL)])
     assert r.usage is not None
     return r.choices[0].message.content or "", r.usage.prompt_tokens
 

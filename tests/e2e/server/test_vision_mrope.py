@@ -5,7 +5,6 @@ requests answering as each does alone, a second turn from the prefix cache, and 
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -14,11 +13,18 @@ from typing import Any
 import openai
 import pytest
 
-from tests.e2e.cli.cli_helpers import one_json_line, run_mlxd
-from tests.e2e.server.serverproc import ServerProcess, launch, server_env
+from tests.e2e.server.serverproc import ServerProcess
+from tests.e2e.server.vision_helpers import (
+    QUESTION,
+    ask,
+    data_url,
+    image_message,
+    openai_client,
+    run_json_equals,
+    serving,
+)
 from tests.vision_checkpoints import png_bytes
 
-QUESTION = "What is in this picture?"
 PICTURES = {0: (56, 84), 1: (84, 56), 2: (70, 70)}  # seed -> (width, height)
 
 
@@ -32,33 +38,21 @@ def picture(seed: int) -> bytes:
     return png_bytes(seed, *PICTURES[seed])
 
 
-def image_message(*seeds: int, text: str = QUESTION) -> dict[str, Any]:
-    parts: list[dict[str, Any]] = [
-        {"type": "image_url", "image_url": {"url": "data:image/png;base64,"
-                                            + base64.b64encode(picture(s)).decode()}}
-        for s in seeds
-    ]  # fmt: skip
-    return {"role": "user", "content": [*parts, {"type": "text", "text": text}]}
+def pictures_message(*seeds: int, text: str = QUESTION) -> dict[str, Any]:
+    return image_message(*(data_url(picture(s)) for s in seeds), text=text)
 
 
 @pytest.fixture(scope="module")
 def server(
     tiny_mrope_model: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
-    srv = launch(["--model", str(tiny_mrope_model)], server_env(tmp_path_factory.mktemp("home")))
-    yield srv
-    srv.stop()
+    with serving(tiny_mrope_model, tmp_path_factory.mktemp("home")) as srv:
+        yield srv
 
 
 @pytest.fixture(scope="module")
 def client(server: ServerProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0)
-
-
-def ask(client: openai.OpenAI, messages: list[dict[str, Any]], **extra: Any) -> Any:
-    return client.chat.completions.create(
-        model="default", messages=messages, max_tokens=12, temperature=0, **extra
-    )
+    return openai_client(server)
 
 
 def content(client: openai.OpenAI, messages: list[dict[str, Any]]) -> str:
@@ -69,13 +63,13 @@ def content(client: openai.OpenAI, messages: list[dict[str, Any]]) -> str:
 def test_image_turn_streamed_and_whole_and_a_second_turn_cached(
     client: openai.OpenAI, tiny_mrope_model: Path
 ) -> None:
-    message = image_message(0)
+    message = pictures_message(0)
     reply = ask(client, [message])
     chunks = ask(client, [message], stream=True)
     streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert reply.choices[0].message.content and streamed == reply.choices[0].message.content
     history = [message, {"role": "assistant", "content": reply.choices[0].message.content}]
-    second = ask(client, [*history, image_message(1, text="And this one?")])
+    second = ask(client, [*history, pictures_message(1, text="And this one?")])
     cached = second.usage.prompt_tokens_details.cached_tokens
     assert cached >= reply.usage.prompt_tokens - 1 or recurrent(tiny_mrope_model)
 
@@ -83,7 +77,7 @@ def test_image_turn_streamed_and_whole_and_a_second_turn_cached(
 def test_concurrent_image_and_text_requests_answer_as_alone(
     client: openai.OpenAI, tiny_mrope_model: Path
 ) -> None:
-    requests = [[image_message(s)] for s in (0, 1, 2, 0)]
+    requests = [[pictures_message(s)] for s in (0, 1, 2, 0)]
     requests += [[{"role": "user", "content": t}] for t in ("Hi", "Numbers:", "Paris", "Ok")]
     alone = [content(client, r) for r in requests]
     with ThreadPoolExecutor(len(requests)) as pool:
@@ -95,16 +89,8 @@ def test_concurrent_image_and_text_requests_answer_as_alone(
 def test_run_json_with_two_images_equals_server_content(
     client: openai.OpenAI, server: ServerProcess, tiny_mrope_model: Path, tmp_path: Path
 ) -> None:
-    paths = []
-    for seed in (1, 2):
-        paths += ["--image", str(tmp_path / f"{seed}.png")]
-        (tmp_path / f"{seed}.png").write_bytes(picture(seed))
-    reply = ask(client, [image_message(1, 2)])
-    proc = run_mlxd(
-        "run", str(tiny_mrope_model), *paths, QUESTION,
-        "--max-tokens", "12", "--temperature", "0", "--json", env=server.env,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    body = one_json_line(proc.stdout)
-    assert body["content"] == reply.choices[0].message.content
-    assert body["usage"]["prompt_tokens"] == reply.usage.prompt_tokens
+    paths = [tmp_path / f"{seed}.png" for seed in (1, 2)]
+    for seed, path in zip((1, 2), paths, strict=True):
+        path.write_bytes(picture(seed))
+    reply = ask(client, [pictures_message(1, 2)])
+    run_json_equals(reply, tiny_mrope_model, paths, server.env)
