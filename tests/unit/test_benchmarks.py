@@ -17,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
 RESULTS = BENCH / "results"
-HELPERS = {"__init__", "common"}  # the package and its shared helpers: not benchmarks
+HELPERS = {"__init__", "common", "kv_peers"}  # the package, helpers (kv_peers: kv_memory_bench's)
 DOCS = [ROOT / "README.md", ROOT / "pyproject.toml", BENCH / "README.md"]
 DOCS += sorted((ROOT / "docs").rglob("*.md"))
 
