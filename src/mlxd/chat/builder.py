@@ -29,7 +29,7 @@ from mlxd.chat.control_tokens import (
     added_token_pattern,
     shield_messages,
 )
-from mlxd.chat.formats import detect_reasoning
+from mlxd.chat.formats import detect_reasoning, named_template
 from mlxd.chat.messages import (
     check_template_kwargs,
     join_text,
@@ -238,7 +238,7 @@ def render_chat_text(
                 **template_kwargs,
             )
         )
-    source = template if template is not None else _template_source(tokenizer)
+    source = template if template is not None else _template_source(tokenizer, bool(tools))
     if source is None:
         text = fallback_prompt(messages, tools)
         return text if add_generation_prompt else text.removesuffix(_FALLBACK_REPLY)
@@ -288,11 +288,9 @@ def _uses_fallback(tokenizer: Tokenizer) -> bool:
     )
 
 
-def _template_source(tokenizer: Tokenizer) -> str | None:
-    template = getattr(tokenizer, "chat_template", None)
-    if isinstance(template, dict):  # named templates: HF picks "default" (or "tool_use")
-        template = template.get("default") or next(iter(template.values()), None)
-    return template if isinstance(template, str) and template.strip() else None
+def _template_source(tokenizer: Tokenizer, tools: bool = False) -> str | None:
+    template = named_template(tokenizer, tools)
+    return template if template is not None and template.strip() else None
 
 
 def _special_tokens(tokenizer: Tokenizer) -> dict[str, str]:

@@ -32,6 +32,7 @@ __all__ = [
     "Formats",
     "ToolFormat",
     "detect_formats",
+    "named_template",
     "detect_reasoning",
     "detect_tool_format",
     "explicit_markers",
@@ -85,7 +86,7 @@ def detect_formats(
 ) -> Formats:
     """Detect formats; `reasoning` is "auto", None (no split) or explicit (start, end)."""
     vocab = _vocab(tokenizer)
-    template = _template_text(tokenizer)
+    template = _template_text(tokenizer, bool(tools))
     harmony = all(m in vocab for m in HARMONY_MARKERS)
     markers: tuple[str, str] | None
     if reasoning == "auto":
@@ -243,11 +244,18 @@ def _vocab(tokenizer: Tokenizer) -> frozenset[str]:
     return found
 
 
-def _template_text(tokenizer: Tokenizer) -> str:
+def _template_text(tokenizer: Tokenizer, tools: bool = False) -> str:
+    return named_template(tokenizer, tools) or ""
+
+
+def named_template(tokenizer: Tokenizer, tools: bool) -> str | None:
+    """The tokenizer's chat template; of named ones (Command R+: default, tool_use, rag) the
+    one Hugging Face picks: `tool_use` for a request with tools, else `default`."""
     template = getattr(tokenizer, "chat_template", None)
     if isinstance(template, dict):
-        template = template.get("default") or next(iter(template.values()), None)
-    return template if isinstance(template, str) else ""
+        named = template.get("tool_use") if tools else None
+        template = named or template.get("default") or next(iter(template.values()), None)
+    return template if isinstance(template, str) else None
 
 
 def _mentions(vocab: frozenset[str], template: str, marker: str) -> bool:

@@ -200,3 +200,20 @@ def test_granite_response_tags_are_layout_but_minimax_tool_results_are_not():
         ReasoningDelta("Plan."),
         TextDelta("Hi."),
     ]
+
+
+def test_named_templates_pick_tool_use_for_a_request_with_tools():
+    # As Hugging Face picks: Command R+ ships default, tool_use and rag templates.
+    from mlxd.chat.builder import render_chat_text
+
+    tok = Tok([], None)
+    tok.chat_template = {  # type: ignore[assignment]
+        "default": "D:{{ messages[0].content }}",
+        "tool_use": "T:{{ tools | length }} use `directly-answer`, write 'Action:'",
+    }
+    msgs = [{"role": "user", "content": "hi"}]
+    assert render_chat_text(tok, msgs, None, {}) == "D:hi"
+    assert render_chat_text(tok, msgs, TOOLS, {}).startswith(f"T:{len(TOOLS)} ")
+    assert detect_formats(tok).tool is None
+    tool = detect_formats(tok, tools=TOOLS).tool
+    assert tool is not None and tool.name == "command_r_plus"
