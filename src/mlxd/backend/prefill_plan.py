@@ -67,9 +67,10 @@ BESIDE_DECODE = 2.0
 # arriving at a fresh server (no prefill cost known yet) never stalls the rows for a whole chunk.
 PROBE_CHUNK = 32
 # Smallest chunk beside decoding rows. The measured cost per token includes the chunk's fixed
-# cost, so sizes settle where the whole step fits; late in a 16k prompt on a small model each
-# token's attention spans so many positions that only a few fit (measured: 2-8 tokens).
-MIN_CHUNK = 4
+# cost, so sizes settle where the whole step fits, if any does: where the chunk's own forward
+# costs a decode step or more (small models), sizes would fall to a few tokens and the prompt
+# crawl (a 16k prompt beside 4 rows on a 1-layer model: 10 s at a floor of 4, 0.5 s at 32).
+MIN_CHUNK = 32
 # Decode-only steps whose median is the decode step the chunks beside decoding rows are sized
 # against: a mean (d) is pulled up by stalled steps (another process on a busy machine: d came
 # out 1.5x the median), and with it the rows' steps during a long prompt.

@@ -236,12 +236,12 @@ def test_chunks_beside_decoding_rows_follow_their_own_measured_cost() -> None:
     planner = measured(0.002, 0.00001)  # e from short prompts: 200 tokens fit beside 2 ms
     size = planner.chunk_beside(decoding=4, prompts=1)
     assert size == 200
-    for _ in range(40):  # each chunk costs 1 ms fixed + 0.1 ms per token beyond a decode step
+    for _ in range(40):  # each chunk costs 1 ms fixed + 0.01 ms per token beyond a decode step
         planner.expect(None, beside=size)
-        planner.step_done(0.0, 0.002 + 0.001 + 0.0001 * size, prefilling=True)
+        planner.step_done(0.0, 0.002 + 0.001 + 0.00001 * size, prefilling=True)
         size = planner.chunk_beside(decoding=4, prompts=1)
-    assert size == 10  # (2 - 1) * 2 ms = 1 ms fixed + 10 x 0.1 ms: the whole step fits
-    assert 0.002 + 0.001 + 0.0001 * size <= BESIDE_DECODE * 0.002 + 1e-9
+    assert size == 100  # (2 - 1) * 2 ms = 1 ms fixed + 100 x 0.01 ms: the whole step fits
+    assert 0.002 + 0.001 + 0.00001 * size <= BESIDE_DECODE * 0.002 + 1e-9
     planner.expect(None, beside=size)
     planner.step_done(0.0, 0.5, prefilling=True)  # one stalled step moves it, within bounds
     assert MIN_CHUNK <= planner.chunk_beside(decoding=4, prompts=1) < size
