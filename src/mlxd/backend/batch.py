@@ -341,46 +341,18 @@ class BatchRunner:
         cached: int,
         plan: SnapshotPlan,
     ) -> tuple[compat.PromptCache | None, int]:
-        """The cache a sequence joins the batch with and where the batch's prefill starts:
-        an image prompt's images prefilled here (`plan`: its snapshot points after the
-        `cached` tokens); on an M-RoPE model every row's cache carries its position delta
-        (row_deltas; 0 for text), whatever prefilled it."""
-        parts, model = self.loaded.vision, self.loaded.model
-        if images is None and not getattr(model, "mrope", False):
-            return cache, cached
-        if parts is None or not isinstance(model, vision.TextModel):
-            raise ValueError("this model takes text only")
-        start, delta = cached, 0
-        if images is not None and vision.needs_image_prefill(prompt_ids, images, cached):
-            cache, delta = self._prefill_images(parts, model, images, cache, cached, plan)
-            start = len(prompt_ids) - 1
-        elif images is not None and model.mrope:
-            delta = vision.prompt_rope_delta(parts, prompt_ids, images)
-        if not model.mrope:
-            return cache, start
-        return row_deltas.carry_delta(cache or make_prompt_cache(model), delta), start
-
-    def _prefill_images(
-        self,
-        parts: vision.VisionParts,
-        model: vision.TextModel,
-        images: ImageInputs,
-        cache: compat.PromptCache | None,
-        cached: int,
-        plan: SnapshotPlan,
-    ) -> tuple[compat.PromptCache, int]:
-        """vision.prefill_images, copying the cache into the prefix cache at `plan`'s kept
-        points: the batch's segments start after it, so a cache that cannot be cut back (a
-        sliding window past full) would otherwise keep no prefix of an image turn."""
+        """vision.joining_cache, an image prefill copying its cache into the prefix cache at
+        `plan`'s kept points: the batch's segments start after it, so a cache that cannot be
+        cut back (a sliding window past full) would otherwise keep no prefix of an image turn."""
         kept = [(at, kind) for at, kind in plan.points if kind is not None]
         keep = dict(kept) if self._keeps_snapshots else {}
 
         def at_point(at: int, filled: compat.PromptCache) -> None:
             self._store(None, plan, plan.prompt[:at], copy.deepcopy(filled), keep[at])
 
-        return vision.prefill_images(
-            parts, model, plan.prompt, images, cache, cached, self.prefill_chunk,
-            list(keep), at_point,
+        return vision.joining_cache(
+            self.loaded.vision, self.loaded.model, prompt_ids, images, cache, cached,
+            self.prefill_chunk, list(keep), at_point,
         )  # fmt: skip
 
 

@@ -22,7 +22,7 @@ per-layer inputs (Gemma 3n); so are other language models that take position ids
 
 from mlxd.backend.vision.cache_key import cache_key, needs_image_prefill
 from mlxd.backend.vision.load import MROPE_FAMILIES, VisionParts, is_vision_config, load_vision
-from mlxd.backend.vision.prefill import prefill_images, prompt_rope_delta
+from mlxd.backend.vision.prefill import joining_cache, prefill_images, prompt_rope_delta
 from mlxd.backend.vision.processor import VisionProcessor
 from mlxd.backend.vision.text_model import TextModel
 
@@ -33,6 +33,7 @@ __all__ = [
     "VisionProcessor",
     "cache_key",
     "is_vision_config",
+    "joining_cache",
     "load_vision",
     "needs_image_prefill",
     "prefill_images",

@@ -1,6 +1,7 @@
 """The prefill of an image prompt: its images' features merged into the embeddings, run into
 the KV cache the batch then takes; for an M-RoPE model also the prompt's 3-axis positions and
-the delta its later tokens decode at (mlx-vlm's `get_rope_index`, from the image grids)."""
+the delta its later tokens decode at (mlx-vlm's `get_rope_index`, from the image grids), which
+every row's cache carries into the batch (`joining_cache`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import make_prompt_cache
 
+from mlxd.backend.mlx_lm import row_deltas
+from mlxd.backend.vision.cache_key import needs_image_prefill
 from mlxd.backend.vision.embeddings import image_features
 from mlxd.backend.vision.load import VisionParts
 from mlxd.backend.vision.text_model import TextModel
@@ -19,7 +22,40 @@ from mlxd.types import ImageInputs
 if TYPE_CHECKING:
     from mlxd.backend.mlx_lm.compat import PromptCache
 
-__all__ = ["prefill_images", "prompt_rope_delta"]
+__all__ = ["joining_cache", "prefill_images", "prompt_rope_delta"]
+
+
+def joining_cache(
+    parts: VisionParts | None,
+    model: object,
+    prompt_ids: list[int],
+    images: ImageInputs | None,
+    cache: PromptCache | None,
+    cached: int,
+    chunk: int,
+    points: Sequence[int] = (),
+    at_point: Callable[[int, PromptCache], None] | None = None,
+) -> tuple[PromptCache | None, int]:
+    """The cache a sequence joins the batch with (`cache` holds its first `cached` tokens)
+    and where the batch's prefill starts: an image prompt's images prefilled here
+    (`prefill_images`, with `points` and `at_point`); on an M-RoPE model every row's cache
+    carries its position delta (row_deltas; 0 for text), whatever prefilled it. Raises
+    ValueError for images or an M-RoPE model without vision parts (a text-only model)."""
+    if images is None and not getattr(model, "mrope", False):
+        return cache, cached
+    if parts is None or not isinstance(model, TextModel):
+        raise ValueError("this model takes text only")
+    start, delta = cached, 0
+    if images is not None and needs_image_prefill(prompt_ids, images, cached):
+        cache, delta = prefill_images(
+            parts, model, prompt_ids, images, cache, cached, chunk, points, at_point
+        )
+        start = len(prompt_ids) - 1
+    elif images is not None and model.mrope:
+        delta = prompt_rope_delta(parts, prompt_ids, images)
+    if not model.mrope:
+        return cache, start
+    return row_deltas.carry_delta(cache or make_prompt_cache(model), delta), start
 
 
 def prefill_images(
