@@ -39,3 +39,23 @@ def test_batched_drafts_equal_one_row_drafts(tmp_path: Path) -> None:
     assert [c[0].offset for c in batched] == [c[0].offset for c in alone] == [5, 5, 8]
     k, _ = batched[2][0].state
     assert mx.allclose(k, alone[2][0].state[0], atol=1e-4).item()
+
+
+def test_a_drafter_state_cuts_to_a_shorter_prefix() -> None:
+    """A snapshot's drafter state (prefix cache) cut back with it: inside its pending
+    states, at the end of its KV, or inside its KV; never past what it covers."""
+    from mlx_vlm.models.cache import KVCache
+
+    from mlxd.backend.speculation.dflash_drafter import DflashState
+
+    cache = KVCache()
+    cache.update_and_fetch(mx.ones((1, 2, 5, 4)), mx.ones((1, 2, 5, 4)))
+    state = DflashState([cache], mx.zeros((1, 3, 8)))
+    assert state.tokens == 8 and state.cut(9) is None and state.cut(0) is None
+    pending = state.cut(6)
+    assert pending is not None and pending.kv is not None and pending.pending is not None
+    assert (pending.kv[0].offset, pending.pending.shape[1], pending.tokens) == (5, 1, 6)
+    inside = state.cut(3)
+    assert inside is not None and inside.kv is not None and inside.pending is None
+    assert inside.kv[0].state[0].shape[2] == inside.tokens == 3
+    assert cache.offset == 5  # the snapshot's own is untouched

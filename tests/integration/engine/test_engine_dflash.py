@@ -163,3 +163,34 @@ def test_dflash_on_a_hybrid_target_equals_plain(
     plain = _run(engine, info, prompts, draft_kind=NONE, **params)
     assert _run(engine, info, prompts, draft_kind=DFLASH, num_draft_tokens=3, **params) == plain
     assert engine.stats().counters.drafted_by_kind["dflash"] > 0
+
+
+def test_the_drafter_state_goes_with_the_prefix_cache(make_engine, tmp_path: Path) -> None:
+    """A second turn reusing the first's cache drafts as a cold prefill of its whole prompt
+    does: the snapshot kept the drafter's context over the reused positions. The repeater
+    tells: over the whole prompt 9 outvotes 40 (its first draft is rejected), over the new
+    tokens alone 40 would be drafted and accepted."""
+    target, drafter = make_repeater_pair(tmp_path)
+    params = dict(max_tokens=2, ignore_eos=True, draft_kind=DFLASH, num_draft_tokens=4)
+    warm = make_engine()
+    info = warm.load_model(target, draft=drafter)
+    turn1 = [9] * 60 + [40]
+    (answer1,) = _run(warm, info, [turn1], **params)
+    turn2 = turn1 + answer1 + [40] * 5
+    before = warm.stats().counters
+    handle = warm.submit(request(info, turn2, **params))
+    answer2, finish = handle.collect()
+    after = warm.stats().counters
+    assert finish.usage.cached_tokens > len(turn1)
+    cold = make_engine(prefix_cache_bytes=0)
+    cold_info = cold.load_model(target, draft=drafter)
+    assert _run(cold, cold_info, [turn2], **params) == [answer2]
+    cold_counts = cold.stats().counters
+    assert (
+        (
+            after.drafted_by_kind["dflash"] - before.drafted_by_kind["dflash"],
+            after.accepted_by_kind["dflash"] - before.accepted_by_kind["dflash"],
+        )
+        == (cold_counts.drafted_by_kind["dflash"], cold_counts.accepted_by_kind["dflash"])
+        == (1, 0)
+    )

@@ -11,12 +11,14 @@ rejected draft never reaches the drafter and nothing needs rewinding). Each prop
 row's pending states as new context (appended to its cache) with the block; the block's own
 keys are never cached (mlx-vlm's attention); more than _MAX_PENDING pending states are fed
 at once, without a draft. The prefill's forwards prime it (`prime`): the prompt's states are
-pending then, so its first decode step drafts already. A prompt's cached prefix (a
-prefix-cache hit) is never seen: its context starts after it.
+pending then, so its first decode step drafts already. A prefix-cache snapshot of a row
+keeps its drafter state (`state`, DflashState) and a hit restores it (`restore`), so a next
+turn drafts over its whole context, as a cold prefill gives.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import mlx.core as mx
@@ -28,6 +30,52 @@ if TYPE_CHECKING:
     from mlx.nn.layers.base import Module
 
     from mlxd.backend.speculation.drafts import DraftRequest
+
+
+@dataclass(frozen=True, slots=True)
+class DflashState:
+    """A row's drafter state over the first `tokens` positions of its context, kept beside
+    the target's prefix-cache snapshot (prefix.cache.SideState): its per-layer context KV
+    (None: nothing fed yet) and the states still pending (1 x positions x n*hidden)."""
+
+    kv: list[Any] | None  # mlx-vlm's KVCache per drafter layer
+    pending: mx.array | None
+
+    @property
+    def tokens(self) -> int:
+        fed = self.kv[0].offset if self.kv else 0
+        return fed + (int(self.pending.shape[1]) if self.pending is not None else 0)
+
+    @property
+    def nbytes(self) -> int:
+        kv = sum(int(c.nbytes) for c in self.kv or ())
+        return kv + (int(self.pending.nbytes) if self.pending is not None else 0)
+
+    def cut(self, tokens: int) -> DflashState | None:
+        """A copy over the first `tokens` positions (None: it covers fewer)."""
+        if tokens > self.tokens or tokens <= 0:
+            return None
+        fed = self.kv[0].offset if self.kv else 0
+        if tokens >= fed:
+            rest = self.pending[:, : tokens - fed] if self.pending is not None else None
+            return DflashState(_copied(self.kv, fed), rest if tokens > fed else None)
+        return DflashState(_copied(self.kv, tokens), None)
+
+
+def _copied(kv: list[Any] | None, positions: int) -> list[Any] | None:
+    """Fresh caches holding the first `positions` entries of `kv` (the arrays are shared:
+    a cache's next update allocates anew, since it is full)."""
+    if not kv or positions <= 0:
+        return None
+    copies = []
+    for layer in kv:
+        keys, values = layer.state
+        fresh = type(layer)()  # mlx-vlm's KVCache, as the drafter's make_cache gives
+        fresh.keys, fresh.values = keys[:, :, :positions], values[:, :, :positions]
+        fresh.offset = positions
+        copies.append(fresh)
+    return copies
+
 
 # Context positions a row keeps pending between its drafts; more are fed to its cache at once
 # (a long prompt, steps where the policy verified no draft).
@@ -118,6 +166,30 @@ class DflashDrafter:
         logits = draft_logits(self.drafter, blocks, contexts, caches)
         tokens = mx.argmax(logits[:, 1:, : self.vocab_size], axis=-1)
         return {a.uid: tokens[i, : min(a.k, self.block_size - 1)] for i, a in enumerate(asks)}
+
+    def state(self, uid: int, tokens: int) -> DflashState | None:
+        """A copy of the row's drafter state, if it covers exactly the first `tokens`
+        positions of its context (it saw them all, from the context's start)."""
+        pending = self._pending.get(uid)
+        if pending is None:
+            return None
+        rest = None
+        if pending:
+            rest = pending[0] if len(pending) == 1 else mx.concatenate(pending, axis=1)
+        kv = self._caches.get(uid)
+        state = DflashState(_copied(kv, kv[0].offset) if kv else None, rest)
+        if state.tokens != tokens:
+            return None
+        mx.eval([c.state for c in state.kv or ()], *([rest] if rest is not None else []))
+        return state
+
+    def restore(self, uid: int, state: DflashState) -> None:
+        """A row of kind `dflash` joined with a prefix-cache hit holding this state over the
+        positions it reuses: its drafter goes on from there."""
+        kv = _copied(state.kv, state.kv[0].offset) if state.kv else None
+        if kv is not None:
+            self._caches[uid] = kv
+        self._pending[uid] = [state.pending] if state.pending is not None else []
 
     def discard(self, uid: int) -> None:
         """The row left the batch: drop its cache and pending states."""

@@ -22,7 +22,7 @@ from mlxd.types import DraftKind
 if TYPE_CHECKING:
     import mlx.core as mx
 
-    from mlxd.backend.speculation.dflash_drafter import DflashDrafter
+    from mlxd.backend.speculation.dflash_drafter import DflashDrafter, DflashState
     from mlxd.backend.speculation.mtp_drafter import HeadState, MtpDrafter
 
 # Prompt lookup matches the last MAX_NGRAM..MIN_NGRAM tokens, longest first: a one-token
@@ -141,15 +141,25 @@ class Drafts:
         if self.dflash is not None:  # it reads its own layers' states (LayerTap)
             self.dflash.prime(uids, cast("mx.array", hidden).shape, lengths)
 
-    def head_state(self, uid: int, tokens: int) -> HeadState | None:
-        """Row `uid`'s MTP head state over the first `tokens` positions, if it has one."""
+    def head_state(self, uid: int, tokens: int) -> HeadState | DflashState | None:
+        """Row `uid`'s MTP head state (or DFlash drafter state, for a row of that kind) over
+        the first `tokens` positions, if it has one."""
+        row = self.rows.get(uid)
+        if self.dflash is not None and row is not None and row.kind is DraftKind.DFLASH:
+            return self.dflash.state(uid, tokens)
         return self.mtp.state(uid, tokens) if self.mtp is not None else None
 
     def restore(self, uid: int, state: object) -> None:
-        """Row `uid` reuses a prefix whose snapshot kept this MTP head state."""
+        """Row `uid` reuses a prefix whose snapshot kept this MTP head or DFlash state (a
+        state of the other kind is left: the row's drafter starts after the prefix)."""
+        from mlxd.backend.speculation.dflash_drafter import DflashState
+
         row = self.rows.get(uid)
-        if self.mtp is not None and row is not None and row.kind is DraftKind.MTP:
+        dflash = isinstance(state, DflashState)
+        if self.mtp is not None and row is not None and row.kind is DraftKind.MTP and not dflash:
             self.mtp.restore(uid, cast("HeadState", state))
+        if self.dflash is not None and row is not None and row.kind is DraftKind.DFLASH and dflash:
+            self.dflash.restore(uid, cast("DflashState", state))
 
     def _drafter(self, kind: DraftKind) -> ModelDrafter | None:
         drafters = {
