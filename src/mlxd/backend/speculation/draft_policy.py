@@ -122,8 +122,8 @@ class StepCosts:
         shape = (rows, width, kinds if width else "")
         self._last = (shape, at)
         self._plain.setdefault(rows, _Measured()).since += 1
-        for (count, _), extra in self._extra.items():
-            extra.since += count == rows
+        for (count, offered), extra in self._extra.items():
+            extra.since += count == rows and offered == kinds
 
     def spoil(self) -> None:
         """The step just started also did other work (a prefill): it is not a sample."""
@@ -145,13 +145,16 @@ class StepCosts:
     def ratio(self, rows: int, width: int, kinds: str = "") -> float:
         """r_rows(width): a step of this shape over a plain step over as many rows. A row
         count never measured verifying with these drafters takes the nearest one's slope,
-        else PRIOR_SLOPE, and so does one due for a new measurement (optimistic, so that a
-        step measures it; due after VERIFY_REFRESH steps, twice as long after each
-        re-measurement that agreed, up to VERIFY_REFRESH_MAX)."""
+        else PRIOR_SLOPE. One due for a new measurement (after VERIFY_REFRESH steps, twice
+        as long after each re-measurement that agreed, up to VERIFY_REFRESH_MAX; steps count
+        only where its drafters were on offer) counts its slope over 1 + the waits elapsed:
+        optimistic, so that a step measures it again, but a verify far dearer than its
+        tokens is retried only as rarely as it is dear."""
+        slope = self._slope(rows, kinds)
         extra = self._extra.get((rows, kinds))
         if extra is not None and extra.since >= extra.wait:
-            return 1.0 + PRIOR_SLOPE * width
-        return 1.0 + self._slope(rows, kinds) * width
+            slope /= 1 + extra.since // extra.wait
+        return 1.0 + slope * width
 
     def _slope(self, rows: int, kinds: str) -> float:
         for count in sorted(self._plain, key=lambda n: abs(n - rows)):

@@ -230,7 +230,7 @@ class Drafts:
         if any(row.fixed for row, _ in offers):
             return False
         most = max((k for _, k in offers), default=0)
-        kinds = _drafters([row for row, _ in offers])
+        kinds = self._kinds = _drafters([row for row, _ in offers])
         chances = [(row.odds, k) for row, k in offers]
         if offers and self.policy.width(len(uids), chances, most, 0, kinds) > 0:
             return False
@@ -245,6 +245,8 @@ class Drafts:
         head's forwards are part of what a verify step costs (measured per drafter set)."""
         at = time.perf_counter() if at is None else at
         self.policy.costs.started(rows, width, at, self._kinds)
+        if self.mtp is not None and self.mtp.take_admitted():
+            self.policy.costs.spoil()  # it also computed the new rows' priming: no sample
 
     def record(self, uid: int, drafted: int, accepted: int) -> None:
         if drafted:

@@ -84,6 +84,7 @@ class MtpDrafter:
         self._pending: dict[int, list[mx.array]] = {}  # uid -> hidden states not yet fed
         self._primed: dict[int, PromptCache] = {}  # uid -> its head cache until it drafts
         self._lazy: dict[int, int] = {}  # uid -> pairs fed to _primed[uid] not yet computed
+        self._admitted = False  # rows joined the batch's head cache since take_admitted
 
     def start(self, uid: int) -> None:
         """A row of kind `mtp` joined: keep its hidden states from the next forward on."""
@@ -126,6 +127,11 @@ class MtpDrafter:
                 self._lazy[uid] = 0 if lazy >= _LAZY_PAIRS else lazy
             self._pending[uid] = [states[-1]]
 
+    def take_admitted(self) -> bool:
+        """Rows joined since the last call: the step computed their (lazy) priming too."""
+        admitted, self._admitted = self._admitted, False
+        return admitted
+
     def state(self, uid: int, tokens: int) -> HeadState | None:
         """A copy of the row's head state, if it covers exactly the first `tokens` positions
         of its context (its head was fed from the context's start on, without gaps)."""
@@ -153,7 +159,9 @@ class MtpDrafter:
 
     def propose(self, asks: list[DraftRequest]) -> list[list[int]]:
         """Per ask: its k greedy draft tokens (none for a row with no hidden state yet)."""
-        self._admit([ask.uid for ask in asks if ask.uid not in self._uids])
+        new = [ask.uid for ask in asks if ask.uid not in self._uids]
+        self._admitted = self._admitted or bool(new)
+        self._admit(new)
         feeds = self._feeds(asks)
         if not any(feeds.values()):
             return [[] for _ in asks]

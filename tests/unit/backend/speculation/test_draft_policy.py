@@ -88,7 +88,7 @@ def test_step_costs_measure_ratios_and_measure_again_when_stale() -> None:
     for i in range(VERIFY_REFRESH):
         costs.started(2, 1, float(i))
         costs.spoil()
-    assert costs.ratio(2, 4) == pytest.approx(1.0 + 4 * PRIOR_SLOPE)  # worth a new try
+    assert costs.ratio(2, 4) == pytest.approx(2.0)  # worth a new try: the slope counts half
     for i in range(REFRESH - VERIFY_REFRESH):
         costs.started(2, 1, float(i))
         costs.spoil()
@@ -160,7 +160,7 @@ def test_a_re_measurement_that_agrees_waits_longer_for_the_next() -> None:
 
     def steps_until_due() -> int:
         n = 0
-        while costs.ratio(2, 2) != pytest.approx(1.0 + 2 * PRIOR_SLOPE):  # due: optimistic
+        while costs.ratio(2, 2) == pytest.approx(5.0):  # due: the slope counts half
             costs.started(2, 0, float(n))
             costs.spoil()  # no samples: only the steps since the last verify count
             n += 1
@@ -171,5 +171,35 @@ def test_a_re_measurement_that_agrees_waits_longer_for_the_next() -> None:
     assert steps_until_due() == 2 * VERIFY_REFRESH
     costs.observe(2, 2, 0.050)
     assert steps_until_due() == 4 * VERIFY_REFRESH
-    costs.observe(2, 2, 0.020)  # it does not: back to the first wait
-    assert steps_until_due() == VERIFY_REFRESH
+    costs.observe(2, 2, 0.0)  # it does not (a sample counts at most twice the estimate)
+    assert costs.ratio(2, 2) == pytest.approx(4.2)
+    n = 0
+    while costs.ratio(2, 2) == pytest.approx(4.2):
+        costs.started(2, 0, float(n))
+        costs.spoil()
+        n += 1
+    assert n == VERIFY_REFRESH  # back to the first wait
+
+
+def test_a_dear_verify_is_retried_as_rarely_as_it_is_dear() -> None:
+    """Once due, the slope counts over 1 + the waits elapsed: a verify 20 plain steps dear
+    per position is tried again only near break-even (about 20 waits), and only steps where its
+    drafters are on offer count."""
+    costs = StepCosts()
+    costs.observe(1, 0, 0.001)
+    costs.observe(1, 3, 0.061, kinds="mtp")  # 20 plain steps a verified position
+    policy = DraftPolicy(costs)
+    sure = [(_odds(0.99), 3)]
+    for _ in range(30 * VERIFY_REFRESH):
+        costs.started(1, 0, 0.0)  # steps without an mtp row on offer
+        costs.spoil()
+    assert policy.width(1, sure, most=3, kinds="mtp") == 0
+    tried = None
+    for n in range(30 * VERIFY_REFRESH):
+        if policy.width(1, sure, most=3, kinds="mtp") > 0:
+            tried = n
+            break
+        costs.started(1, 0, float(n), kinds="mtp")
+        costs.spoil()
+        costs.observe(1, 0, 0.001)  # plain steps keep their measurement
+    assert tried is not None and 18 * VERIFY_REFRESH <= tried <= 24 * VERIFY_REFRESH
