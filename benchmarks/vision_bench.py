@@ -1,7 +1,7 @@
 """Images and text together: `mlxd serve` against mlx-vlm's own server on the same tiny vision
 checkpoint of --family: llava (tests/vision_checkpoints.py: CLIP tower, llama text model) or
 an M-RoPE family, qwen2_5_vl / qwen2_vl / qwen3_vl (tests/mrope_checkpoints.py), or gemma3 /
-idefics3 / mistral3 / pixtral / smolvlm (tests/vision_families.py, tiny only).
+idefics3 / llava_next / mistral3 / pixtral / smolvlm (tests/vision_families.py, tiny only).
 
 Closed loop: --clients streaming clients (8), half sending image turns (a distinct PNG per
 request, as a data: URL) and half text turns (distinct prompts), each --per-client requests
@@ -20,6 +20,7 @@ processor only (`--no-shim` measures it as shipped).
     python -m benchmarks.vision_bench --max-tokens 64 --per-client 4 --size small
     python -m benchmarks.vision_bench --family qwen2_5_vl
     python -m benchmarks.vision_bench --family gemma3
+    python -m benchmarks.vision_bench --family llava_next
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ MROPE = ("qwen2_5_vl", "qwen2_vl", "qwen3_vl")
 OTHERS = (
     "gemma3",
     "idefics3",
+    "llava_next",  # anyres: a base image and a grid of tiles per picture
     "mistral3",
     "pixtral",
     "smolvlm",
