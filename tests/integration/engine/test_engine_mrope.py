@@ -16,7 +16,7 @@ from mlxd.engine import Engine, ModelInfo
 from mlxd.types import FinishEvent, FinishReason
 from tests.chat_requests import chat_request
 from tests.integration.engine.conftest import EngineFactory
-from tests.integration.engine.test_engine_vision import answer, text_turn
+from tests.integration.engine.test_engine_vision import answer, text_turn, uncached
 from tests.vision_checkpoints import png_bytes
 
 GREEDY = {"temperature": 0.0, "max_tokens": 12, "ignore_eos": True}
@@ -86,8 +86,7 @@ def assert_same_start(ours: list[int], theirs: list[int], info: ModelInfo) -> No
 
 @pytest.fixture
 def mrope(make_engine: EngineFactory, tiny_mrope_model: Path) -> tuple[Engine, ModelInfo]:
-    engine = make_engine(prefix_cache_bytes=0)
-    return engine, engine.load_model(tiny_mrope_model)
+    return uncached(make_engine, tiny_mrope_model)
 
 
 def test_an_image_request_answers_and_differs_by_image(mrope: tuple[Engine, ModelInfo]) -> None:
@@ -101,15 +100,13 @@ def test_an_image_request_answers_and_differs_by_image(mrope: tuple[Engine, Mode
 def test_alone_equals_inside_a_batch_of_eight(
     make_engine: EngineFactory, tiny_mrope_model: Path
 ) -> None:
-    alone_engine = make_engine(max_batch=1, prefix_cache_bytes=0)
-    alone_info = alone_engine.load_model(tiny_mrope_model)
+    alone_engine, alone_info = uncached(make_engine, tiny_mrope_model, max_batch=1)
     requests = [image_turn(0), text_turn("Hello, how are you today?"), image_turn(1, 2)]
     requests += [text_turn("The capital of France is"), image_turn(3), text_turn("Hi")]
     requests += [text_turn("Numbers: 0 1 2 3"), image_turn(2)]
     alone = [ask(alone_engine, alone_info, messages)[0] for messages in requests]
 
-    engine = make_engine(max_batch=8, prefix_cache_bytes=0)
-    info = engine.load_model(tiny_mrope_model)
+    engine, info = uncached(make_engine, tiny_mrope_model, max_batch=8)
     streams = [start_chat(engine, info, chat_request(m, GREEDY)) for m in requests]
     assert [answer(s)[0] for s in streams] == alone
 
@@ -156,8 +153,7 @@ def test_second_turn_hits_the_prefix_cache_and_equals_a_cold_run(
     else:  # no cut back: the snapshot the image prefill copied before the prompt's last token
         assert second.usage.cached_tokens == first.usage.prompt_tokens - 1
         assert with_image.usage.cached_tokens >= first.usage.prompt_tokens - 1
-    cold_engine = make_engine(prefix_cache_bytes=0)
-    cold_info = cold_engine.load_model(tiny_mrope_model)
+    cold_engine, cold_info = uncached(make_engine, tiny_mrope_model)
     assert ask(cold_engine, cold_info, messages)[0] == warm
     assert ask(cold_engine, cold_info, image_turn(0))[0] == again == reply
     assert two_turns(cold_engine, cold_info)[1] == later
@@ -167,11 +163,9 @@ def test_quantized_kv_alone_equals_inside_a_batch(
     make_engine: EngineFactory, tiny_mrope_model: Path
 ) -> None:
     requests = [image_turn(1, 2), text_turn("Hello, how are you today?"), image_turn(0)]
-    engine = make_engine(max_batch=1, kv_bits=8, kv_group_size=32, prefix_cache_bytes=0)
-    info = engine.load_model(tiny_mrope_model)
+    engine, info = uncached(make_engine, tiny_mrope_model, max_batch=1, kv_bits=8, kv_group_size=32)
     alone = [ask(engine, info, messages)[0] for messages in requests]
-    engine = make_engine(max_batch=8, kv_bits=8, kv_group_size=32, prefix_cache_bytes=0)
-    info = engine.load_model(tiny_mrope_model)
+    engine, info = uncached(make_engine, tiny_mrope_model, max_batch=8, kv_bits=8, kv_group_size=32)
     streams = [start_chat(engine, info, chat_request(m, GREEDY)) for m in requests]
     assert [answer(s)[0] for s in streams] == alone
 
@@ -186,11 +180,9 @@ def test_speculating_rows_rewind_to_the_same_answers(
     echo = "Say it again: " + " ".join(f"{w}{i}" for i in range(12) for w in ("ab", "cd", "ef"))
     requests = [image_turn(0, text=echo), text_turn(echo), image_turn(1, 2, text=echo)]
     requests += [image_turn(3), text_turn("Hi")]
-    plain_engine = make_engine(prefix_cache_bytes=0)
-    plain_info = plain_engine.load_model(tiny_mrope_model)
+    plain_engine, plain_info = uncached(make_engine, tiny_mrope_model)
     plain = [ask(plain_engine, plain_info, m)[0] for m in requests]
-    engine = make_engine(prefix_cache_bytes=0)
-    info = engine.load_model(tiny_mrope_model)
+    engine, info = uncached(make_engine, tiny_mrope_model)
     drafting = {**GREEDY, "max_tokens": 64, "draft_kind": "ngram", "num_draft_tokens": 3}
     streams = [start_chat(engine, info, chat_request(m, drafting)) for m in requests[:3]]
     streams += [start_chat(engine, info, chat_request(m, GREEDY)) for m in requests[3:]]
@@ -204,11 +196,9 @@ def test_a_cancelled_image_row_leaves_the_others_as_alone(
     make_engine: EngineFactory, tiny_mrope_model: Path
 ) -> None:
     requests = [image_turn(0), image_turn(1), text_turn("Hello there"), image_turn(2, 3)]
-    alone_engine = make_engine(max_batch=1, prefix_cache_bytes=0)
-    alone_info = alone_engine.load_model(tiny_mrope_model)
+    alone_engine, alone_info = uncached(make_engine, tiny_mrope_model, max_batch=1)
     alone = [ask(alone_engine, alone_info, m)[0] for m in requests]
-    engine = make_engine(prefix_cache_bytes=0)
-    info = engine.load_model(tiny_mrope_model)
+    engine, info = uncached(make_engine, tiny_mrope_model)
     streams = [start_chat(engine, info, chat_request(m, GREEDY)) for m in requests]
     next(iter(streams[1]))  # decoding inside the batch
     streams[1].cancel()

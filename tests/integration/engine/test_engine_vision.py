@@ -41,26 +41,29 @@ def answer(stream: ChatStream) -> tuple[str, FinishEvent]:
     return text, finish
 
 
+def uncached(make_engine: EngineFactory, model: Path, **options: Any) -> tuple[Engine, ModelInfo]:
+    """An engine without a prefix cache (each answer computed afresh) and `model` on it."""
+    engine = make_engine(prefix_cache_bytes=0, **options)
+    return engine, engine.load_model(model)
+
+
 def ask(engine: Engine, info: ModelInfo, messages: list[dict[str, Any]]) -> tuple[str, FinishEvent]:
     return answer(start_chat(engine, info, chat_request(messages, GREEDY)))
 
 
 @pytest.fixture
 def vision(make_engine: EngineFactory, tiny_vision_model: Path) -> tuple[Engine, ModelInfo]:
-    engine = make_engine(prefix_cache_bytes=0)
-    return engine, engine.load_model(tiny_vision_model)
+    return uncached(make_engine, tiny_vision_model)
 
 
 def test_image_turn_alone_equals_inside_a_batch_of_text_requests(
     make_engine: EngineFactory, tiny_vision_model: Path
 ) -> None:
-    alone_engine = make_engine(max_batch=1, prefix_cache_bytes=0)
-    alone_info = alone_engine.load_model(tiny_vision_model)
+    alone_engine, alone_info = uncached(make_engine, tiny_vision_model, max_batch=1)
     seeds = (0, 1, 2, 3)  # with the 4 text requests: a batch of 8
     alone = [ask(alone_engine, alone_info, image_turn(seed))[0] for seed in seeds]
 
-    engine = make_engine(max_batch=8, prefix_cache_bytes=0)
-    info = engine.load_model(tiny_vision_model)
+    engine, info = uncached(make_engine, tiny_vision_model, max_batch=8)
     texts = ["Hello, how are you today?", "The capital of France is", "Numbers: 0 1 2 3", "Hi"]
     streams = [start_chat(engine, info, chat_request(text_turn(t), GREEDY)) for t in texts[:2]]
     image_streams = [start_chat(engine, info, chat_request(image_turn(s), GREEDY)) for s in seeds]
@@ -104,8 +107,7 @@ def test_prefix_cache_hits_the_same_image_and_misses_another(
     assert again.usage.cached_tokens == again.usage.prompt_tokens - 1
     # Another image with the same text: only the text before the image is reused.
     assert miss.usage.cached_tokens == image_start > 0
-    cold_engine = make_engine(prefix_cache_bytes=0)
-    cold_info = cold_engine.load_model(tiny_vision_model)
+    cold_engine, cold_info = uncached(make_engine, tiny_vision_model)
     assert ask(cold_engine, cold_info, [system, *image_turn(1)])[0] == other
 
 
@@ -122,8 +124,7 @@ def test_second_turn_after_an_image_prefills_only_its_new_tokens(
     ]
     second_reply, second = ask(engine, info, messages)
     assert second.usage.cached_tokens >= first.usage.prompt_tokens
-    cold_engine = make_engine(prefix_cache_bytes=0)
-    cold_info = cold_engine.load_model(tiny_vision_model)
+    cold_engine, cold_info = uncached(make_engine, tiny_vision_model)
     assert ask(cold_engine, cold_info, messages)[0] == second_reply
 
 

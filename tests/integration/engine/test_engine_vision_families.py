@@ -19,7 +19,7 @@ from mlxd.engine import Engine, EngineRequest, ModelInfo
 from mlxd.types import SamplingParams
 from tests.chat_requests import chat_request
 from tests.integration.engine.conftest import EngineFactory
-from tests.integration.engine.test_engine_vision import GREEDY, answer, text_turn
+from tests.integration.engine.test_engine_vision import GREEDY, answer, text_turn, uncached
 from tests.vision_checkpoints import png_bytes
 from tests.vision_families import FAMILIES, make_family_checkpoint
 
@@ -108,8 +108,7 @@ def model_type(path: Path) -> str:
 
 @pytest.fixture
 def engine(make_engine: EngineFactory, family: Path) -> tuple[Engine, ModelInfo]:
-    engine = make_engine(prefix_cache_bytes=0)
-    return engine, engine.load_model(family)
+    return uncached(make_engine, family)
 
 
 def test_prompt_and_tokens_equal_mlx_vlms_own(
@@ -136,12 +135,10 @@ def test_alone_equals_inside_a_batch_of_text_and_image_requests(
     requests = [[turn(image_part(seed, SIZES[seed % 2]))] for seed in range(4)]
     requests += [text_turn(t) for t in ("Hello, how are you?", "The capital of France is",
                                         "Numbers: 0 1 2 3", "Hi")]  # fmt: skip
-    alone_engine = make_engine(max_batch=1, prefix_cache_bytes=0)
-    alone_info = alone_engine.load_model(family)
+    alone_engine, alone_info = uncached(make_engine, family, max_batch=1)
     alone = [run(alone_engine, alone_info, messages)[1] for messages in requests]
 
-    engine = make_engine(max_batch=8, prefix_cache_bytes=0)
-    info = engine.load_model(family)
+    engine, info = uncached(make_engine, family, max_batch=8)
     streams = [start_chat(engine, info, chat_request(m, GREEDY)) for m in requests]
     assert [answer(stream)[0] for stream in streams] == alone
 

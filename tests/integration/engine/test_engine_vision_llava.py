@@ -20,7 +20,7 @@ from mlxd.engine import Engine, EngineRequest, ModelInfo
 from mlxd.types import SamplingParams
 from tests.chat_requests import chat_request
 from tests.integration.engine.conftest import EngineFactory
-from tests.integration.engine.test_engine_vision import GREEDY
+from tests.integration.engine.test_engine_vision import GREEDY, uncached
 from tests.integration.engine.test_engine_vision_families import (
     SIZES,
     image_part,
@@ -50,8 +50,7 @@ def images_only(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def llava(make_engine: EngineFactory, tiny_vision_model: Path) -> tuple[Engine, ModelInfo]:
-    engine = make_engine(prefix_cache_bytes=0)
-    return engine, engine.load_model(tiny_vision_model)
+    return uncached(make_engine, tiny_vision_model)
 
 
 CASES = {

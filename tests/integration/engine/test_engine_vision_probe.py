@@ -12,6 +12,7 @@ from mlxd import checkpoint
 from mlxd.backend.vision import embeddings
 from mlxd.errors import ModelBroken
 from tests.integration.engine.conftest import EngineFactory
+from tests.integration.engine.test_engine_vision import uncached
 from tests.integration.engine.test_engine_vision_families import image_part, run, turn
 from tests.vision_families import make_family_checkpoint
 
@@ -20,8 +21,7 @@ def test_an_unverified_family_whose_image_path_works_loads_and_answers(
     make_engine: EngineFactory, tiny_vision_model: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delitem(checkpoint.VISION_FAMILIES, "llava")
-    engine = make_engine(prefix_cache_bytes=0)
-    info = engine.load_model(tiny_vision_model)
+    engine, info = uncached(make_engine, tiny_vision_model)
     _, text, finish = run(engine, info, [turn(image_part(0))])
     assert text and finish.usage.prompt_tokens > 4
 

@@ -13,7 +13,7 @@ import pytest
 from mlxd.chat.session import start_chat
 from tests.chat_requests import chat_request
 from tests.integration.engine.conftest import EngineFactory
-from tests.integration.engine.test_engine_vision import GREEDY, answer, text_turn
+from tests.integration.engine.test_engine_vision import GREEDY, answer, text_turn, uncached
 from tests.integration.engine.test_engine_vision_families import SIZES, image_part, turn
 from tests.vision_families import make_family_checkpoint, with_sliding_window
 
@@ -31,14 +31,12 @@ def test_image_turns_past_the_window_alone_equal_batched(
 ) -> None:
     requests = [[turn(image_part(seed, SIZES[seed % 2]))] for seed in range(3)]
     requests += [text_turn("The capital of France is Paris, and the quick brown fox jumps.")]
-    alone_engine = make_engine(max_batch=1, prefix_cache_bytes=0)
-    alone_info = alone_engine.load_model(gemma3)
+    alone_engine, alone_info = uncached(make_engine, gemma3, max_batch=1)
     alone = [
         answer(start_chat(alone_engine, alone_info, chat_request(m, GREEDY))) for m in requests
     ]
     assert all(finish.usage.prompt_tokens > WINDOW for _, finish in alone)
-    engine = make_engine(max_batch=8, prefix_cache_bytes=0)
-    info = engine.load_model(gemma3)
+    engine, info = uncached(make_engine, gemma3, max_batch=8)
     streams = [start_chat(engine, info, chat_request(m, GREEDY)) for m in requests]
     assert [answer(s)[0] for s in streams] == [text for text, _ in alone]
 
@@ -53,8 +51,7 @@ def test_a_text_turn_past_the_window_is_served_from_the_cache(
     messages += [{"role": "assistant", "content": reply}, *text_turn("And the colours?")]
     second_reply, second = answer(start_chat(engine, info, chat_request(messages, GREEDY)))
     assert first.usage.prompt_tokens > WINDOW and second.usage.cached_tokens > WINDOW
-    cold = make_engine(prefix_cache_bytes=0)
-    cold_info = cold.load_model(gemma3)
+    cold, cold_info = uncached(make_engine, gemma3)
     assert answer(start_chat(cold, cold_info, chat_request(messages, GREEDY)))[0] == second_reply
 
 
@@ -63,8 +60,7 @@ def test_an_image_turn_past_the_window_is_served_from_the_cache(
 ) -> None:
     engine = make_engine()
     info = engine.load_model(gemma3)
-    cold = make_engine(prefix_cache_bytes=0)
-    cold_info = cold.load_model(gemma3)
+    cold, cold_info = uncached(make_engine, gemma3)
     messages = [turn(image_part(3))]
     reply, earlier = answer(start_chat(engine, info, chat_request(messages, GREEDY)))
     for question in ("And the colours?", "And the shapes?"):
