@@ -168,11 +168,13 @@ _POOLING_KEYS = (
 class EmbeddingSpec:
     """How an embedding checkpoint turns hidden states into one vector: `pooling` (cls,
     mean, max or last token), then `normalize` (to unit length); `encoder`: a bidirectional
-    encoder (BERT family) rather than a decoder body (Qwen3-Embedding)."""
+    encoder (BERT family) rather than a decoder body (Qwen3-Embedding); `layer_norm_cut`:
+    a cut to fewer dimensions first layer-norms the full vector (nomic-bert's model card)."""
 
     pooling: str
     normalize: bool
     encoder: bool
+    layer_norm_cut: bool = False
 
 
 def embedding_spec(root: Path, config: Mapping[str, object]) -> EmbeddingSpec | None:
@@ -189,15 +191,18 @@ def embedding_spec(root: Path, config: Mapping[str, object]) -> EmbeddingSpec | 
     bare = bool(names) and all(a.endswith("Model") for a in names)
     if not (encoder or modules is not None or bare):
         return None
+    # nomic-embed-text v1.5's Matryoshka recipe layer-norms before cutting (v1 has none,
+    # but shares the config; a cut of v1 is no trained use either way).
+    nomic = model_type == "nomic_bert"
     if modules is None:
-        return EmbeddingSpec("cls" if encoder else "last", True, encoder)
+        return EmbeddingSpec("cls" if encoder else "last", True, encoder, nomic)
     kinds = {str(m.get("type", "")).rsplit(".", 1)[-1]: m for m in modules}
     pooling = "cls" if encoder else "last"
     if "Pooling" in kinds:
         folder = str(kinds["Pooling"].get("path", "1_Pooling"))
         pooled = read_json_object(root / folder / "config.json")
         pooling = next((mode for key, mode in _POOLING_KEYS if pooled.get(key) is True), pooling)
-    return EmbeddingSpec(pooling, "Normalize" in kinds, encoder)
+    return EmbeddingSpec(pooling, "Normalize" in kinds, encoder, nomic)
 
 
 def _modules(root: Path) -> list[dict[str, Any]] | None:

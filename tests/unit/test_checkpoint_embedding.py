@@ -10,6 +10,7 @@ import pytest
 from mlxd.checkpoint import EmbeddingSpec, embedding_spec
 
 ST = "sentence_transformers.models."
+MEAN = "pooling_mode_mean_tokens"
 
 
 def _layout(root: Path, modules: list[str] | None, pooling: dict | None = None) -> Path:
@@ -39,8 +40,9 @@ def _layout(root: Path, modules: list[str] | None, pooling: dict | None = None) 
             {"model_type": "qwen3", "architectures": ["Qwen3Model"]},
             EmbeddingSpec("last", True, False),
         ),
+        ({"model_type": "nomic_bert"}, EmbeddingSpec("cls", True, True, layer_norm_cut=True)),
     ],
-    ids=["causal-lm", "bert", "modernbert", "bare-decoder-body"],
+    ids=["causal-lm", "bert", "modernbert", "bare-decoder-body", "nomic-bert"],
 )
 def test_without_modules_json(tmp_path: Path, config: dict, expected: EmbeddingSpec | None) -> None:
     assert embedding_spec(tmp_path, config) == expected
@@ -64,6 +66,15 @@ def test_pooling_from_1_pooling(tmp_path: Path, key: str, mode: str) -> None:
 def test_no_normalize_module_means_raw_vectors(tmp_path: Path) -> None:
     root = _layout(tmp_path / "m", ["Transformer", "Pooling"], {"pooling_mode_mean_tokens": True})
     assert embedding_spec(root, {"model_type": "bert"}) == EmbeddingSpec("mean", False, True)
+
+
+def test_nomic_bert_layer_norms_before_a_cut_in_its_sentence_transformers_layout(
+    tmp_path: Path,
+) -> None:
+    root = _layout(tmp_path / "m", ["Transformer", "Pooling", "Normalize"], {MEAN: True})
+    assert embedding_spec(root, {"model_type": "nomic_bert"}) == EmbeddingSpec(
+        "mean", True, True, layer_norm_cut=True
+    )
 
 
 def test_unreadable_modules_json_falls_back(tmp_path: Path) -> None:

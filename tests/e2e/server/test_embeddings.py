@@ -92,6 +92,7 @@ def test_hugging_face_layout_encoders_answer_as_in_process(
     """nomic-bert (mlxd's own network) and RoBERTa (mlx-embeddings' XLM-R class) from their
     Hugging Face layout: the SDK gets the vectors the backend gives in this process."""
     from mlxd.backend.loader import load_checkpoint
+    from mlxd.chat.embedding import cut_vector
 
     loaded = load_checkpoint(embed_home / "mlxd" / "models" / model)
     assert loaded.embedder is not None
@@ -99,6 +100,9 @@ def test_hugging_face_layout_encoders_answer_as_in_process(
     out = sdk.embeddings.create(model=model, input=TEXTS)  # base64, as the SDK asks
     assert [len(d.embedding) for d in out.data] == [32] * 3
     assert all(_close(a.embedding, b) for a, b in zip(out.data, direct, strict=True))
+    cut = sdk.embeddings.create(model=model, input=TEXTS[0], dimensions=16)
+    # nomic-bert's cut layer-norms first (its model card's recipe), RoBERTa's just cuts
+    assert _close(cut.data[0].embedding, cut_vector(direct[0], 16, loaded.embedder.spec))
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,8 @@ from mlxd.chat.embedding.embed_session import (
     Embeddings,
     EmbedInput,
     PendingEmbeddings,
+    cut_vector,
     start_embedding,
 )
 
-__all__ = ["EmbedInput", "Embeddings", "PendingEmbeddings", "start_embedding"]
+__all__ = ["EmbedInput", "Embeddings", "PendingEmbeddings", "cut_vector", "start_embedding"]

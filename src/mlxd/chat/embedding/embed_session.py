@@ -4,7 +4,8 @@ Texts are tokenized with the model's tokenizer and its own special tokens (BERT'
 [SEP]; Qwen3-Embedding's tokenizer appends the <|endoftext|> its last-token pooling reads);
 token-id inputs go as given. `dimensions` keeps the first dimensions of each vector
 (Matryoshka-trained models, e.g. Qwen3-Embedding, nomic) and rescales them to unit length
-when the model normalizes.
+when the model normalizes; nomic-bert first layer-norms the full vector, as its model card's
+recipe does (then always to unit length).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from mlxd.errors import InvalidRequest
 from mlxd.types import ModelKind
 
 if TYPE_CHECKING:
+    from mlxd.checkpoint import EmbeddingSpec
     from mlxd.engine import EmbedHandle, EmbedResult, Engine, ModelInfo
 
 
@@ -61,8 +63,9 @@ class PendingEmbeddings:
         dims = self._dimensions
         if dims is None or dims == self._info.dimensions:
             return Embeddings(result.vectors, result.prompt_tokens)
-        unit = self._info.embedding is not None and self._info.embedding.normalize
-        return Embeddings([_cut(v, dims, unit) for v in result.vectors], result.prompt_tokens)
+        spec = self._info.embedding
+        vectors = [cut_vector(v, dims, spec) for v in result.vectors]
+        return Embeddings(vectors, result.prompt_tokens)
 
 
 def start_embedding(engine: Engine, info: ModelInfo, request: EmbedInput) -> PendingEmbeddings:
@@ -99,9 +102,23 @@ def token_rows(info: ModelInfo, inputs: list[str] | list[list[int]]) -> list[lis
     return rows
 
 
-def _cut(vector: list[float], dims: int, unit: bool) -> list[float]:
+def cut_vector(vector: list[float], dims: int, spec: EmbeddingSpec | None) -> list[float]:
+    """The first `dims` components of `vector`, rescaled to unit length when the model
+    normalizes; with `spec.layer_norm_cut`, of the layer-normed vector and always rescaled."""
+    unit = spec is not None and spec.normalize
+    if spec is not None and spec.layer_norm_cut:
+        vector, unit = _layer_norm(vector), True
     head = vector[:dims]
     if not unit:
         return head
     norm = math.sqrt(sum(x * x for x in head)) or 1.0
     return [x / norm for x in head]
+
+
+def _layer_norm(vector: list[float], eps: float = 1e-5) -> list[float]:
+    """torch's F.layer_norm without weights (eps its default). Its scale is undone by the
+    rescaling after the cut, so a vector normalized before it gives the same result."""
+    mean = sum(vector) / len(vector)
+    var = sum((x - mean) ** 2 for x in vector) / len(vector)
+    scale = 1.0 / math.sqrt(var + eps)
+    return [(x - mean) * scale for x in vector]

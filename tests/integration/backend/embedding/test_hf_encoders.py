@@ -145,6 +145,41 @@ def test_a_batch_equals_the_reference_of_each_row_alone(tmp_path: Path, family: 
     assert np.abs(want[0] - want[1]).max() > 0.01  # the texts differ
 
 
+def _nomic_matryoshka(pooled: np.ndarray, dims: int) -> np.ndarray:
+    """nomic-embed-text v1.5's model card recipe: a weightless layer norm over the full
+    mean-pooled vector (torch's eps), the first `dims` components, unit length."""
+    normed = (pooled - pooled.mean()) / np.sqrt(pooled.var() + 1e-5)
+    head = normed[:dims]
+    return head / np.linalg.norm(head)
+
+
+def test_dimensions_of_nomic_bert_follow_its_model_card_and_roberta_just_cuts(
+    tmp_path: Path,
+) -> None:
+    """The card layer-norms the raw mean pool; mlxd's vectors come normalized, which only
+    scales what the layer norm sees, and the rescaling after the cut removes that scale."""
+    from mlxd.chat.embedding import cut_vector
+
+    for family, dims in (("nomic", 16), ("roberta", 16), ("nomic", 32)):
+        make, reference = FAMILIES[family]
+        path = make(tmp_path / f"{family}-{dims}")
+        loaded = load_checkpoint(path)
+        assert loaded.embedder is not None
+        spec = loaded.embedder.spec
+        assert spec.layer_norm_cut is (family == "nomic")
+        rows = [loaded.tokenizer.encode(t) for t in TEXTS]
+        got = np.array([cut_vector(v, dims, spec) for v in loaded.embedder.embed(rows)])
+        w = {k: v.astype(np.float64) for k, v in weights(path).items()}
+        pooled = [reference(w, loaded.config, r).mean(0) for r in rows]
+        if family == "nomic":
+            want = np.stack([_nomic_matryoshka(p, dims) for p in pooled])
+            plain = np.stack([p[:dims] / np.linalg.norm(p[:dims]) for p in pooled])
+            assert np.abs(want - plain).max() > 100 * TOLERANCE  # the layer norm matters
+        else:
+            want = np.stack([p[:dims] / np.linalg.norm(p[:dims]) for p in pooled])
+        assert np.abs(got - want).max() <= TOLERANCE
+
+
 def test_windows_and_health(tmp_path: Path) -> None:
     """RoBERTa's window leaves out its pad + 1 offset; nomic's is n_positions, and its shipped
     auto_map is not refused by health since mlxd never runs it."""
