@@ -1,13 +1,15 @@
 """kv_memory_bench's server part (`--peers`): mlxd and its peers with their KV quantization on
 the same checkpoint, each as a real server on 127.0.0.1 given the same load: --conversations
-streaming chat requests at once, each a distinct prompt of about --context tokens decoding
---decode-tokens tokens (EOS suppressed). Per server: its resident memory before the load and
-at its peak (VmRSS of the server's process tree, sampled every 0.1 s), the per-conversation
-growth ((peak - before) / conversations) and how many such conversations the fixed budget
-would hold at that rate, decode tokens/s (tokens after each request's first, over the time
-any request was decoding: the union of their decode intervals, so a server that serves one
-request at a time is measured while it decodes, not while the others wait) and the wave's
-wall time. Every server runs on MKL (a peer by preloading it).
+streaming chat requests at once, each about --context tokens decoding --decode-tokens tokens
+(EOS suppressed). The prompts share all but their last ~70 tokens, sent once alone first, so
+each server's prefix cache pays that prefill once (its stored copy counts in the "before"
+figure; every row of the wave still holds its own KV). Per server: its resident memory before
+the load and at its peak (VmRSS of the server's process tree, sampled every 0.1 s), the per-
+conversation growth ((peak - before) / conversations) and how many such conversations the
+fixed budget would hold at that rate, decode tokens/s (tokens after each request's first, over
+the time any request was decoding: the union of their decode intervals, so a server that
+serves one request at a time is measured while it decodes, not while the others wait) and the
+wave's wall time. Every server runs on MKL (a peer by preloading it).
 
 What each peer's flag quantizes (their --help): vllm-mlx's `--kv-cache-quantization` the
 *stored* (prefix) caches; Rapid-MLX's `--kv-cache-dtype int8|int4` the live cache;
@@ -71,7 +73,9 @@ def peer_commands(args: Any, model: Path, port: int) -> dict[str, list[str]]:
 
 def run_peers(args: Any, model: Path) -> dict[str, Any]:
     """Every server of --peers (comma-separated names of `peer_commands`) under one load."""
-    prompts = [prompt_text(model, i, args.context) for i in range(args.conversations)]
+    shared = shared_text(model, max(args.context - 100, 16))
+    prompts = [prompt_text(shared, i) for i in range(args.conversations)]
+    args.shared_prompt = f"{shared}\nConversation warm-up. Summarize."
     args.model_dir = model
     eos = eos_id(model)
     out: dict[str, Any] = {}
@@ -88,14 +92,19 @@ def run_peers(args: Any, model: Path) -> dict[str, Any]:
     return out
 
 
-def prompt_text(model: Path, client: int, tokens: int) -> str:
-    """A distinct prompt of about `tokens` tokens of the model's tokenizer."""
+def shared_text(model: Path, tokens: int) -> str:
+    """About `tokens` tokens of text (the model's tokenizer) every conversation starts with."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(model))
-    words = [WORDS[(client * 7 + i * 13 + i // 25) % len(WORDS)] for i in range(tokens)]
-    ids = tokenizer.encode(f"Conversation {client}: " + " ".join(words))[: tokens - 40]
-    return str(tokenizer.decode(ids)) + " Summarize."
+    words = [WORDS[(i * 13 + i // 25) % len(WORDS)] for i in range(tokens)]
+    return str(tokenizer.decode(tokenizer.encode(" ".join(words))[:tokens]))
+
+
+def prompt_text(shared: str, client: int) -> str:
+    """Conversation `client`: the shared text, then about 64 tokens of its own."""
+    own = " ".join(WORDS[(client * 7 + i * (client + 3)) % len(WORDS)] for i in range(40))
+    return f"{shared}\nConversation {client}: {own}. Summarize."
 
 
 def serve_and_load(
@@ -112,6 +121,9 @@ def serve_and_load(
     try:
         url = wait_ready(proc, port, name, seconds=300.0)
         served = "default" if name.startswith("mlxd") else str(args.model_dir)
+        # The shared part once, alone: each server's prefix cache then serves it to the
+        # wave's rows (each still holds its own KV), so its prefill is paid once.
+        asyncio.run(wave(url, served, name, [args.shared_prompt], eos, 1))
         before = tree_rss(proc.pid)
         sampler = PeakRss(proc.pid)
         sampler.start()
