@@ -205,6 +205,15 @@ def embedding_spec(root: Path, config: Mapping[str, object]) -> EmbeddingSpec | 
     return EmbeddingSpec(pooling, "Normalize" in kinds, encoder, nomic)
 
 
+def embedding_dimensions(config: Mapping[str, object]) -> int:
+    """An embedding model's vector length: its hidden size (`n_embd` in nomic's GPT-2-style
+    config; a nested `text_config`'s when it has one), 0 when the config names none."""
+    nested = config.get("text_config")
+    sizes: Mapping[str, object] = nested if isinstance(nested, dict) else config
+    size = sizes.get("hidden_size") or sizes.get("n_embd")
+    return size if isinstance(size, int) else 0
+
+
 def _modules(root: Path) -> list[dict[str, Any]] | None:
     """sentence-transformers' modules.json (its list of modules), or None."""
     try:

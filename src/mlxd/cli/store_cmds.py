@@ -11,6 +11,7 @@ from mlxd.cli.render import human_size, print_error, print_json
 from mlxd.errors import InvalidRequest, ModelBroken
 
 if TYPE_CHECKING:
+    from mlxd.checkpoint import EmbeddingSpec
     from mlxd.cli.main import Subparsers
     from mlxd.store.inspect import ModelDescription
 
@@ -134,6 +135,16 @@ def _kv_line(per_token: dict[str, int] | None) -> str:
     return ", ".join(f"{label} {human_size(n)}" for label, n in per_token.items())
 
 
+def _embedding_line(spec: EmbeddingSpec, dimensions: int | None) -> str:
+    """`768 dimensions, mean pooling, normalized` (`ollama show`'s embedding length, and how
+    the vector is made)."""
+    parts = [f"{dimensions or '?'} dimensions", f"{spec.pooling} pooling"]
+    parts.append("normalized" if spec.normalize else "not normalized")
+    if spec.layer_norm_cut:
+        parts.append("layer norm before a dimensions cut")
+    return ", ".join(parts)
+
+
 def _print_description(info: ModelDescription, files: bool, config: bool) -> None:
     from mlxd.store.facts import vision_label
 
@@ -152,7 +163,10 @@ def _print_description(info: ModelDescription, files: bool, config: bool) -> Non
         ("dtype", info.dtype or "-"),
         ("quantization", str(quant)),
         ("context window", str(info.context_window or "-")),
-        ("kv per token", _kv_line(info.kv_bytes_per_token)),
+        # an embedding model keeps no KV: what `ollama show` gives instead, its vector length
+        ("embedding", _embedding_line(info.embedding, info.dimensions))
+        if info.embedding is not None
+        else ("kv per token", _kv_line(info.kv_bytes_per_token)),
         ("chat template", "yes" if info.chat_template else "no"),
         ("reasoning", " ".join(info.reasoning_markers) or "none"),
         ("tool calls", info.tool_format or "none"),

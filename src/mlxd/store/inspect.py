@@ -7,7 +7,14 @@ from pathlib import Path
 from typing import Any
 
 from mlxd.backend.tokenizer.checkpoint_tokenizer import TokenizerRoute, tokenizer_route
-from mlxd.checkpoint import VisionFamily, context_window, vision_family
+from mlxd.checkpoint import (
+    EmbeddingSpec,
+    VisionFamily,
+    context_window,
+    embedding_dimensions,
+    embedding_spec,
+    vision_family,
+)
 from mlxd.errors import MlxdError, ModelBroken
 from mlxd.store import facts
 from mlxd.store.files import file_size, model_files
@@ -37,7 +44,10 @@ class ModelDescription:
     runnable: bool
     not_runnable_reason: str | None
     config: dict[str, Any] = field(default_factory=dict)
-    kv_bytes_per_token: dict[str, int] | None = None  # "full", "8-bit", "4-bit" (--kv-bits)
+    # "full", "8-bit", "4-bit" (--kv-bits); None for an embedding model (it keeps no KV)
+    kv_bytes_per_token: dict[str, int] | None = None
+    embedding: EmbeddingSpec | None = None  # an embedding model's pooling and normalizing
+    dimensions: int | None = None  # an embedding model's vector length
     vision: VisionFamily | None = None  # a vision model's family: batches, or why refused
     mtp_head: str | None = None  # where its MTP head is and whether it fits (inspect.mtp_head)
     dflash: str | None = None  # a DFlash drafter: what target it wants (inspect.dflash_drafter)
@@ -72,12 +82,24 @@ class ModelDescription:
             "vision": facts.vision_dict(self.vision),
             "mtp_head": self.mtp_head,
             "dflash_drafter": self.dflash,
+            "embedding": self._embedding_dict(),
         }
         if with_files:
             out["files"] = [{"name": n, "size": s} for n, s in self.files]
         if with_config:
             out["config"] = self.config
         return out
+
+    def _embedding_dict(self) -> dict[str, Any] | None:
+        spec = self.embedding
+        if spec is None:
+            return None
+        return {
+            "dimensions": self.dimensions,
+            "pooling": spec.pooling,
+            "normalize": spec.normalize,
+            "layer_norm_cut": spec.layer_norm_cut,
+        }
 
 
 def describe(ref: str | ModelRef, deep: bool = True) -> ModelDescription:
@@ -98,6 +120,9 @@ def describe(ref: str | ModelRef, deep: bool = True) -> ModelDescription:
     dtypes = [t.dtype for h in headers for t in h.tensors]
     runnable, reason = _runnable(root, report)
     archs = config.get("architectures") or []
+    kind = facts.kind(root, config, template is not None) if config else "unknown"
+    spec = embedding_spec(root, config) if kind == "embedding" else None
+    kv = None if spec is not None else facts.kv_bytes_per_token(config, facts.dtype(config, dtypes))
     return ModelDescription(
         ref=model,
         architecture=str(archs[0]) if archs else config.get("model_type"),
@@ -106,7 +131,7 @@ def describe(ref: str | ModelRef, deep: bool = True) -> ModelDescription:
         dtype=facts.dtype(config, dtypes),
         quantization=quant,
         context_window=context_window(config, tok_config.get("model_max_length")),
-        kind=facts.kind(root, config, template is not None) if config else "unknown",
+        kind=kind,
         chat_template=template is not None,
         reasoning_markers=facts.reasoning_markers(template, vocab),
         tool_format=facts.tool_format(template, vocab),
@@ -117,7 +142,9 @@ def describe(ref: str | ModelRef, deep: bool = True) -> ModelDescription:
         runnable=runnable,
         not_runnable_reason=reason,
         config=config,
-        kv_bytes_per_token=facts.kv_bytes_per_token(config, facts.dtype(config, dtypes)),
+        kv_bytes_per_token=kv,
+        embedding=spec,
+        dimensions=embedding_dimensions(config) if spec is not None else None,
         vision=vision_family(config),
         mtp_head=mtp_head(root, headers, config),
         dflash=dflash_drafter(config),

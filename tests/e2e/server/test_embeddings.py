@@ -140,7 +140,13 @@ def test_ollama_client_embed(embed_server: ServerProcess, sdk: openai.OpenAI, mo
     assert all(
         _close(list(a), b.embedding) for a, b in zip(out.embeddings, direct.data, strict=True)
     )
-    assert lama.show(model).capabilities == ["embedding"]  # Ollama's word for the kind
+    shown = lama.show(model)
+    assert shown.capabilities == ["embedding"]  # Ollama's word for the kind
+    arch = {"bge-tiny": "bert", "qwen3-embed-tiny": "qwen3"}[model]
+    pooling = {"bge-tiny": 2, "qwen3-embed-tiny": 3}[model]  # llama.cpp's cls, last
+    assert shown.modelinfo is not None
+    assert shown.modelinfo[f"{arch}.embedding_length"] == len(direct.data[0].embedding) == 64
+    assert shown.modelinfo[f"{arch}.pooling_type"] == pooling
     legacy = lama.embeddings(model=model, prompt=TEXTS[1])
     assert _close(list(legacy.embedding), direct.data[1].embedding)
     long = lama.embed(model=model, input="word " * 2000)  # truncate: true (Ollama's default)

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlxd.backend.embedding.bodies import Body, decoder_body, encoder_body
-from mlxd.checkpoint import EmbeddingSpec
+from mlxd.checkpoint import EmbeddingSpec, embedding_dimensions
 from mlxd.errors import ModelBroken, one_line
 
 if TYPE_CHECKING:
@@ -61,9 +61,6 @@ def load_embedding(
         raise
     except Exception as exc:  # any loader failure is a broken model, said in one line
         raise ModelBroken(f"cannot load {path.name}: {one_line(exc)}") from exc
-    nested = config.get("text_config")
-    sizes = nested if isinstance(nested, dict) else config
-    dims = int(sizes.get("hidden_size") or sizes.get("n_embd") or 0)  # n_embd: nomic's name
     pad = config.get("pad_token_id")
     pad_id = pad if isinstance(pad, int) else (tokenizer.pad_token_id or 0)
-    return model, tokenizer, MlxEmbedder(body, spec, pad_id, dims)
+    return model, tokenizer, MlxEmbedder(body, spec, pad_id, embedding_dimensions(config))

@@ -15,8 +15,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mlxd.checkpoint import read_json_object
+from mlxd.checkpoint import embedding_dimensions, embedding_spec, read_json_object
 from mlxd.server.ollama.schemas import LATEST
+from mlxd.types import ModelKind
 
 if TYPE_CHECKING:
     from mlxd.engine import ModelInfo
@@ -54,6 +55,8 @@ class ModelFacts:
         size = sum(f.stat().st_size for f in files)
         modified = max((f.stat().st_mtime for f in files), default=0.0)
         kind = "vision" if info is not None and info.image_processor is not None else "chat"
+        if info is not None and info.kind is ModelKind.EMBEDDING:
+            kind = "embedding"  # a model served by path: not in the catalog
         window = info.context_window if info is not None else None
         return cls(name, path, size, modified, kind, "", window)
 
@@ -113,6 +116,8 @@ def show_body(facts: ModelFacts) -> dict[str, Any]:
     info: dict[str, Any] = {"general.architecture": arch}
     if facts.context_window:
         info[f"{arch}.context_length"] = facts.context_window
+    if facts.kind == "embedding" and facts.path is not None:
+        info |= _embedding_info(facts.path, arch)
     capabilities = ["embedding" if facts.kind == "embedding" else "completion"]
     template = _template_text(facts.path)
     if "tools" in template:
@@ -130,6 +135,22 @@ def show_body(facts: ModelFacts) -> dict[str, Any]:
         "capabilities": capabilities,
         "modified_at": facts.modified_at,
     }
+
+
+# llama.cpp's pooling types, as Ollama's model_info reports them (max pooling has none).
+_POOLING_TYPES = {"mean": 1, "cls": 2, "last": 3}
+
+
+def _embedding_info(path: Path, arch: str) -> dict[str, Any]:
+    """Ollama's model_info keys of an embedding model: its vector length and pooling."""
+    config = read_json_object(path / "config.json")
+    out: dict[str, Any] = {}
+    if dims := embedding_dimensions(config):
+        out[f"{arch}.embedding_length"] = dims
+    spec = embedding_spec(path, config)
+    if spec is not None and spec.pooling in _POOLING_TYPES:
+        out[f"{arch}.pooling_type"] = _POOLING_TYPES[spec.pooling]
+    return out
 
 
 def _template_text(path: Path | None) -> str:
