@@ -90,6 +90,7 @@ class ScriptedStream:
         self.events = events
         self.cancelled = False
         self.cancel_threads: list[int] = []  # the thread of each cancel() call
+        self.start_thread = threading.get_ident()  # the thread start_chat ran on
         self.prompt = FakePrompt()
 
     async def admitted(self, within: float) -> Usage:
