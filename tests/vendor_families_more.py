@@ -150,6 +150,7 @@ MORE.append(
         ["<|channel>", "thought", THOUGHT, "<channel|>", "Sunny."],
         thinking_kwargs={"enable_thinking": True},
         call_marker="<|tool_call>" + _GEMMA4_WEATHER + "<tool_call|>",
+        enforced=True,
         special=GEMMA4_SPECIAL,
     )
 )

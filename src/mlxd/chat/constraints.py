@@ -116,9 +116,9 @@ class ToolCallShape:
 
 
 # The tool formats a forced call can be written in (chat.formats detects them; their parsers
-# read these shapes back). Others (mlx-lm's XML-like formats, Seed-OSS, pythonic calls, GPT-OSS
-# harmony, and DeepSeek with a choice of several tools) fall back to the prompt's
-# instruction, with a warning.
+# read these shapes back). Others (mlx-lm's XML-like formats, Seed-OSS, pythonic calls, Gemma 4,
+# GPT-OSS harmony, and DeepSeek with a choice of several tools) are one grammar choice per tool
+# (tool_syntax.forced); a format with neither falls back to the prompt's instruction, warned.
 _SHAPES = {
     "hermes": ToolCallShape("<tool_call>\n", "\n</tool_call>", "arguments", as_list=False),
     "mistral": ToolCallShape("[TOOL_CALLS]", "", "arguments", as_list=True),

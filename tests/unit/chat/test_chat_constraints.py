@@ -160,7 +160,6 @@ def test_chat_constraint_for_an_answer_and_for_a_forced_call():
 def test_a_forced_call_without_a_known_format_is_only_asked_for():
     for formats in (
         Formats(reasoning=None, harmony=False, tool=None),
-        Formats(None, False, ToolFormat("gemma4", "<|tool_call>", "<tool_call|>", json.loads)),
         Formats(None, False, ToolFormat("longcat", "<longcat_tool_call>", None, json.loads)),
     ):
         constraint, warning = chat_constraint(
@@ -247,6 +246,7 @@ XML_TOOL = {
         ("minimax_m2", "minimax_m2", "<minimax:tool_call>", "</minimax:tool_call>"),
         ("pythonic", "pythonic", "<|tool_call_start|>", "<|tool_call_end|>"),
         ("kimi_k2", "kimi_k2", "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"),
+        ("gemma4", "gemma4", "<|tool_call>", "<tool_call|>"),
     ],
 )
 def test_xml_call_choice_reads_back_through_the_parser(syntax, module, start, end):
@@ -262,3 +262,14 @@ def test_xml_call_choice_reads_back_through_the_parser(syntax, module, start, en
     call = parse(text.removeprefix(start).removesuffix(end), [XML_TOOL])
     (call,) = call if isinstance(call, list) else [call]  # Kimi-K2's parser gives a list
     assert (call["name"], call["arguments"]) == ("w", {"city": "Paris", "days": 3})
+
+
+def test_gemma4_call_choice_quotes_strings_and_writes_other_values_as_json():
+    (choice,) = call_choices("gemma4", [XML_TOOL], 100) or ()
+    assert choice == (
+        GrammarPiece.literal('<|tool_call>call:w{city:<|"|>'),
+        GrammarPiece.raw_string(0, ("Paris", "Rome")),
+        GrammarPiece.literal('<|"|>,days:'),
+        GrammarPiece.json_value('{"type": "integer"}'),
+        GrammarPiece.literal("}<tool_call|>"),
+    )

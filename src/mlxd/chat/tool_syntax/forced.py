@@ -9,6 +9,7 @@ grammar choice per allowed tool (chat.constraints builds the OutputConstraint fr
     harmony      <|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{JSON}<|call|>
     kimi_k2      its section and call tokens around functions.NAME:0 ... {JSON}
     pythonic     <|tool_call_start|>[NAME(K=V, ...)]<|tool_call_end|> (LFM2), each V as JSON
+    gemma4       <|tool_call>call:NAME{K:V,...}<tool_call|>, a string V between <|"|> quotes
 (newlines between the tags as each family writes them).
 
 XML-style calls write the tool's required parameters, in its schema's order: a string as raw
@@ -79,6 +80,8 @@ _JSON_ARGUMENTS = {
     ),
 }
 
+_GEMMA4_QUOTE = '<|"|>'  # Gemma 4's string delimiter, one token of its vocabulary
+
 
 def call_choices(
     syntax: str, tools: list[dict[str, Any]], string_chars: int
@@ -94,6 +97,8 @@ def call_choices(
         build = lambda fn: _json_call(opening, closing, fn)  # noqa: E731
     elif syntax == "pythonic":
         build = _pythonic_call
+    elif syntax == "gemma4":
+        build = lambda fn: _gemma4_call(fn, string_chars)  # noqa: E731
     else:
         return None
     return tuple(build(t["function"]) for t in tools)
@@ -120,6 +125,29 @@ def _pythonic_call(fn: Mapping[str, Any]) -> Choice:
         value = properties[key] if isinstance(properties[key], Mapping) else {}
         pieces.append(GrammarPiece.json_value(json.dumps(value, ensure_ascii=False)))
     pieces.append(GrammarPiece.literal(")]<|tool_call_end|>"))
+    return tuple(_merged(pieces))
+
+
+def _gemma4_call(fn: Mapping[str, Any], string_chars: int) -> Choice:
+    """Gemma 4: call:NAME{k:V,...} with bare keys; a string V as raw text between <|"|>
+    quotes (raw text has no "<", so it cannot close them), any other V as JSON, which
+    mlx-lm's gemma4 parser keeps as it is."""
+    params = fn.get("parameters") or {}
+    properties = params.get("properties") or {}
+    required = [k for k in properties if k in (params.get("required") or ())]
+    pieces = [GrammarPiece.literal(f"<|tool_call>call:{fn['name']}{{")]
+    for i, key in enumerate(required):
+        pieces.append(GrammarPiece.literal(("," if i else "") + f"{key}:"))
+        value = _value(properties[key], string_chars)
+        if value.kind is PieceKind.STRING:
+            pieces += [
+                GrammarPiece.literal(_GEMMA4_QUOTE),
+                value,
+                GrammarPiece.literal(_GEMMA4_QUOTE),
+            ]
+        else:
+            pieces.append(value)
+    pieces.append(GrammarPiece.literal("}<tool_call|>"))
     return tuple(_merged(pieces))
 
 
