@@ -112,3 +112,29 @@ def test_a_harmony_analysis_is_closed_into_the_final_channel(
     assert reasoning == thought(3)
     # The final channel came; the scripted model then writes its own chunks in it.
     assert text.startswith("Hmm") and "<|" not in text, text
+
+
+# Gemma 4: its thought opens with two tokens (<|channel> then "thought") under its real
+# template; the budget counts after both and forces its end marker <channel|>.
+GEMMA4_PONDER = ["<|channel>", "thought", "Hmm", " more", "<channel|>", "Paris", "."]
+
+
+def test_a_gemma4_thought_with_a_two_token_start_is_budgeted(
+    engine: Any, checkpoints_dir: Path
+) -> None:
+    from tests.vendor_families_more import GEMMA4_SPECIAL
+    from tests.vendor_templates import vendor_template
+
+    path = make_scripted_checkpoint(
+        checkpoints_dir / "ponder-gemma4",
+        GEMMA4_PONDER,
+        vendor_template("gemma4"),
+        successors=FOREVER,
+        special=GEMMA4_SPECIAL,
+    )
+    info = engine.load_model(path)
+    thinking = {"template_kwargs": {"enable_thinking": True}}
+    free = answer(engine, info, {"max_tokens": 12}, **thinking)
+    assert free[0].startswith(thought(4)) and free[1] == ""
+    reasoning, text, finish = answer(engine, info, {"max_reasoning_tokens": 3}, **thinking)
+    assert (reasoning, text, finish.reason) == (thought(3), "Paris.", FinishReason.STOP)
