@@ -113,12 +113,17 @@ def _json_call(opening: str, closing: str, fn: Mapping[str, Any]) -> Choice:
     )
 
 
+def _required(fn: Mapping[str, Any]) -> tuple[Mapping[str, Any], list[str]]:
+    """(the tool's parameter schemas, its required keys in their schema order)."""
+    params = fn.get("parameters") or {}
+    properties = params.get("properties") or {}
+    return properties, [k for k in properties if k in (params.get("required") or ())]
+
+
 def _pythonic_call(fn: Mapping[str, Any]) -> Choice:
     """LFM2: [NAME(k=V, ...)] with each V as JSON, which its parser reads as a Python literal
     (it maps true/false/null)."""
-    params = fn.get("parameters") or {}
-    properties = params.get("properties") or {}
-    required = [k for k in properties if k in (params.get("required") or ())]
+    properties, required = _required(fn)
     pieces = [GrammarPiece.literal(f"<|tool_call_start|>[{fn['name']}(")]
     for i, key in enumerate(required):
         pieces.append(GrammarPiece.literal((", " if i else "") + f"{key}="))
@@ -132,9 +137,7 @@ def _gemma4_call(fn: Mapping[str, Any], string_chars: int) -> Choice:
     """Gemma 4: call:NAME{k:V,...} with bare keys; a string V as raw text between <|"|>
     quotes (raw text has no "<", so it cannot close them), any other V as JSON, which
     mlx-lm's gemma4 parser keeps as it is."""
-    params = fn.get("parameters") or {}
-    properties = params.get("properties") or {}
-    required = [k for k in properties if k in (params.get("required") or ())]
+    properties, required = _required(fn)
     pieces = [GrammarPiece.literal(f"<|tool_call>call:{fn['name']}{{")]
     for i, key in enumerate(required):
         pieces.append(GrammarPiece.literal(("," if i else "") + f"{key}:"))
@@ -152,9 +155,7 @@ def _gemma4_call(fn: Mapping[str, Any], string_chars: int) -> Choice:
 
 
 def _xml_call(xml: _XmlSyntax, fn: Mapping[str, Any], string_chars: int) -> Choice:
-    params = fn.get("parameters") or {}
-    properties = params.get("properties") or {}
-    required = [k for k in properties if k in (params.get("required") or ())]
+    properties, required = _required(fn)
     pieces: list[GrammarPiece] = [GrammarPiece.literal(xml.opening.replace("{name}", fn["name"]))]
     for key in required:
         pieces.append(GrammarPiece.literal(xml.param_open.replace("{key}", key)))
