@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import emit, fast_blas, pct, progress
+from benchmarks.kv_peers import decode_rate, run_peers
 
 OWN = 64  # tokens of each conversation's prompt that no other shares
 
@@ -92,8 +93,6 @@ def main() -> None:
         settings[setting] = child(args, model, setting)
     out = report(args, model, settings)
     if args.peers:
-        from benchmarks.kv_peers import run_peers
-
         out["servers"] = run_peers(args, model)
     emit(out)
 
@@ -195,14 +194,18 @@ def conversations(engine: Any, info: Any, args: argparse.Namespace) -> dict[str,
     params = SamplingParams(max_tokens=args.decode_tokens, ignore_eos=True, temperature=0.0)
     handles = [engine.submit(EngineRequest(info.name, p, params)) for p in prompts]
     timings = [h.collect()[1].timings for h in handles]  # all submitted at once
-    # Decode rate once every row decodes: the tokens after the last first token, over the
-    # time from it to the last finish.
-    window = max(t.total_s for t in timings) - max(t.ttft_s for t in timings)
-    tokens = sum(args.decode_tokens - 1 for _ in timings)
+    # The servers' measure (kv_peers.decode_rate): each row's tokens after its first over the
+    # union of the rows' decode intervals. Rows start one after another, so the former
+    # window (last first token to last finish) held only part of the tokens it counted.
+    spans = [{"first": t.ttft_s, "end": t.total_s, "tokens": args.decode_tokens} for t in timings]
     return {
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "prefix_snapshot_bytes": snapshot_bytes,  # inside the peak: the shared prefix's copy
-        "decode_tokens_per_s": round(tokens / window, 1) if window > 0 else None,
+        "decode_tokens_per_s": decode_rate(spans),
+        "first_tokens_s": [
+            round(min(t.ttft_s for t in timings), 2),
+            round(max(t.ttft_s for t in timings), 2),
+        ],
     }
 
 

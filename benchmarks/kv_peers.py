@@ -142,6 +142,10 @@ def serve_and_load(
         "rss_per_conversation_bytes": growth,
         "conversations_in_budget": args.budget_bytes // growth,
         "decode_tokens_per_s": decode_rate(samples),
+        "first_tokens_s": [
+            round(min(s["first"] for s in samples), 2),
+            round(max(s["first"] for s in samples), 2),
+        ],
         "wave_wall_s": round(wall, 1),
         "tokens": [s["tokens"] for s in samples],
     }
