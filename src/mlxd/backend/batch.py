@@ -330,7 +330,7 @@ class BatchRunner:
             drafts = self._drafts
             side = None
             if drafts is not None and uid is not None:
-                side = drafts.head_state(uid, len(tokens))
+                side = drafts.head_state(uid, len(tokens), kind is SnapshotKind.ANSWER)
             self.prefix_cache.store(self.model_key, keyed, cache, kind, plan.turn, side)
 
     def _image_cache(

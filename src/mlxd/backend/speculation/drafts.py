@@ -141,13 +141,16 @@ class Drafts:
         if self.dflash is not None:  # it reads its own layers' states (LayerTap)
             self.dflash.prime(uids, cast("mx.array", hidden).shape, lengths)
 
-    def head_state(self, uid: int, tokens: int) -> HeadState | DflashState | None:
+    def head_state(
+        self, uid: int, tokens: int, ended: bool = False
+    ) -> HeadState | DflashState | None:
         """Row `uid`'s MTP head state (or DFlash drafter state, for a row of that kind) over
-        the first `tokens` positions, if it has one."""
+        the first `tokens` positions, if it has one; `ended`: its sequence is over (an MTP
+        row that never drafted then keeps none: mtp_drafter.MtpDrafter.state)."""
         row = self.rows.get(uid)
         if self.dflash is not None and row is not None and row.kind is DraftKind.DFLASH:
             return self.dflash.state(uid, tokens)
-        return self.mtp.state(uid, tokens) if self.mtp is not None else None
+        return self.mtp.state(uid, tokens, ended) if self.mtp is not None else None
 
     def restore(self, uid: int, state: object) -> None:
         """Row `uid` reuses a prefix whose snapshot kept this MTP head or DFlash state (a

@@ -13,9 +13,12 @@ context then holds them, `last` follows). So each proposal:
    those chained entries are rewound at once.
 
 The head is primed over the prompt: each prefill forward's hidden states (`prime`, from
-mlx_lm/prefill_tap.py) are fed with the prompt tokens after them to a single-row head cache
-of their own, which joins the batch's head cache at the row's first draft; the last
-position's state waits for the first sampled token, so the first decode step drafts already.
+mlx_lm/prefill_tap.py) are kept with the prompt tokens after them and fed to a single-row
+head cache of their own when the row first drafts (it then joins the batch's head cache);
+the last position's state waits for the first sampled token, so the first decode step
+drafts already. A row the policy keeps parked pays for none of it: its priming is never run,
+its hidden states are kept as references (no array op per step) and its answer keeps no
+head state.
 """
 
 from __future__ import annotations
@@ -34,10 +37,20 @@ if TYPE_CHECKING:
     from mlxd.backend.speculation.drafts import DraftRequest
     from mlxd.backend.speculation.mtp_head import MtpHead
 
-# Hidden states kept per row between its drafts (older ones are dropped: a gap in its KV).
-_MAX_PENDING = 64
+# Hidden states kept per row between its drafts beyond the last step's (older ones are
+# dropped: a gap in its KV). Few: a parked row's first draft feeds them all, in the step
+# whose cost tells the policy what verifying costs.
+_MAX_PENDING = 8
 # Prompt pairs a row's priming leaves uncomputed at most (mtp_drafter.prime).
 _LAZY_PAIRS = 1024
+
+# A hidden state not yet fed: an array (rows x positions x hidden, or positions x hidden) and
+# where in it; sliced only when fed, so a parked row's step costs no array op.
+Pending = tuple[mx.array, tuple[int, ...]]
+
+
+def _vectors(pending: list[Pending]) -> list[mx.array]:
+    return [states[at] for states, at in pending]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,9 +94,10 @@ class MtpDrafter:
         self.vocab_size = vocab_size
         self._cache: PromptCache | None = None  # one row per uid of _uids
         self._uids: list[int] = []
-        self._pending: dict[int, list[mx.array]] = {}  # uid -> hidden states not yet fed
+        self._pending: dict[int, list[Pending]] = {}  # uid -> hidden states not yet fed
         self._primed: dict[int, PromptCache] = {}  # uid -> its head cache until it drafts
-        self._lazy: dict[int, int] = {}  # uid -> pairs fed to _primed[uid] not yet computed
+        # uid -> prompt (hidden states, next tokens) chunks not yet fed to _primed[uid]
+        self._unfed: dict[int, list[tuple[mx.array, list[int]]]] = {}
         self._admitted = False  # rows joined the batch's head cache since take_admitted
 
     def start(self, uid: int) -> None:
@@ -97,8 +111,8 @@ class MtpDrafter:
         for i, (uid, n) in enumerate(zip(uids, kept, strict=True)):
             if uid in self._pending:
                 rows = self._pending[uid]
-                rows.extend(states[i, j] for j in range(n))
-                del rows[:-_MAX_PENDING]
+                rows.extend((states, (i, j)) for j in range(n))
+                del rows[: -max(_MAX_PENDING, n)]
 
     def prime(
         self, uids: list[int], hidden: mx.array, lengths: list[int], contexts: list[list[int]]
@@ -110,41 +124,50 @@ class MtpDrafter:
             pending = self._pending.get(uid)
             if pending is None or n == 0 or uid in self._uids:
                 continue
-            states = hidden[i, :n]
-            if pending:
-                states = mx.concatenate([mx.stack(pending), states])
-            pairs = states.shape[0] - 1
-            if pairs > 0:
-                cache = self._primed.setdefault(uid, [BatchKVCache([0])])
-                tokens = mx.array([contexts[i][-pairs:]], dtype=mx.uint32)
-                dtype = self.head.fc.weight.dtype
-                self.head(states[None, :pairs].astype(dtype), tokens, cache)
-                # Left lazy: a row that never drafts (the policy parks) never pays for it;
-                # past _LAZY_PAIRS it is computed, so a long prompt does not hold its graph.
-                lazy = self._lazy.get(uid, 0) + pairs
-                if lazy >= _LAZY_PAIRS:
-                    mx.eval([layer.state for layer in cache])  # type: ignore[attr-defined]
-                self._lazy[uid] = 0 if lazy >= _LAZY_PAIRS else lazy
-            self._pending[uid] = [states[-1]]
+            chunk, after = hidden[i, :n], contexts[i][len(contexts[i]) - n - len(pending) + 1 :]
+            unfed = self._unfed.setdefault(uid, [])
+            if pending:  # their next tokens are known now
+                unfed.append((mx.stack(_vectors(pending)), after[: len(pending)]))
+            if n > 1:
+                unfed.append((chunk[: n - 1], after[len(pending) :]))
+            self._pending[uid] = [(chunk, (n - 1,))]
+            # Fed when the row drafts (a row the policy parks never pays for it); past
+            # _LAZY_PAIRS it is computed, so a long prompt does not hold its states.
+            if sum(len(tokens) for _, tokens in unfed) >= _LAZY_PAIRS:
+                cache = self._feed_prompt(uid)
+                mx.eval([layer.state for layer in cache])  # type: ignore[attr-defined]
+
+    def _feed_prompt(self, uid: int) -> PromptCache:
+        """Row `uid`'s head cache until it drafts, fed the prompt chunks kept for it."""
+        cache = self._primed.setdefault(uid, [BatchKVCache([0])])
+        unfed = self._unfed.pop(uid, [])
+        if unfed:
+            states = mx.concatenate([h for h, _ in unfed]) if len(unfed) > 1 else unfed[0][0]
+            tokens = mx.array([[t for _, after in unfed for t in after]], dtype=mx.uint32)
+            self.head(states[None].astype(self.head.fc.weight.dtype), tokens, cache)
+        return cache
 
     def take_admitted(self) -> bool:
         """Rows joined since the last call: the step computed their (lazy) priming too."""
         admitted, self._admitted = self._admitted, False
         return admitted
 
-    def state(self, uid: int, tokens: int) -> HeadState | None:
+    def state(self, uid: int, tokens: int, ended: bool = False) -> HeadState | None:
         """A copy of the row's head state, if it covers exactly the first `tokens` positions
-        of its context (its head was fed from the context's start on, without gaps)."""
+        of its context (its head was fed from the context's start on, without gaps).
+        `ended`: the row's sequence is over; if it never drafted it keeps none (its priming
+        would be computed for it: what a row the policy parked must not pay)."""
         pending = self._pending.get(uid)
-        if not pending:
+        if not pending or (ended and uid not in self._uids):
             return None
         kv = None
         if uid in self._uids:
             assert self._cache is not None
             kv = self._cache[0].extract(self._uids.index(uid))  # type: ignore[attr-defined]
-        elif uid in self._primed and self._primed[uid][0].keys is not None:  # type: ignore[attr-defined]
-            kv = self._primed[uid][0].extract(0)  # type: ignore[attr-defined]
-        state = HeadState(cast("KVCache | None", kv), mx.stack(pending))
+        elif uid in self._primed or self._unfed.get(uid):
+            primed = self._feed_prompt(uid)[0]
+            kv = primed.extract(0) if primed.keys is not None else None  # type: ignore[attr-defined]
+        state = HeadState(cast("KVCache | None", kv), mx.stack(_vectors(pending)))
         if state.tokens != tokens:
             return None
         mx.eval(state.pending, *(state.kv.state if state.kv is not None else ()))
@@ -153,7 +176,7 @@ class MtpDrafter:
     def restore(self, uid: int, state: HeadState) -> None:
         """A row of kind `mtp` joined with a prefix-cache hit holding this head state over
         the positions it reuses: its head goes on from there."""
-        self._pending[uid] = [state.pending[j] for j in range(state.pending.shape[0])]
+        self._pending[uid] = [(state.pending, (j,)) for j in range(state.pending.shape[0])]
         if state.kv is not None and state.kv.offset > 0:
             self._primed[uid] = spec_compat.batch_rows([[state.kv]])
 
@@ -185,7 +208,7 @@ class MtpDrafter:
         """The row left the batch: drop its head cache."""
         self._pending.pop(uid, None)
         self._primed.pop(uid, None)
-        self._lazy.pop(uid, None)
+        self._unfed.pop(uid, None)
         if uid not in self._uids:
             return
         i = self._uids.index(uid)
@@ -199,8 +222,8 @@ class MtpDrafter:
         """New rows, appended to the batch: each with its primed head cache, or an empty one."""
         for uid in uids:
             self._uids.append(uid)
-            row = self._primed.pop(uid, [])  # primed over its prompt, else a new one
-            row = row or [BatchKVCache([0])]
+            self._feed_prompt(uid)  # primed over its prompt, else a new one
+            row = self._primed.pop(uid)
             if self._cache is None:
                 self._cache = row
             else:
@@ -211,7 +234,8 @@ class MtpDrafter:
         context's last positions, the token after each is the next one (`last` at the end)."""
         feeds: dict[int, list[tuple[mx.array, int]]] = {}
         for ask in asks:
-            states, self._pending[ask.uid] = self._pending.get(ask.uid, []), []
+            states = _vectors(self._pending.get(ask.uid, []))
+            self._pending[ask.uid] = []
             after = [*ask.context, ask.last][-len(states) :] if states else []
             feeds[ask.uid] = list(zip(states, after, strict=True))
         return feeds
