@@ -123,6 +123,34 @@ def test_the_head_primed_over_the_prompt_drafts_at_the_first_step(
         assert (finish.timings.draft_tokens, finish.timings.accepted_draft_tokens) == (3, 3)
 
 
+def test_a_parked_row_never_runs_the_head(
+    make_engine, tiny_mtp_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the policy parks every step, rows of kind `mtp` cost no head forward: not its
+    priming over the prompt, not at their end (their answers keep no head state), not on a
+    prefix hit of the same prompts; greedy output as without drafts."""
+    from mlxd.backend.speculation.draft_policy import StepCosts
+    from mlxd.backend.speculation.mtp_head import MtpHead
+
+    monkeypatch.setattr(StepCosts, "ratio", lambda self, rows, width, kinds="": 100.0)
+    calls = []
+    head_call = MtpHead.__call__
+
+    def counted(self: MtpHead, *args: object, **kwargs: object) -> object:
+        calls.append(1)
+        return head_call(self, *args, **kwargs)
+
+    monkeypatch.setattr(MtpHead, "__call__", counted)
+    engine = make_engine()
+    info = engine.load_model(tiny_mtp_model)
+    prompts = _prompts(info, 4)
+    params = dict(max_tokens=12, ignore_eos=True)
+    plain = _run(engine, info, prompts, draft_kind=NONE, **params)
+    for _ in range(2):  # the second time from the prefix cache
+        assert _run(engine, info, prompts, draft_kind=MTP, num_draft_tokens=3, **params) == plain
+    assert _counts(engine)[0] == 0 and calls == []
+
+
 def _first_head_kv(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     """After each MtpDrafter.propose, the keys of its batch's first row (numpy)."""
     import numpy as np
