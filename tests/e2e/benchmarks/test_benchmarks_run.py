@@ -42,6 +42,9 @@ RUNS = {
     "long_prompt_bench": ["--servers", "mlxd", "--long", "256", "--before", "0.3", "--after",
                           "0.1", "--row-tokens", "4000"],
     "speculation_kinds_bench": ["--batches", "1", "--tokens", "6", "--size", "tiny"],
+    "experiments.kv_scheme_bench": ["--kind", "tiny", "--settings", "8/32", "--prompts", "2",
+                                    "--tokens", "4", "--context", "64", "--decode", "4",
+                                    "--rounds", "1"],
     "experiments.sampling_bench": ["--trees", f"new={ROOT / 'src'}", "--rows", "1", "--loads",
                                    "greedy_bias", "--steps", "5", "--rounds", "1"],
 }  # fmt: skip
