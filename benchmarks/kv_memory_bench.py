@@ -213,7 +213,7 @@ def greedy_answers(engine: Any, info: Any, args: argparse.Namespace) -> list[dic
     """Each chat prompt's greedy tokens and their logprobs, all prompts in one batch (greedy
     rows answer alone as in a batch: tests/integration/engine)."""
     from mlxd.engine import EngineRequest
-    from mlxd.types import SamplingParams, TokenEvent
+    from mlxd.types import SamplingParams
 
     params = SamplingParams(
         max_tokens=args.quality_tokens, ignore_eos=True, temperature=0.0, logprobs=True
@@ -224,6 +224,13 @@ def greedy_answers(engine: Any, info: Any, args: argparse.Namespace) -> list[dic
         )
         for q in (QUESTIONS * 4)[: args.quality_prompts]
     ]
+    return collected(handles)
+
+
+def collected(handles: list[Any]) -> list[dict[str, Any]]:
+    """Each handle's streamed tokens and their logprobs, in the handles' order."""
+    from mlxd.types import TokenEvent
+
     answers = []
     for handle in handles:
         tokens, logprobs = [], []

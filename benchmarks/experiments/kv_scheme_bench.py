@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import emit, fast_blas, progress
-from benchmarks.kv_memory_bench import QUESTIONS, agreement, chat_ids, generated
+from benchmarks.kv_memory_bench import QUESTIONS, agreement, chat_ids, collected, generated
 
 Setting = tuple[int, int]  # (bits, group size); (0, 0) is full precision
 FULL: Setting = (0, 0)
@@ -102,19 +102,11 @@ def _asked(args: argparse.Namespace) -> list[str]:
 def mlxd_answers(engine: Any, name: str, ids: list[list[int]], n: int) -> list[dict[str, Any]]:
     """Greedy tokens and their logprobs, every prompt submitted at once (one batch)."""
     from mlxd.engine import EngineRequest
-    from mlxd.types import SamplingParams, TokenEvent
+    from mlxd.types import SamplingParams
 
     params = SamplingParams(max_tokens=n, ignore_eos=True, temperature=0.0, logprobs=True)
     handles = [engine.submit(EngineRequest(name, p, params)) for p in ids]
-    answers = []
-    for handle in handles:
-        tokens, logprobs = [], []
-        for event in handle:
-            if isinstance(event, TokenEvent):
-                tokens.extend(event.token_ids)
-                logprobs.extend(lp.logprob for lp in event.logprobs)
-        answers.append({"tokens": tokens, "logprobs": logprobs})
-    return answers
+    return collected(handles)
 
 
 def mlxd_decode(engine: Any, info: Any, context: int, n: int) -> float:
