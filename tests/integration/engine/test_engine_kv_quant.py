@@ -64,9 +64,15 @@ def test_8_bit_greedy_agrees_with_full_precision(make_engine, kv_chat_model) -> 
     assert first4 < 24 and mean4 < 4.0, (first4, mean4)
 
 
-@pytest.mark.parametrize("bits", [8, 4])
-def test_alone_equals_inside_a_batch_of_8(make_engine, kv_chat_model, bits: int) -> None:
-    engine = make_engine(kv_bits=bits, prefill_chunk=16)
+@pytest.mark.parametrize(
+    "options",
+    # 4@24 (--kv-quant-start): rows leave positions behind the exact tail while prefilling
+    # (right-padded chunks of 16) and decoding, alone and side by side.
+    [dict(kv_bits=8), dict(kv_bits=4), dict(kv_bits=4, kv_quant_start=24)],
+    ids=["8", "4", "4@24"],
+)
+def test_alone_equals_inside_a_batch_of_8(make_engine, kv_chat_model, options: dict) -> None:
+    engine = make_engine(prefill_chunk=16, **options)
     info = engine.load_model(kv_chat_model)
     prompts = random_prompts(8, info.vocab_size, (5, 90), seed=1)
     alone = [_run(engine, info, [p], **GREEDY)[0] for p in prompts]

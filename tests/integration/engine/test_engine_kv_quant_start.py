@@ -31,16 +31,6 @@ def test_a_tail_longer_than_every_sequence_equals_full_precision(make_engine, kv
     assert answers[0] == answers[1]
 
 
-def test_alone_equals_inside_a_batch_of_8_with_the_tail_mid_sequence(make_engine, kv_chat_model):
-    """Prompts of 5-90 tokens and a 24-position tail: rows leave positions behind it while
-    prefilling (right-padded chunks of 16) and decoding, alone and side by side."""
-    engine = make_engine(kv_bits=4, kv_quant_start=24, prefill_chunk=16)
-    info = engine.load_model(kv_chat_model)
-    prompts = random_prompts(8, info.vocab_size, (5, 90), seed=1)
-    alone = [_run(engine, info, [p], **GREEDY)[0] for p in prompts]
-    assert _run(engine, info, prompts, **GREEDY) == alone
-
-
 def test_the_tail_brings_4_bits_closer_to_full_precision(make_engine, kv_chat_model) -> None:
     # Measured on 16 prompts of 8-60 tokens (random weights, small logit margins): plain 4-bit
     # agrees with full precision on 0.56 of 16 tokens on average, with the last 16 positions
