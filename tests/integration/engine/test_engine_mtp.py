@@ -255,6 +255,22 @@ def test_a_head_that_does_not_fit_is_refused(
     assert len(plain[0]) == 4  # the model itself serves as before
 
 
+def _drafts_exactly(make_engine, path: Path, rows: int, alone_first: bool = False) -> None:
+    """The checkpoint at `path` loads with a usable head, and K=2 MTP drafting gives plain
+    greedy's answers (first alone if asked, then for `rows` rows side by side), drafting."""
+    engine = make_engine()
+    info = engine.load_model(path)
+    assert info.mtp_problem is None
+    params = dict(max_tokens=16, ignore_eos=True)
+    prompts = _prompts(info, rows)
+    plain = _run(engine, info, prompts, draft_kind=NONE, **params)
+    if alone_first:
+        one = _run(engine, info, prompts[:1], draft_kind=MTP, num_draft_tokens=2, **params)
+        assert one == plain[:1]
+    assert _run(engine, info, prompts, draft_kind=MTP, num_draft_tokens=2, **params) == plain
+    assert _counts(engine)[0] > 0
+
+
 def test_an_moe_head_with_its_experts_apart_loads(make_engine, tmp_path: Path) -> None:
     """A Qwen3-Next with MoE layers and a head whose experts come apart, as HF ships them
     (mlx-lm's layer wants them stacked): it loads and drafts, exactly."""
@@ -262,14 +278,7 @@ def test_an_moe_head_with_its_experts_apart_loads(make_engine, tmp_path: Path) -
     from tests.mtp_checkpoints import add_mtp_head, unstack_experts
 
     path = unstack_experts(add_mtp_head(make_checkpoint(tmp_path / "moe", "gated_moe")))
-    engine = make_engine()
-    info = engine.load_model(path)
-    assert info.mtp_problem is None
-    params = dict(max_tokens=16, ignore_eos=True)
-    prompts = _prompts(info, 2)
-    plain = _run(engine, info, prompts, draft_kind=NONE, **params)
-    assert _run(engine, info, prompts, draft_kind=MTP, num_draft_tokens=2, **params) == plain
-    assert _counts(engine)[0] > 0
+    _drafts_exactly(make_engine, path, rows=2)
 
 
 def test_a_float_head_beside_a_quantized_target(
@@ -278,14 +287,7 @@ def test_a_float_head_beside_a_quantized_target(
     """A 4-bit target with a float head (HF ships heads unquantized): the head's layer is
     built in float, and drafts exactly."""
     path = copy_with_head(tiny_quant_model, tmp_path / "quant-mtp", like=tiny_chat_model)
-    engine = make_engine()
-    info = engine.load_model(path)
-    assert info.mtp_problem is None
-    params = dict(max_tokens=16, ignore_eos=True)
-    prompts = _prompts(info, 2)
-    plain = _run(engine, info, prompts, draft_kind=NONE, **params)
-    assert _run(engine, info, prompts, draft_kind=MTP, num_draft_tokens=2, **params) == plain
-    assert _counts(engine)[0] > 0
+    _drafts_exactly(make_engine, path, rows=2)
 
 
 @pytest.mark.parametrize(("family", "sidecar"), [("glm4_moe", False), ("deepseek_v3", True)])
@@ -299,14 +301,5 @@ def test_a_next_token_layer_as_deepseek_and_glm_ship_it(
     sanitized as the target's) and drafts, exactly, alone and in a batch."""
     from tests.mtp_checkpoints import make_nextn_checkpoint
 
-    engine = make_engine()
-    info = engine.load_model(make_nextn_checkpoint(tmp_path / family, family, sidecar=sidecar))
-    assert info.mtp_problem is None
-    params = dict(max_tokens=16, ignore_eos=True)
-    prompts = _prompts(info, 3)
-    plain = _run(engine, info, prompts, draft_kind=NONE, **params)
-    assert (
-        _run(engine, info, prompts[:1], draft_kind=MTP, num_draft_tokens=2, **params) == plain[:1]
-    )
-    assert _run(engine, info, prompts, draft_kind=MTP, num_draft_tokens=2, **params) == plain
-    assert _counts(engine)[0] > 0
+    path = make_nextn_checkpoint(tmp_path / family, family, sidecar=sidecar)
+    _drafts_exactly(make_engine, path, rows=3, alone_first=True)
