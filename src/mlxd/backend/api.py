@@ -99,6 +99,8 @@ class LoadedModel:
     embedder: Embedder | None = None  # an embedding model's forward pass (no runner then)
     weight_bytes: int = 0  # the parameters' bytes as loaded (the draft's not included)
     kv: KvFootprint = field(default_factory=lambda: KvFootprint())  # what its sequences hold
+    draft_kv: KvFootprint = field(default_factory=lambda: KvFootprint())  # draft/dflash's, a row
+    mtp_kv: KvFootprint = field(default_factory=lambda: KvFootprint())  # its MTP head's, a row
     kv_headroom: int | None = None  # bytes the process could still use once it loaded
     # Its cache layers the batch cannot merge (backend.mlx_lm.one_row): served one at a time.
     unbatchable: tuple[str, ...] = ()
@@ -123,6 +125,14 @@ class KvFootprint:
     def bytes_per_token(self) -> int:
         """Bytes each position adds while it is inside every window (short contexts)."""
         return self.per_token + sum(per for _, per in self.windows)
+
+    def plus(self, other: KvFootprint) -> KvFootprint:
+        """What a sequence holding both (a target's row and its drafter's) holds."""
+        windows = dict(self.windows)
+        for window, per in other.windows:
+            windows[window] = windows.get(window, 0) + per
+        per_token, fixed = self.per_token + other.per_token, self.fixed + other.fixed
+        return KvFootprint(per_token, tuple(sorted(windows.items())), fixed)
 
 
 class Embedder(Protocol):

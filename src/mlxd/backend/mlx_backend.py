@@ -6,7 +6,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from mlxd.backend import blas
-from mlxd.backend.api import BackendConfig, ClusterStats, LoadedModel, PrefixCacheStats
+from mlxd.backend.api import (
+    BackendConfig,
+    ClusterStats,
+    KvFootprint,
+    LoadedModel,
+    PrefixCacheStats,
+)
 from mlxd.backend.batch import BatchRunner, release_thread_streams, unbatchable_layers
 from mlxd.backend.headroom import available_memory
 from mlxd.backend.kv import kv_footprint, quantize_kv
@@ -14,6 +20,7 @@ from mlxd.backend.loader import load_checkpoint, load_with_draft, refuse_remote_
 from mlxd.backend.memory import free_unused
 from mlxd.backend.prefix import DiskTier, PrefixCache
 from mlxd.backend.speculation.dflash_load import check_dflash_fit, is_dflash_drafter, with_dflash
+from mlxd.backend.speculation.draft_kv import drafter_footprint, mtp_footprint
 from mlxd.backend.speculation.mtp_head import with_mtp_head
 
 
@@ -50,6 +57,8 @@ class MlxBackend:
         return replace(
             loaded,
             kv=kv_footprint(loaded.model),
+            draft_kv=drafter_footprint(loaded),
+            mtp_kv=mtp_footprint(loaded.mtp) if loaded.mtp is not None else KvFootprint(),
             kv_headroom=room[0] if room else None,
             unbatchable=unbatchable_layers(loaded.model),
         )

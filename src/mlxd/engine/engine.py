@@ -225,15 +225,18 @@ class Engine:
         max_tokens = budget(
             len(req.prompt_ids), info.context_window, req.params, self.cfg.max_tokens_ceiling
         )
+        params = self._with_draft(req.params, info)
         kv_limit = self.kv_budget_bytes(info)
-        kv_bytes = kv_budget.request_bytes(len(req.prompt_ids), max_tokens, info, kv_limit)
+        kv_bytes = kv_budget.request_bytes(
+            len(req.prompt_ids), max_tokens, info, kv_limit, params.draft_kind
+        )
         return Request(
             kv_bytes=kv_bytes,
             kv_budget=kv_limit,
             request_id=f"req-{next(_ids)}",
             model=req.model,
             prompt_ids=list(req.prompt_ids),
-            params=self._with_draft(req.params, info),
+            params=params,
             max_tokens=max_tokens,
             collector=Collector(until_shown=req.until_shown),
             grammar=req.grammar,
@@ -253,9 +256,11 @@ class Engine:
         kind = self._default_kind(info)
         if info.draft is None:
             if kind is DraftKind.MTP and info.mtp_problem is None:
-                return AttachedDraft(MTP_HEAD, kind, self.cfg.num_draft_tokens)
+                per_token = info.mtp_kv.bytes_per_token
+                return AttachedDraft(MTP_HEAD, kind, self.cfg.num_draft_tokens, per_token)
             return None
-        return AttachedDraft(info.draft.name, kind, self.cfg.num_draft_tokens)
+        per_token = info.draft_kv.bytes_per_token
+        return AttachedDraft(info.draft.name, kind, self.cfg.num_draft_tokens, per_token)
 
     def _default_kind(self, info: ModelInfo) -> DraftKind:
         """The draft kind of a request that does not choose: the engine's, else `model` on a

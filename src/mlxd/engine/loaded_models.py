@@ -35,11 +35,13 @@ class DraftInfo:
 @dataclass(frozen=True, slots=True)
 class AttachedDraft:
     """What a server says about a model's draft: its name, the draft kind requests that do
-    not choose get, and the most draft tokens per step."""
+    not choose get, the most draft tokens per step, and the KV bytes per token a row
+    drafting with it holds beside the target's (admission counts them)."""
 
     model: str
     kind: DraftKind
     num_draft_tokens: int
+    kv_bytes_per_token: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,10 +63,21 @@ class ModelInfo:
     dimensions: int = 0  # an embedding model's vector length
     weight_bytes: int = 0  # its parameters and its draft's, as loaded
     kv: KvFootprint = field(default_factory=KvFootprint)  # KV bytes of one sequence
+    draft_kv: KvFootprint = field(default_factory=KvFootprint)  # its draft's/DFlash's, a row
+    mtp_kv: KvFootprint = field(default_factory=KvFootprint)  # its MTP head's, a row
     kv_headroom: int | None = None  # memory the process could still use once it loaded
     embedding: EmbeddingSpec | None = None  # an embedding model's pooling and normalizing
     mtp_problem: str | None = None  # why kind `mtp` cannot draft on it (None: it has a head)
     unbatchable: tuple[str, ...] = ()  # cache layers the batch cannot hold: one at a time
+
+    def row_kv(self, kind: DraftKind | None) -> KvFootprint:
+        """The KV bytes one sequence holds when it speculates with `kind`: the target's,
+        plus its drafter's (a draft model, a DFlash drafter, an MTP head) when it has one."""
+        if kind in (DraftKind.MODEL, DraftKind.DFLASH):
+            return self.kv.plus(self.draft_kv)
+        if kind is DraftKind.MTP:
+            return self.kv.plus(self.mtp_kv)
+        return self.kv
 
     def require(self, kind: ModelKind) -> None:
         """Raise InvalidRequest (param `model`) unless this model serves `kind`."""
@@ -127,6 +140,8 @@ class ModelEntry:
             dimensions=loaded.embedder.dimensions if loaded.embedder is not None else 0,
             weight_bytes=loaded.weight_bytes + (loaded.draft.weight_bytes if loaded.draft else 0),
             kv=loaded.kv,
+            draft_kv=loaded.draft_kv,
+            mtp_kv=loaded.mtp_kv,
             kv_headroom=loaded.kv_headroom,
             embedding=loaded.embedder.spec if loaded.embedder is not None else None,
             mtp_problem=None if loaded.mtp is not None else loaded.mtp_problem or "no MTP head",

@@ -188,7 +188,9 @@ class ServedModels:
         return card
 
     def draft(self, model_id: str) -> dict[str, Any] | None:
-        """{"model", "kind", "num_draft_tokens"} of the draft loaded with `model_id`, or None."""
+        """{"model", "kind", "num_draft_tokens", "kv_bytes_per_token"} of the draft loaded
+        with `model_id` (its KV bytes per token: what a row drafting with it holds beside the
+        target's), or None."""
         info = self.loaded.get(model_id)
         attached = self.engine.draft_of(info) if info is not None else None
         if attached is None:
@@ -197,6 +199,7 @@ class ServedModels:
             "model": attached.model,
             "kind": attached.kind.value,
             "num_draft_tokens": attached.num_draft_tokens,
+            "kv_bytes_per_token": attached.kv_bytes_per_token,
         }
 
 

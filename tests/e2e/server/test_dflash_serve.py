@@ -40,7 +40,12 @@ def dflash_server(
 def test_drafter_is_named_and_greedy_answers_match(dflash_server: ServerProcess) -> None:
     import openai
 
-    draft = {"model": "repeater-dflash", "kind": "dflash", "num_draft_tokens": 4}
+    draft = {
+        "model": "repeater-dflash",
+        "kind": "dflash",
+        "num_draft_tokens": 4,
+        "kv_bytes_per_token": 2560,
+    }
     assert any("(draft repeater-dflash, dflash, 4 tokens)" in line for line in dflash_server.stderr)
     models = httpx.get(dflash_server.base_url + "/models").json()["data"]
     assert models[0]["draft"] == draft

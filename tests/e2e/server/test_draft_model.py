@@ -36,7 +36,12 @@ def drafting(tiny_chat_model: Path, draft_home: Path) -> Iterator[ServerProcess]
 
 
 def test_draft_is_named_in_startup_line_models_and_health(drafting: ServerProcess) -> None:
-    expected = {"model": "tiny-draft", "kind": "model", "num_draft_tokens": 3}
+    expected = {
+        "model": "tiny-draft",
+        "kind": "model",
+        "num_draft_tokens": 3,
+        "kv_bytes_per_token": 512,
+    }
     assert any("(draft tiny-draft, model, 3 tokens)" in line for line in drafting.stderr)
     models = httpx.get(drafting.base_url + "/models").json()["data"]
     assert models[0]["id"] == "tiny-chat" and models[0]["draft"] == expected

@@ -16,7 +16,7 @@ import pytest
 from tests.e2e.server.serverproc import ServerProcess, launch, metric, server_env
 
 QUESTION = [{"role": "user", "content": "The quick brown fox jumps over the lazy dog."}]
-HEAD = {"model": "mtp head", "kind": "mtp", "num_draft_tokens": 3}
+HEAD = {"model": "mtp head", "kind": "mtp", "num_draft_tokens": 3, "kv_bytes_per_token": 256}
 
 
 @pytest.fixture(scope="module")

@@ -147,6 +147,23 @@ def test_kv_bytes_of_a_model(monkeypatch: pytest.MonkeyPatch) -> None:
         kv_budget.request_bytes(30, 10, info, 4000)
 
 
+def test_a_drafters_kv_adds_to_its_rows_only() -> None:
+    from mlxd.backend.api import KvFootprint
+    from mlxd.engine import kv_budget
+    from mlxd.engine.loaded_models import ModelInfo
+    from mlxd.types import DraftKind
+
+    kv = KvFootprint(per_token=100, windows=((16, 10),), fixed=7)
+    draft = KvFootprint(per_token=50, windows=((16, 5), (8, 1)), fixed=3)
+    assert kv.plus(draft) == KvFootprint(150, ((8, 1), (16, 15)), 10)
+    info = ModelInfo("m", None, None, 4096, kv=kv, draft_kv=draft)  # type: ignore[arg-type]
+    assert kv_budget.request_bytes(30, 10, info, None, DraftKind.MODEL) == 6000 + 248 + 10
+    for kind in (None, DraftKind.NONE, DraftKind.NGRAM, DraftKind.MTP):  # MTP: no head here
+        assert kv_budget.request_bytes(30, 10, info, None, kind) == 4000 + 160 + 7
+    with pytest.raises(InvalidRequest, match=r"at 166 bytes per token, 56 of them its dflash"):
+        kv_budget.request_bytes(30, 10, info, 5000, DraftKind.DFLASH)
+
+
 def test_a_one_row_model_admits_one_at_a_time() -> None:
     s = Scheduler(max_batch=8, kv_budget_tokens=1000)
     reqs = [make_request(i) for i in range(3)]

@@ -15,7 +15,7 @@ from typing import Any
 
 import mlx.core as mx
 from mlx.utils import tree_flatten
-from mlx_lm.models.cache import ArraysCache, RotatingKVCache, make_prompt_cache
+from mlx_lm.models.cache import ArraysCache, make_prompt_cache
 
 from mlxd.backend.api import KvFootprint
 from mlxd.backend.kv.full_tail import SPARE, RowFullTailKVCache
@@ -25,6 +25,12 @@ def kv_footprint(model: Any) -> KvFootprint:
     """The model's KvFootprint (runs one token; engine thread, or before the model serves)."""
     cache = make_prompt_cache(model)
     model(mx.array([[0]]), cache=cache)
+    return cache_footprint(cache)
+
+
+def cache_footprint(cache: list[Any]) -> KvFootprint:
+    """The KvFootprint of a sequence's cache layers that hold exactly one position (a
+    drafter's too: a layer with a `max_size` is a window, whatever library made it)."""
     per_token, fixed = 0, 0
     windows: dict[int, int] = {}
     for layer in cache:
@@ -32,10 +38,8 @@ def kv_footprint(model: Any) -> KvFootprint:
         if isinstance(layer, ArraysCache):
             fixed += sum(a.nbytes for a in arrays)
             continue
-        window = None
-        if isinstance(layer, RotatingKVCache):
-            window = layer.max_size
-        elif isinstance(layer, RowFullTailKVCache):
+        window = getattr(layer, "max_size", None)  # mlx-lm's RotatingKVCache, mlx-vlm's too
+        if isinstance(layer, RowFullTailKVCache):
             window, arrays = layer.recent + SPARE, _arrays(layer.tail)
             per_token += sum(_one_position(a) for a in _arrays(layer.inner.state))
         one = sum(_one_position(a) for a in arrays)
