@@ -2,7 +2,7 @@
 against no speculation, on self-consistent pairs and on a hybrid target; prints JSON.
 
     python -m benchmarks.speculation_kinds_bench                 # ~5 min on a loaded 2-core VM
-    python -m benchmarks.speculation_kinds_bench --batches 1 --tokens 16 --size tiny   # seconds
+    python -m benchmarks.speculation_kinds_bench --batches 1 --tokens 16 --size tiny --rounds 1
 
 Pairs (tests/checkpoints.py, tests/mtp_checkpoints.py, tests/dflash_checkpoints.py; random
 weights, built here):
@@ -17,13 +17,18 @@ weights, built here):
   back every step: mlx_lm/recurrent_rollback.py); `hybrid_dflash`: the same target with a
   random DFlash drafter (a model carries one draft: a draft model or a DFlash drafter).
 
-Per pair, batch size and variant, one engine wave of `batch` random prompts (greedy):
-`plain`, each kind as the drafting policy runs it by default, and `<kind>_every` (every
-draft verified, the policy's costs forced flat: what the mechanics give where width is
-free), in ABBA order after an untimed warm-up: aggregate tokens/s, `speedup` over plain,
-`tokens_per_forward` (completion tokens over target forwards, pooled; plain is 1),
-drafted / accepted counts, `policy` (`drafts`, or `parked`: no draft was verified), and
-whether the output equals plain's.
+Per pair and batch size, waves of `batch` random prompts (greedy) after untimed warm-ups:
+`plain_spec_engine` (no speculation asked, on the engine that speculates: what its
+speculative step costs a row that never drafts), each kind as the drafting policy runs it by
+default, and `<kind>_every` (every draft verified, the policy's costs forced flat: what the
+mechanics give where width is free). `--rounds` rounds; in each, every variant's wave runs
+between two waves of the baseline (`plain`: a second engine, same checkpoint, that never
+speculated), the order reversed every other round. Per variant: `speedup`, the median over
+rounds of the baseline's mean beside it over its own seconds, and `spread` (least, greatest);
+median tokens/s; `tokens_per_forward` (completion tokens over target forwards, pooled; plain
+is 1), drafted / accepted counts, `parked_share` (steps the policy parked over the engine's
+steps), `policy` (`drafts`, or `parked`: no draft was verified), and whether every wave's
+output equals the baseline's.
 `step_cost_ratio`: seconds of a (K+1)-wide forward over a 1-wide one at each batch size (the
 model alone, after --context cached tokens). `rollback` (hybrid): per batch size, the
 recompute the rollback runs after a verify and the per-step-state alternative it replaced
@@ -34,9 +39,11 @@ forward's seconds.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -86,54 +93,89 @@ def forwards(finishes: list[FinishEvent]) -> int:
 
 
 def bench_batch(
-    engine: Engine,
+    engines: tuple[Engine, Engine],
     info: ModelInfo,
     batch: int,
     args: argparse.Namespace,
     kinds: tuple[DraftKind, ...] = KINDS,
 ) -> dict[str, dict[str, Any]]:
-    """One wave per variant (plain, each of `kinds` as the policy runs it, each with every
-    draft verified), in ABBA order after an untimed warm-up; a row per variant."""
+    """`--rounds` rounds of waves, each variant's wave between two of the baseline's (an
+    engine that never speculated), the variants' order reversed every other round; a row per
+    variant with its median and spread of ratios to the baseline waves beside it."""
     import random
 
+    baseline, engine = engines
     rng = random.Random(batch)
     top = info.vocab_size - 1  # never the last id (the DFlash drafters' mask token)
     prompts = [[rng.randrange(3, top) for _ in range(12)] for _ in range(batch)]
     base = dict(max_tokens=args.tokens, ignore_eos=True, num_draft_tokens=args.k)
-    variants = {"plain": (DraftKind.NONE, False)}
+    plain = SamplingParams(draft_kind=DraftKind.NONE, **base)
+    variants = {"plain_spec_engine": (DraftKind.NONE, False)}
     for kind in kinds:
         variants[kind.value] = (kind, False)
         variants[f"{kind.value}_every"] = (kind, True)
-    for kind, every in (variants["plain"], (kinds[0], True)):  # kernels, first shapes
+    wave(baseline, info, prompts, plain)  # kernels, first shapes
+    for kind, every in (variants["plain_spec_engine"], (kinds[0], True)):
         with every_draft_verified(every):
             wave(engine, info, prompts, SamplingParams(draft_kind=kind, **base))
+    plain_out, _, before = wave(baseline, info, prompts, plain)
+    ratios: dict[str, list[float]] = {name: [] for name in variants}
     seconds: dict[str, list[float]] = {name: [] for name in variants}
-    rows: dict[str, dict[str, Any]] = {}
-    plain_out = None
-    for name in [*variants, *reversed(variants)]:
-        kind, every = variants[name]
-        with every_draft_verified(every):
-            outs, finishes, secs = wave(
-                engine, info, prompts, SamplingParams(draft_kind=kind, **base)
-            )
-        seconds[name].append(secs)
-        plain_out = outs if name == "plain" else plain_out
-        completion = sum(f.usage.completion_tokens for f in finishes)
-        drafted = sum(f.timings.draft_tokens for f in finishes)
-        rows[name] = {
-            "tokens_per_forward": round(completion / forwards(finishes), 3),
-            "drafted": drafted,
-            "accepted": sum(f.timings.accepted_draft_tokens for f in finishes),
-            "policy": "drafts" if drafted else "parked",
-            "identical_to_plain": outs == plain_out,
-            "tokens": completion,
-        }
-    plain_s = statistics.mean(seconds["plain"])
-    for name, row in rows.items():
-        secs = statistics.mean(seconds[name])
-        row["tokens_per_s"] = round(row.pop("tokens") / secs, 1)
-        row["speedup"] = round(plain_s / secs, 3)
+    tallies: dict[str, Counter[str]] = {name: Counter() for name in variants}
+    identical = dict.fromkeys(variants, True)
+    plain_s = [before]
+    for round_ in range(args.rounds):
+        for name in list(variants)[:: -1 if round_ % 2 else 1]:
+            kind, every = variants[name]
+            steps = engine.stats().counters
+            with every_draft_verified(every):
+                outs, finishes, secs = wave(
+                    engine, info, prompts, SamplingParams(draft_kind=kind, **base)
+                )
+            after = engine.stats().counters
+            *_, next_plain = wave(baseline, info, prompts, plain)
+            ratios[name].append((before + next_plain) / 2 / secs)
+            seconds[name].append(secs)
+            plain_s.append(next_plain)
+            before = next_plain
+            identical[name] &= outs == plain_out
+            tallies[name].update(_tally(finishes, steps, after))
+    rows: dict[str, dict[str, Any]] = {"plain": _row(Counter(), plain_s, [1.0], args.tokens, batch)}
+    for name in variants:
+        rows[name] = _row(tallies[name], seconds[name], ratios[name], args.tokens, batch)
+        rows[name]["identical_to_plain"] = identical[name]
     return rows
+
+
+def _tally(finishes: list[FinishEvent], before: Any, after: Any) -> dict[str, int]:
+    """One wave's counts: tokens, target forwards, drafted / accepted, steps and parked ones."""
+    return {
+        "tokens": sum(f.usage.completion_tokens for f in finishes),
+        "forwards": forwards(finishes),
+        "drafted": sum(f.timings.draft_tokens for f in finishes),
+        "accepted": sum(f.timings.accepted_draft_tokens for f in finishes),
+        "steps": after.steps_total - before.steps_total,
+        "parked": after.parked_steps_total - before.parked_steps_total,
+    }
+
+
+def _row(
+    tally: Counter[str], seconds: list[float], ratios: list[float], tokens: int, batch: int
+) -> dict[str, Any]:
+    """A variant's figures: `speedup` is the median of its rounds' ratios to the baseline
+    waves beside them, `spread` their least and greatest; `parked_share` the policy's parked
+    steps over the engine's steps in its waves (0 where it verified whenever rows offered)."""
+    row: dict[str, Any] = {
+        "tokens_per_s": round(tokens * batch / statistics.median(seconds), 1),
+        "speedup": round(statistics.median(ratios), 3),
+        "spread": [round(min(ratios), 3), round(max(ratios), 3)],
+    }
+    if tally:
+        row["tokens_per_forward"] = round(tally["tokens"] / max(tally["forwards"], 1), 3)
+        row["drafted"], row["accepted"] = tally["drafted"], tally["accepted"]
+        row["parked_share"] = round(tally["parked"] / max(tally["steps"], 1), 3)
+        row["policy"] = "drafts" if tally["drafted"] else "parked"
+    return row
 
 
 def step_cost_ratio(path: Path, k: int, batch: int, context: int, reps: int = 5) -> float:
@@ -207,21 +249,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batches", default="1,4,8", help="batch sizes, comma-separated")
     parser.add_argument("--tokens", type=int, default=64, help="tokens per request")
+    parser.add_argument("--rounds", type=int, default=3, help="waves per variant")
     parser.add_argument("--k", type=int, default=3, help="draft tokens per step (K)")
     parser.add_argument("--size", default="small", help="the hybrid target's size")
     parser.add_argument("--context", type=int, default=64, help="cached tokens (step cost)")
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
     work = scratch("spec-kinds-")
-    report: dict[str, Any] = {"k": args.k, "tokens": args.tokens, "pairs": {}}
+    report: dict[str, Any] = {"k": args.k, "tokens": args.tokens, "rounds": args.rounds}
+    report["load_average"], report["pairs"] = [round(x, 2) for x in os.getloadavg()], {}
     try:
         for name, (target, draft, kinds) in build_pairs(work, args.size).items():
-            engine = Engine(EngineConfig.from_settings(max_batch=max(batches)))
+            config = EngineConfig.from_settings(max_batch=max(batches))
+            engine, baseline = Engine(config), Engine(config)
             try:
                 info = engine.load_model(target, name=name, draft=draft)
+                baseline.load_model(target, name=name)
                 pair: dict[str, Any] = {"by_batch": {}, "step_cost_ratio": {}}
                 for batch in batches:
-                    rows = bench_batch(engine, info, batch, args, kinds)
+                    rows = bench_batch((baseline, engine), info, batch, args, kinds)
                     pair["by_batch"][str(batch)] = rows
                     ratio = step_cost_ratio(target, args.k, batch, args.context)
                     pair["step_cost_ratio"][str(batch)] = ratio
@@ -231,6 +277,7 @@ def main() -> None:
                 report["pairs"][name] = pair
             finally:
                 engine.close()
+                baseline.close()
     finally:
         shutil.rmtree(work, ignore_errors=True)
     emit(report)
