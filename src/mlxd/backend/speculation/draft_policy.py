@@ -38,8 +38,9 @@ PRIOR_SLOPE = 0.1
 # by another process must not shut drafting off for long.
 REFRESH = 64
 VERIFY_REFRESH = 16
-# A verify re-measurement that agrees with the estimate (within AGREE) doubles the wait
-# before the next, up to VERIFY_REFRESH_MAX: each costs a wide step where verifying loses.
+# A verify re-measurement that does not find verifying cheaper (by more than AGREE) doubles
+# the wait before the next, up to VERIFY_REFRESH_MAX: each costs a wide step where verifying
+# loses, and only a cheaper verify could change the choice.
 VERIFY_REFRESH_MAX = 256
 AGREE = 0.25
 # Acceptance: a prior of PRIOR_P worth PRIOR_WEIGHT drafted positions; older evidence decays
@@ -79,21 +80,29 @@ class Acceptance:
 
 @dataclass(slots=True)
 class _Measured:
-    """A moving average of seconds, the steps since its last sample, and how many steps a
-    verify estimate waits before it is measured again."""
+    """A moving average of seconds, the steps since its last sample, how many steps a
+    verify estimate waits before it is measured again, and whether the verify step under
+    way is that re-measurement."""
 
     seconds: float | None = None
     since: int = 0
     wait: int = VERIFY_REFRESH
+    probing: bool = False
+
+    @property
+    def due(self) -> bool:
+        """Worth measuring again, and no verify step started since that will measure it (its
+        time is known only after the next step's choice: one step re-measures, not two)."""
+        return self.since >= self.wait and not self.probing
 
     def verified(self, seconds: float) -> None:
-        """A verify sample: a re-measurement that agrees waits longer for the next one."""
+        """A verify sample: a re-measurement not markedly cheaper waits longer for the next."""
         old = self.seconds
         due = self.since >= self.wait
         self.seconds, self.since = _ewma(old, seconds), 0
         if old is not None and due:
-            agrees = abs(seconds - old) <= AGREE * max(old, 1e-9)
-            self.wait = min(2 * self.wait, VERIFY_REFRESH_MAX) if agrees else VERIFY_REFRESH
+            dearer = seconds >= (1 - AGREE) * old
+            self.wait = min(2 * self.wait, VERIFY_REFRESH_MAX) if dearer else VERIFY_REFRESH
 
 
 Shape = tuple[int, int, str]  # rows, width, drafters (StepCosts.started)
@@ -123,7 +132,9 @@ class StepCosts:
         self._last = (shape, at)
         self._plain.setdefault(rows, _Measured()).since += 1
         for (count, offered), extra in self._extra.items():
-            extra.since += count == rows and offered == kinds
+            mine = count == rows and offered == kinds
+            extra.since += mine
+            extra.probing = mine and width > 0 and extra.since >= extra.wait
 
     def spoil(self) -> None:
         """The step just started also did other work (a prefill): it is not a sample."""
@@ -146,13 +157,13 @@ class StepCosts:
         """r_rows(width): a step of this shape over a plain step over as many rows. A row
         count never measured verifying with these drafters takes the nearest one's slope,
         else PRIOR_SLOPE. One due for a new measurement (after VERIFY_REFRESH steps, twice
-        as long after each re-measurement that agreed, up to VERIFY_REFRESH_MAX; steps count
+        as long after each one that found it no cheaper, up to VERIFY_REFRESH_MAX; steps count
         only where its drafters were on offer) counts its slope over 1 + the waits elapsed:
         optimistic, so that a step measures it again, but a verify far dearer than its
         tokens is retried only as rarely as it is dear."""
         slope = self._slope(rows, kinds)
         extra = self._extra.get((rows, kinds))
-        if extra is not None and extra.since >= extra.wait:
+        if extra is not None and extra.due:
             slope /= 1 + extra.since // extra.wait
         return 1.0 + slope * width
 

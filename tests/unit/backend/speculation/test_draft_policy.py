@@ -86,11 +86,11 @@ def test_step_costs_measure_ratios_and_measure_again_when_stale() -> None:
     assert costs.ratio(2, 4) == pytest.approx(3.0)  # 0.5 plain step per verified position
     assert costs.ratio(3, 1) == pytest.approx(1.5)  # the nearest measured row count
     for i in range(VERIFY_REFRESH):
-        costs.started(2, 1, float(i))
+        costs.started(2, 0, float(i))
         costs.spoil()
     assert costs.ratio(2, 4) == pytest.approx(2.0)  # worth a new try: the slope counts half
     for i in range(REFRESH - VERIFY_REFRESH):
-        costs.started(2, 1, float(i))
+        costs.started(2, 0, float(i))
         costs.spoil()
     assert costs.needs_plain(2)
     costs.observe(2, 0, 0.010)
@@ -203,3 +203,43 @@ def test_a_dear_verify_is_retried_as_rarely_as_it_is_dear() -> None:
         costs.spoil()
         costs.observe(1, 0, 0.001)  # plain steps keep their measurement
     assert tried is not None and 18 * VERIFY_REFRESH <= tried <= 24 * VERIFY_REFRESH
+
+
+def test_a_dearer_re_measurement_also_waits_longer() -> None:
+    """Only a markedly cheaper verify could change the choice: a re-measurement that finds it
+    dearer (a loaded machine) doubles the wait as one that agrees does."""
+    costs = StepCosts()
+    costs.observe(2, 0, 0.010)
+    costs.observe(2, 2, 0.050)
+    for n in range(VERIFY_REFRESH):
+        costs.started(2, 0, float(n))
+        costs.spoil()
+    assert costs.ratio(2, 2) < 5.0  # due
+    costs.observe(2, 2, 0.090)  # twice as dear
+    for n in range(2 * VERIFY_REFRESH - 1):
+        costs.started(2, 0, float(n))
+        costs.spoil()
+        assert costs.ratio(2, 2) > 5.0  # not due before twice the first wait
+    costs.started(2, 0, 0.0)
+    assert costs.ratio(2, 2) == pytest.approx(3.4)  # due: r(2) = 5.8 at half its slope
+
+
+def test_a_re_measuring_step_is_one_step_not_every_step_until_its_sample() -> None:
+    """A step's time is known only when the next one starts, after the next one's choice:
+    the verify step that re-measures makes the estimate not due for that choice."""
+    costs = StepCosts()
+    costs.started(1, 0, 0.0)
+    costs.started(1, 2, 1.0)  # first shapes: no samples
+    costs.started(1, 0, 2.0)
+    costs.started(1, 2, 2.010)
+    costs.started(1, 0, 2.050)  # plain 10 ms, width 2: 40 ms (r(2) = 5)
+    policy, sure = DraftPolicy(costs), [(_odds(0.99), 2)]
+    for n in range(20 * VERIFY_REFRESH):
+        if policy.width(1, sure, most=2) > 0:
+            break
+        costs.started(1, 0, 3.0 + n)
+        costs.spoil()
+        costs.observe(1, 0, 0.010)
+    assert policy.width(1, sure, most=2) == 2  # due, at an optimistic slope
+    costs.started(1, 2, 100.0)  # the re-measuring verify starts; its sample comes later
+    assert policy.width(1, sure, most=2) == 0
