@@ -17,7 +17,9 @@ steps' seconds: a plain step's per row count B, and what each verified position 
 count and drafter set: a step whose rows ask an MTP head or a draft model also pays their
 forwards, which prompt lookup does not, so each set's verify steps are measured apart);
 p_i is each row's own record (Acceptance), which drifts back to a prior while the row does
-not draft, so a row turned off is tried again now and then.
+not draft, so a row turned off is tried again now and then. A row none of whose drafts was
+verified yet is tried once at width 1 where that would pay were its drafts right: at the
+prior alone a row that accepts everything may never verify, and so never show it.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class Acceptance:
 
     accepted: float = 0.0
     trials: float = 0.0
+    tried: bool = False  # one of its drafts was verified (DraftPolicy probes a row once)
 
     @property
     def p(self) -> float:
@@ -67,6 +70,7 @@ class Acceptance:
         and, unless all did, one failed."""
         self.accepted = self.accepted * DECAY + accepted
         self.trials = self.trials * DECAY + accepted + (accepted < drafted)
+        self.tried = True
 
     def idle(self) -> None:
         self.accepted *= IDLE_DECAY
@@ -200,7 +204,17 @@ class DraftPolicy:
             score = self._score(rows, offers, w, kinds)
             if score > best_score and self._none_slowed(rows, offers, w, kinds):
                 best, best_score = w, score
-        return best
+        return 1 if best == 0 and self._probes(rows, offers, kinds) else best
+
+    def _probes(self, rows: int, offers: list[tuple[Acceptance, int]], kinds: str) -> bool:
+        """A row none of whose drafts was verified yet is tried once at width 1 where that
+        would pay were its drafts right (the prior alone may never verify it, and so never
+        learn that it accepts everything); not where the measured cost says even that loses."""
+        untried = sum(not acc.tried for acc, _ in offers)
+        if not untried:
+            return False
+        tokens = rows + untried + sum(acc.expected(1) for acc, _ in offers if acc.tried)
+        return tokens > rows * self.costs.ratio(rows, 1, kinds)
 
     def _none_slowed(
         self, rows: int, offers: list[tuple[Acceptance, int]], width: int, kinds: str

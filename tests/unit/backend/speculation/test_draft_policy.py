@@ -34,6 +34,7 @@ def _odds(p: float) -> Acceptance:
     odds = Acceptance()
     for _ in range(200):
         odds.accepted, odds.trials = odds.accepted * 0.9 + p, odds.trials * 0.9 + 1
+    odds.tried = True
     return odds
 
 
@@ -243,3 +244,30 @@ def test_a_re_measuring_step_is_one_step_not_every_step_until_its_sample() -> No
     assert policy.width(1, sure, most=2) == 2  # due, at an optimistic slope
     costs.started(1, 2, 100.0)  # the re-measuring verify starts; its sample comes later
     assert policy.width(1, sure, most=2) == 0
+
+
+def test_a_new_row_is_probed_once_at_width_one_where_perfect_drafts_would_pay() -> None:
+    """At the prior (p 0.5) a verify costing 0.6 plain steps a position never pays, so a row
+    that drafts perfectly would never show it: a row with no verified draft yet is tried at
+    width 1 if it pays with every draft right (2 tokens for 1.6 steps), then its own record
+    decides."""
+    policy = DraftPolicy(FixedCosts(slope=0.6))
+    new = Acceptance()
+    assert policy.width(1, [(new, 3)], most=3) == 1
+    new.observe(drafted=1, accepted=1)
+    assert policy.width(1, [(new, 3)], most=3) == 1  # p 0.67: 1.67 tokens for 1.6 steps
+    for _ in range(5):
+        new.observe(drafted=3, accepted=3)
+    assert policy.width(1, [(new, 3)], most=3) == 3  # its record soon pays for width 3
+    missed = Acceptance()
+    missed.observe(drafted=1, accepted=0)
+    assert policy.width(1, [(missed, 3)], most=3) == 0  # probed once, not again
+
+
+def test_no_probe_where_even_perfect_drafts_lose() -> None:
+    """The set's measured cost says when even a right draft loses: no row is probed there."""
+    assert DraftPolicy(FixedCosts(slope=1.2)).width(1, [(Acceptance(), 3)], most=3) == 0
+    # eight new rows among eight: 16 tokens for 1.6 steps pays; one new among eight does not
+    policy = DraftPolicy(FixedCosts(slope=0.6))
+    assert policy.width(8, [(Acceptance(), 3)] * 8, most=3) == 1
+    assert policy.width(8, [(Acceptance(), 3)] + [(_odds(0.0), 3)] * 7, most=3) == 0
