@@ -19,7 +19,8 @@ forwards, which prompt lookup does not, so each set's verify steps are measured 
 p_i is each row's own record (Acceptance), which drifts back to a prior while the row does
 not draft, so a row turned off is tried again now and then. A row none of whose drafts was
 verified yet is tried once at width 1 where that would pay were its drafts right: at the
-prior alone a row that accepts everything may never verify, and so never show it.
+prior alone a row that accepts everything may never verify, and so never show it. A row
+joins with its kind's pooled record as its prior (speculation.drafts.Drafts.pooled).
 """
 
 from __future__ import annotations
@@ -60,10 +61,17 @@ class Acceptance:
     accepted: float = 0.0
     trials: float = 0.0
     tried: bool = False  # one of its drafts was verified (DraftPolicy probes a row once)
+    prior: float = PRIOR_P  # what it drifts back to: PRIOR_P, or its kind's record (joined)
 
     @property
     def p(self) -> float:
-        return (self.accepted + PRIOR_P * PRIOR_WEIGHT) / (self.trials + PRIOR_WEIGHT)
+        return (self.accepted + self.prior * PRIOR_WEIGHT) / (self.trials + PRIOR_WEIGHT)
+
+    def joined(self) -> Acceptance:
+        """A new row's record where this is its kind's pooled one: its prior is this p (rows
+        of one drafter accept alike: a new row need not earn its kind's odds again), tried
+        where the kind was (no probe: the kind's evidence stands for it)."""
+        return Acceptance(tried=self.tried, prior=self.p)
 
     def observe(self, drafted: int, accepted: int) -> None:
         """A verified draft of `drafted` tokens kept `accepted`: that many positions passed

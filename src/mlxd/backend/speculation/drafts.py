@@ -104,15 +104,17 @@ class Drafts:
     rows: dict[int, _Row] = field(default_factory=dict)
     counts: dict[int, DraftCount] = field(default_factory=dict)  # since the last take_counts
     parked: int = 0  # steps where rows offered drafts and the policy verified none
+    pooled: dict[DraftKind, Acceptance] = field(default_factory=dict)  # every row's, by kind
     _kinds: str = ""  # the drafters the step being chosen asks (StepCosts measures per set)
 
     def add(self, uid: int, kind: DraftKind, k: int, fixed: bool = False) -> None:
         """A speculating row; `fixed`: its drafts are verified whatever the policy says (a
         seeded sampled row's tokens depend on which drafts are verified, and a seed repeats)."""
+        odds = self.pooled.setdefault(kind, Acceptance()).joined()
         if k > 0 and kind is DraftKind.NGRAM:
-            self.rows[uid] = _Row(k, NgramIndex(), DraftKind.NGRAM, fixed)
+            self.rows[uid] = _Row(k, NgramIndex(), DraftKind.NGRAM, fixed, odds)
         elif k > 0 and self._drafter(kind) is not None:
-            self.rows[uid] = _Row(k, None, kind, fixed)
+            self.rows[uid] = _Row(k, None, kind, fixed, odds)
             if kind is DraftKind.MTP and self.mtp is not None:
                 self.mtp.start(uid)
             if kind is DraftKind.DFLASH and self.dflash is not None:
@@ -256,6 +258,7 @@ class Drafts:
             row = self.rows.get(uid)
             if row is not None:
                 row.odds.observe(drafted, accepted)
+                self.pooled.setdefault(row.kind, Acceptance()).observe(drafted, accepted)
             seen = self.counts.get(uid)
             if seen is not None:
                 drafted, accepted = seen.drafted + drafted, seen.accepted + accepted

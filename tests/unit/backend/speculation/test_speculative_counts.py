@@ -56,3 +56,22 @@ def test_a_step_parks_unread_when_no_offer_could_be_verified() -> None:
     assert drafts.parks([1, 2], [9, 9])
     drafts.add(2, DraftKind.NGRAM, 2, fixed=True)
     assert not drafts.parks([1, 2], [9, 9])
+
+
+def test_a_new_row_starts_from_its_kinds_pooled_acceptance() -> None:
+    """Rows of one drafter accept alike: a row joining after others of its kind verified
+    starts from their record (and is not probed), not from the prior."""
+    drafts = Drafts()
+    drafts.add(1, DraftKind.NGRAM, 3)
+    first = drafts.rows[1].odds
+    assert first.p == 0.5 and not first.tried
+    for _ in range(4):
+        drafts.record(1, 3, 3)
+    drafts.add(2, DraftKind.NGRAM, 3)
+    joined = drafts.rows[2].odds
+    assert joined.tried and joined.p > 0.85
+    drafts.record(2, 3, 0)  # its own record takes over
+    assert joined.p < 0.7
+    for _ in range(300):
+        joined.idle()
+    assert joined.p > 0.85  # and drifts back to its kind's, not to 0.5
