@@ -250,6 +250,7 @@ def main() -> None:
     parser.add_argument("--batches", default="1,4,8", help="batch sizes, comma-separated")
     parser.add_argument("--tokens", type=int, default=64, help="tokens per request")
     parser.add_argument("--rounds", type=int, default=3, help="waves per variant")
+    parser.add_argument("--pairs", default="", help="pairs to run, comma-separated (all)")
     parser.add_argument("--k", type=int, default=3, help="draft tokens per step (K)")
     parser.add_argument("--size", default="small", help="the hybrid target's size")
     parser.add_argument("--context", type=int, default=64, help="cached tokens (step cost)")
@@ -259,7 +260,10 @@ def main() -> None:
     report: dict[str, Any] = {"k": args.k, "tokens": args.tokens, "rounds": args.rounds}
     report["load_average"], report["pairs"] = [round(x, 2) for x in os.getloadavg()], {}
     try:
+        chosen = set(args.pairs.split(",")) if args.pairs else None
         for name, (target, draft, kinds) in build_pairs(work, args.size).items():
+            if chosen is not None and name not in chosen:
+                continue
             config = EngineConfig.from_settings(max_batch=max(batches))
             engine, baseline = Engine(config), Engine(config)
             try:

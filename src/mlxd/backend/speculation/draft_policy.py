@@ -159,6 +159,8 @@ class StepCosts:
         elif plain.seconds is not None:
             extra = self._extra.setdefault((rows, kinds), _Measured())
             extra.verified(max(seconds - plain.seconds, 0.0) / width)
+            if seconds < (1 - AGREE) * plain.seconds:  # a wider forward is never markedly
+                plain.since = REFRESH  # cheaper: stalls inflated the plain estimate; re-measure
 
     def needs_plain(self, rows: int) -> bool:
         """The plain step over `rows` rows is unmeasured or due for a new measurement."""

@@ -271,3 +271,19 @@ def test_no_probe_where_even_perfect_drafts_lose() -> None:
     policy = DraftPolicy(FixedCosts(slope=0.6))
     assert policy.width(8, [(Acceptance(), 3)] * 8, most=3) == 1
     assert policy.width(8, [(Acceptance(), 3)] + [(_odds(0.0), 3)] * 7, most=3) == 0
+
+
+def test_a_verify_faster_than_the_plain_estimate_has_the_plain_step_measured_again() -> None:
+    """A wider forward is never cheaper than a one-wide one: a verify step markedly faster
+    than the plain estimate shows that estimate inflated (a stalled sample on a loaded
+    machine), which would make verifying look free; the next step measures it again."""
+    costs = StepCosts()
+    costs.observe(1, 0, 0.010)
+    costs.observe(1, 0, 0.020)  # a stall: the estimate is now 12 ms
+    costs.observe(1, 2, 0.014)  # 14 ms at width 2: slope 1/12 a position, not the true 0.2
+    assert not costs.needs_plain(1)
+    costs.observe(1, 2, 0.0115)  # within AGREE of the plain estimate: noise
+    assert not costs.needs_plain(1)
+    costs.observe(1, 2, 0.008)  # markedly faster than the plain estimate
+    assert costs.needs_plain(1)
+    assert DraftPolicy(costs).width(1, [(_odds(0.3), 2)], most=2) == 0  # a plain step
