@@ -5,7 +5,9 @@ share all but their last 64 prompt tokens, prefilled once: each row still holds 
 how many such conversations fit a fixed KV budget, decode tokens/s at that batch, and greedy
 quality against full precision (agreement over the first --quality-tokens tokens and the
 mean |logprob| difference of the chosen tokens, --quality-prompts chat prompts answered in
-one batch); `--long N` adds the step times of 4 decoding rows while an N-token prompt
+one batch; that free-running agreement is the headline, and `quality.teacher_forced` a
+second figure: per step, the setting's top-1 token given full precision's own prefix);
+`--long N` adds the step times of 4 decoding rows while an N-token prompt
 prefills (long_prompt_bench measures that against the peers). `--peers` runs real servers
 side by side under the same 8 x 4k load (benchmarks/kv_peers.py); JSON.
 
@@ -82,15 +84,21 @@ def main() -> None:
     ap.add_argument("--rapid-mlx", default="/work/peers/rapid-mlx/bin/rapid-mlx")
     ap.add_argument("--mlx-lm-python", default=sys.executable, help="runs mlx_lm.server")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # child: one setting
+    ap.add_argument("--teacher", type=Path, help=argparse.SUPPRESS)  # child: full's answers
     args = ap.parse_args()
     if args.one is not None:
         print(json.dumps(run_setting(args, args.one)))
         return
     model = args.model or generated(args.kind)
-    settings = {}
-    for setting in filter(None, args.bits.split(",")):
-        progress("kv setting", setting)
-        settings[setting] = child(args, model, setting)
+    settings: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="kv-teacher-") as scratch:
+        teacher = Path(scratch) / "full.json"
+        for setting in filter(None, args.bits.split(",")):
+            progress("kv setting", setting)
+            forced = teacher if "0" in settings and parse_setting(setting)[0] else None
+            settings[setting] = child(args, model, setting, forced)
+            if setting == "0":
+                teacher.write_text(json.dumps(settings["0"]["quality"]))
     out = report(args, model, settings)
     if args.peers:
         out["servers"] = run_peers(args, model)
@@ -111,7 +119,9 @@ def generated(kind: str) -> Path:
     return make_checkpoint(root / kind, "chat", size=kind, head_dim=head_dim)
 
 
-def child(args: argparse.Namespace, model: Path, setting: str) -> dict[str, Any]:
+def child(
+    args: argparse.Namespace, model: Path, setting: str, teacher: Path | None
+) -> dict[str, Any]:
     argv, rest = [], iter(sys.argv[1:])
     for a in rest:
         if a == "--model":
@@ -119,6 +129,8 @@ def child(args: argparse.Namespace, model: Path, setting: str) -> dict[str, Any]
         elif not a.startswith("--model="):
             argv.append(a)
     cmd = [sys.executable, "-m", "benchmarks.kv_memory_bench", *argv, "--model", str(model)]
+    if teacher is not None:
+        cmd += ["--teacher", str(teacher)]
     done = subprocess.run([*cmd, "--one", setting], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(done.stderr[-3000:])
@@ -168,9 +180,14 @@ def run_setting(args: argparse.Namespace, setting: str) -> dict[str, Any]:
             began = time.perf_counter()
             out["long_prompt"] = long_prompt(engine, info, args, steps, long_prefilling)
             seconds["long_prompt"] = round(time.perf_counter() - began, 1)
-        out["seconds"] = seconds
     finally:
         engine.close()
+    if args.teacher is not None:
+        began = time.perf_counter()
+        full = json.loads(args.teacher.read_text())
+        out["teacher_forced"] = teacher_forced(args, bits, start, full)
+        seconds["teacher_forced"] = round(time.perf_counter() - began, 1)
+    out["seconds"] = seconds
     return out
 
 
@@ -218,13 +235,40 @@ def greedy_answers(engine: Any, info: Any, args: argparse.Namespace) -> list[dic
     params = SamplingParams(
         max_tokens=args.quality_tokens, ignore_eos=True, temperature=0.0, logprobs=True
     )
-    handles = [
-        engine.submit(
-            EngineRequest(info.name, chat_ids(info, [{"role": "user", "content": q}]), params)
-        )
+    prompts = [
+        chat_ids(info, [{"role": "user", "content": q}])
         for q in (QUESTIONS * 4)[: args.quality_prompts]
     ]
-    return collected(handles)
+    handles = [engine.submit(EngineRequest(info.name, p, params)) for p in prompts]
+    answers = collected(handles)
+    for answer, prompt in zip(answers, prompts, strict=True):
+        answer["prompt"] = prompt
+    return answers
+
+
+def teacher_forced(
+    args: argparse.Namespace, bits: int, start: int, full: list[dict[str, Any]]
+) -> list[list[bool]]:
+    """Per prompt and answer position: whether this setting's top-1 token, given full
+    precision's own prompt and answer so far, is full precision's. One forward pass over
+    prompt + answer through the model's caches at this setting (`quantize_kv`: the engine's
+    cache classes; each position is quantized once, as it is written, so one pass sees what
+    step-by-step decoding would)."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from mlxd.backend.kv.model_cache import quantize_kv
+    from mlxd.backend.loader import load_checkpoint
+
+    model = load_checkpoint(args.model).model
+    quantize_kv(model, bits, args.kv_group_size, start)
+    out = []
+    for answer in full:
+        prompt, tokens = answer["prompt"], answer["tokens"][: args.quality_tokens]
+        logits = model(mx.array([prompt + tokens[:-1]]), cache=make_prompt_cache(model))
+        top = mx.argmax(logits[0, len(prompt) - 1 :], axis=-1).tolist()
+        out.append([a == b for a, b in zip(top, tokens, strict=True)])
+    return out
 
 
 def collected(handles: list[Any]) -> list[dict[str, Any]]:
@@ -320,10 +364,12 @@ def report(args: argparse.Namespace, model: Path, settings: dict[str, Any]) -> d
         "settings": {},
     }
     for name, s in settings.items():
-        entry = {k: v for k, v in s.items() if k != "quality"}
+        entry = {k: v for k, v in s.items() if k not in ("quality", "teacher_forced")}
         entry["conversations_in_budget"] = args.budget_bytes // s["kv_bytes_per_conversation"]
         if full is not None and name != "0":
             entry["quality"] = agreement(full["quality"], s["quality"], args.quality_tokens)
+            if "teacher_forced" in s:
+                entry["quality"]["teacher_forced"] = forced_agreement(s["teacher_forced"])
             if full["decode_tokens_per_s"] and s["decode_tokens_per_s"]:
                 entry["decode_vs_full"] = round(
                     s["decode_tokens_per_s"] / full["decode_tokens_per_s"], 3
@@ -352,6 +398,18 @@ def agreement(full: list[dict[str, Any]], quant: list[dict[str, Any]], n: int) -
         "token_agreement": round(sum(agreed) / (n * len(agreed)), 3),
         "prompts_fully_agreeing": sum(1 for a in agreed if a == n),
         "mean_abs_logprob_diff": round(statistics.mean(diffs), 4) if diffs else None,
+    }
+
+
+def forced_agreement(matches: list[list[bool]]) -> dict[str, Any]:
+    """The second quality figure (the headline stays `token_agreement`): per-step top-1
+    agreement given full precision's own prefix, so one early flip does not hide how the
+    rest of an answer would have agreed."""
+    steps = [m for answer in matches for m in answer]
+    return {
+        "top1_agreement": round(sum(steps) / len(steps), 4) if steps else None,
+        "steps": len(steps),
+        "prompts_all_steps_agreeing": sum(1 for answer in matches if all(answer)),
     }
 
 
