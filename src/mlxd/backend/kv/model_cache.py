@@ -18,6 +18,7 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache, make_prompt_cache
 
+from mlxd.backend.kv.attention import install as install_attention
 from mlxd.backend.kv.full_tail import RowFullTailKVCache
 from mlxd.backend.kv.quantized_batch import RowQuantizedKVCache
 from mlxd.config import KV_BITS, KV_GROUP_SIZES
@@ -43,6 +44,7 @@ def quantize_kv(model: Any, bits: int, group_size: int, recent: int = 0) -> None
             param="kv_bits",
         )
     _check_head_dims(model, plain, group_size)
+    install_attention()
 
     def make_cache() -> list[Any]:
         return [_quantized(layer, bits, group_size, recent) for layer in plain()]

@@ -52,6 +52,9 @@ Nothing else in mlxd reads or writes mlx-lm's private state. What we rely on:
   `length` at `max_tokens` and `stop` when its `_matchers[i].advance(token)` says so (a
   finished row's Response carries `extract_cache(i)` and `tokens[i]`), then `filter`s the
   rows kept (BatchedGenerationBatch.next does the same with less Python per row).
+- `models.base.scaled_dot_product_attention` calls the module global
+  `quantized_scaled_dot_product_attention` (looked up at each call) for a cache with `bits`:
+  backend/kv/attention.py's `install` (run by `quantize_kv`) puts mlxd's attention there.
 - Speculation's step and per-row cache rewinds are in backend/mlx_lm/verify_step.py, the
   same door's second room (it documents what it relies on).
 

@@ -1,0 +1,113 @@
+"""Attention over mlxd's quantized KV caches: what mlx-lm's attention calls for a cache with bits.
+
+mlx-lm's `models.base.scaled_dot_product_attention` sends a cache with `bits` to the module
+global `quantized_scaled_dot_product_attention`, looked up at each call; `install` puts
+`quantized_attention` there (`quantize_kv` runs it when it gives a model quantized caches).
+It picks one of two ways by the number of queries:
+
+- fewer than `DEQUANTIZED_FROM` (decode, short verifies): the quantized kernel, scores and
+  values through `mx.quantized_matmul` on the packed history; the query heads sharing a KV
+  head are one matrix of queries (mlx-lm broadcasts the keys once per query head instead);
+- more (prefill chunks): the layer's history dequantized into a float copy, then mlx's fused
+  `mx.fast.scaled_dot_product_attention`; the copy is one layer's and is freed after.
+
+The crossover: on one layer of 2,000 8-bit positions the quantized kernel took 3.2 ms for 1
+query against 5.4 ms dequantized, 95 ms against 27 ms for 53 queries, the float path ahead
+from ~8 queries (benchmarks/README.md, kv_memory_bench).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mlx.core as mx
+
+DEQUANTIZED_FROM = 8  # queries per row from which the history is dequantized (see above)
+
+Quantized = tuple[mx.array, ...]  # (packed words, scales, biases)
+
+
+def install() -> None:
+    """Make mlx-lm's attention over a quantized cache call `quantized_attention`."""
+    from mlx_lm.models import base
+
+    base.quantized_scaled_dot_product_attention = quantized_attention
+
+
+def quantized_attention(
+    queries: mx.array,
+    q_keys: Quantized,
+    q_values: Quantized,
+    scale: float,
+    mask: Any,
+    group_size: int = 64,
+    bits: int = 8,
+) -> mx.array:
+    """softmax(scale * q k^T + mask) v over quantized keys and values, as mlx-lm's function:
+    queries (rows, query heads, L, dim), keys/values (rows, KV heads, positions, ...), mask
+    None, "causal", booleans or additive, broadcastable to (rows, heads, L, positions)."""
+    if queries.shape[2] >= DEQUANTIZED_FROM:
+        return dequantized_attention(queries, q_keys, q_values, scale, mask, group_size, bits)
+    return kernel_attention(queries, q_keys, q_values, scale, mask, group_size, bits)
+
+
+def dequantized_attention(
+    queries: mx.array,
+    q_keys: Quantized,
+    q_values: Quantized,
+    scale: float,
+    mask: Any,
+    group_size: int,
+    bits: int,
+) -> mx.array:
+    """The fused float kernel over this layer's history dequantized."""
+    keys, values = (
+        mx.dequantize(q[0], q[1], q[2], group_size=group_size, bits=bits).astype(queries.dtype)
+        for q in (q_keys, q_values)
+    )
+    return mx.fast.scaled_dot_product_attention(queries, keys, values, scale=scale, mask=mask)
+
+
+def kernel_attention(
+    queries: mx.array,
+    q_keys: Quantized,
+    q_values: Quantized,
+    scale: float,
+    mask: Any,
+    group_size: int,
+    bits: int,
+) -> mx.array:
+    """`mx.quantized_matmul` on the packed history, the query heads of one KV head together."""
+    rows, heads, length, dim = queries.shape
+    kv_heads = q_keys[0].shape[-3]
+    repeats = heads // kv_heads
+    grouped = (queries * scale).reshape(rows, kv_heads, repeats * length, dim)
+    (k_words, k_scales, k_biases), (v_words, v_scales, v_biases) = q_keys, q_values
+    scores = mx.quantized_matmul(
+        grouped, k_words, k_scales, k_biases, transpose=True, group_size=group_size, bits=bits
+    )
+    if mask is not None:
+        grouped_mask = _grouped_mask(mask, kv_heads, repeats, length, scores.shape[-1])
+        if grouped_mask.dtype == mx.bool_:
+            scores = mx.where(grouped_mask, scores, mx.finfo(scores.dtype).min)
+        else:
+            scores = scores + grouped_mask
+    weights = mx.softmax(scores, axis=-1, precise=True)
+    out = mx.quantized_matmul(
+        weights, v_words, v_scales, v_biases, transpose=False, group_size=group_size, bits=bits
+    )
+    return out.reshape(rows, heads, length, dim)
+
+
+def _grouped_mask(mask: Any, kv_heads: int, repeats: int, length: int, keys: int) -> mx.array:
+    """`mask` laid out as the grouped scores: (rows or 1, 1 or KV heads, repeats * L, keys)."""
+    if isinstance(mask, str):  # "causal": the last `length` positions are the queries
+        mask = mx.arange(keys - length, keys)[:, None] >= mx.arange(keys)[None]
+    while mask.ndim < 4:
+        mask = mask[None]
+    batch, mask_heads = mask.shape[0], mask.shape[1]
+    if mask_heads == 1:
+        spread = mx.broadcast_to(mask[:, :, None], (batch, 1, repeats, length, keys))
+        return spread.reshape(batch, 1, repeats * length, keys)
+    full = mx.broadcast_to(mask, (batch, mask_heads, length, keys))
+    return full.reshape(batch, kv_heads, repeats * length, keys)
