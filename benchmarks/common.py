@@ -253,14 +253,19 @@ async def sse_lines(response: httpx.Response) -> AsyncIterator[str]:
             yield line.rstrip(b"\r").decode()
 
 
-async def stream_chat(client: httpx.AsyncClient, url: str, body: dict[str, object]) -> Sample:
-    """POST a streaming /v1/chat/completions; its timings and completion tokens (the usage
-    chunk's count, else the number of chunks with text)."""
+async def stream_chat(
+    client: httpx.AsyncClient,
+    url: str,
+    body: dict[str, object],
+    endpoint: str = "/v1/chat/completions",
+) -> Sample:
+    """POST a streaming /v1/chat/completions (or the text /v1/completions, `endpoint`); its
+    timings and completion tokens (the usage chunk's count, else the chunks with text)."""
     t0 = last = time.perf_counter()
     sample: Sample | None = None
     chunks = usage_tokens = 0
     text = ""
-    async with client.stream("POST", url + "/v1/chat/completions", json=body) as r:
+    async with client.stream("POST", url + endpoint, json=body) as r:
         r.raise_for_status()
         async for line in sse_lines(r):
             if not line.startswith("data: ") or line == "data: [DONE]":
@@ -289,6 +294,8 @@ async def stream_chat(client: httpx.AsyncClient, url: str, body: dict[str, objec
 def _chunk_text(data: dict[str, Any]) -> str:
     if not data.get("choices"):
         return ""
-    delta = data["choices"][0].get("delta") or {}
-    text = delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+    choice = data["choices"][0]
+    delta = choice.get("delta") or {}
+    text = choice.get("text") or delta.get("content") or delta.get("reasoning_content")
+    text = text or delta.get("reasoning")
     return str(text or "")

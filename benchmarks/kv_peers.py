@@ -1,15 +1,21 @@
-"""kv_memory_bench's server part (`--peers`): mlxd and its peers with their KV quantization on
-the same checkpoint, each as a real server on 127.0.0.1 given the same load: --conversations
-streaming chat requests at once, each about --context tokens decoding --decode-tokens tokens
-(EOS suppressed). The prompts share all but their last ~70 tokens, sent once alone first, so
-each server's prefix cache pays that prefill once (its stored copy counts in the "before"
-figure; every row of the wave still holds its own KV). Per server: its resident memory before
-the load and at its peak (VmRSS of the server's process tree, sampled every 0.1 s), the per-
-conversation growth ((peak - before) / conversations) and how many such conversations the
-fixed budget would hold at that rate, decode tokens/s (tokens after each request's first, over
-the time any request was decoding: the union of their decode intervals, so a server that
-serves one request at a time is measured while it decodes, not while the others wait) and the
-wave's wall time. Every server runs on MKL (a peer by preloading it).
+"""kv_memory_bench's server part (`--peers`): mlxd and its peers with their KV quantization on the
+same checkpoint, each as a real server on 127.0.0.1 given the same load: --conversations
+streaming requests at once, each about --context tokens decoding --decode-tokens tokens. Each
+is a text completion (/v1/completions) of the chat template's rendering of a user message with
+the assistant's answer begun ("The words are: river stone ..."): asked in chat, the demo model's
+greedy answer at 4k context is EOS at once, and Rapid-MLX can suppress EOS for no HTTP request
+(its chat and completion requests have no `ignore_eos` field, pydantic drops it, and it refuses
+`logit_bias`), so its streams stopped after one token; with the answer begun every server
+decodes the asked tokens (the others also get EOS suppressed by logit_bias; `tokens` in the
+result shows each stream's count). The prompts share all but their last ~70 tokens, sent once
+alone first, so each server's prefix cache pays that prefill once (its stored copy counts in
+the "before" figure; every row of the wave still holds its own KV). Per server: its resident
+memory before the load and at its peak (VmRSS of the server's process tree, sampled every 0.1
+s), the per-conversation growth ((peak - before) / conversations) and how many such
+conversations the fixed budget would hold at that rate, decode tokens/s (tokens after each
+request's first, over the time any request was decoding: the union of their decode intervals,
+so a server that serves one request at a time is measured while it decodes, not while the
+others wait) and the wave's wall time. Every server runs on MKL (a peer by preloading it).
 
 What each peer's flag quantizes (their --help): vllm-mlx's `--kv-cache-quantization` the
 *stored* (prefix) caches; Rapid-MLX's `--kv-cache-dtype int8|int4` the live cache;
@@ -74,8 +80,8 @@ def peer_commands(args: Any, model: Path, port: int) -> dict[str, list[str]]:
 def run_peers(args: Any, model: Path) -> dict[str, Any]:
     """Every server of --peers (comma-separated names of `peer_commands`) under one load."""
     shared = shared_text(model, max(args.context - 100, 16))
-    prompts = [prompt_text(shared, i) for i in range(args.conversations)]
-    args.shared_prompt = f"{shared}\nConversation warm-up. Summarize."
+    prompts = [completion_text(model, prompt_text(shared, i)) for i in range(args.conversations)]
+    args.shared_prompt = completion_text(model, f"{shared}\nConversation warm-up. Summarize.")
     args.model_dir = model
     eos = eos_id(model)
     out: dict[str, Any] = {}
@@ -99,6 +105,21 @@ def shared_text(model: Path, tokens: int) -> str:
     tokenizer = AutoTokenizer.from_pretrained(str(model))
     words = [WORDS[(i * 13 + i // 25) % len(WORDS)] for i in range(tokens)]
     return str(tokenizer.decode(tokenizer.encode(" ".join(words))[:tokens]))
+
+
+# The answer begun: the demo model then copies the list on (greedy, every one of 8 prompts ran
+# its 32 tokens on Rapid-MLX at 1k and 4k; "The words are: river stone" alone stopped 2 of 16)
+ANSWER_START = "The words are: " + " ".join(WORDS[:11])
+
+
+def completion_text(model: Path, message: str) -> str:
+    """The chat template's rendering of one user `message`, the assistant's answer begun."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model))
+    chat = [{"role": "user", "content": message}]
+    text = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+    return f"{text}{ANSWER_START}"
 
 
 def prompt_text(shared: str, client: int) -> str:
@@ -162,16 +183,13 @@ async def wave(
 
         async def one(prompt: str) -> dict[str, float]:
             body: dict[str, Any] = {
-                "model": model, "messages": [{"role": "user", "content": prompt}],
-                "max_tokens": max_tokens, "stream": True, "temperature": 0.0,
-                "stream_options": {"include_usage": True},
+                "model": model, "prompt": prompt, "max_tokens": max_tokens, "stream": True,
+                "temperature": 0.0, "stream_options": {"include_usage": True},
             }  # fmt: skip
-            if name.startswith("rapid-mlx"):  # refuses logit_bias; takes vLLM's ignore_eos
-                body["ignore_eos"] = True
-            else:
+            if not name.startswith("rapid-mlx"):  # it refuses logit_bias (module docstring)
                 body["logit_bias"] = {str(eos): -100.0}
             sent = time.perf_counter() - began
-            s = await stream_chat(client, url, body)
+            s = await stream_chat(client, url, body, "/v1/completions")
             first = sent + s.ttft
             return {"first": first, "end": first + sum(s.gaps), "tokens": s.tokens}
 
