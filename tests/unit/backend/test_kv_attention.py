@@ -41,14 +41,33 @@ def test_both_ways_equal_mlx_lm(queries: int, bits: int) -> None:
             assert mx.allclose(got, want, atol=2e-4, rtol=1e-4).item(), (way.__name__, mask)
 
 
-def test_the_query_count_picks_the_way(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_query_count_and_history_pick_the_way(monkeypatch: pytest.MonkeyPatch) -> None:
     called: list[str] = []
     monkeypatch.setattr(attention, "kernel_attention", lambda *a: called.append("kernel"))
     monkeypatch.setattr(attention, "dequantized_attention", lambda *a: called.append("float"))
+    q, keys, values = _inputs(1, 8)
+    attention.quantized_attention(q, keys, values, 0.125, None, 64, 8)  # a short history
+    assert called == ["float"]
+    monkeypatch.setattr(attention, "SHORT_HISTORY", ROWS * POSITIONS - 1)
     for queries in (1, attention.DEQUANTIZED_FROM - 1, attention.DEQUANTIZED_FROM, 40):
         q, keys, values = _inputs(queries, 8)
         attention.quantized_attention(q, keys, values, 0.125, None, 64, 8)
-    assert called == ["kernel", "kernel", "float", "float"]
+    assert called == ["float", "kernel", "kernel", "float", "float"]
+
+
+@pytest.mark.parametrize("dtype", [mx.float32, mx.float16, mx.bfloat16])
+@pytest.mark.parametrize("bits", [8, 4])
+@pytest.mark.parametrize("group_size", [32, 64, 128])
+def test_dequantized_is_mx_dequantize_bit_for_bit(
+    dtype: mx.Dtype, bits: int, group_size: int
+) -> None:
+    mx.random.seed(bits + group_size)
+    x = (mx.random.normal((2, 3, 40, 128)) * 4).astype(dtype)
+    triple = tuple(mx.quantize(x, group_size, bits))
+    want = mx.dequantize(*triple, group_size=group_size, bits=bits)
+    got = attention.dequantized(triple, group_size, bits)
+    assert got.dtype == want.dtype
+    assert mx.array_equal(got, want).item()
 
 
 def test_install_routes_mlx_lm_attention(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,17 +3,21 @@
 mlx-lm's `models.base.scaled_dot_product_attention` sends a cache with `bits` to the module
 global `quantized_scaled_dot_product_attention`, looked up at each call; `install` puts
 `quantized_attention` there (`quantize_kv` runs it when it gives a model quantized caches).
-It picks one of two ways by the number of queries:
+It picks one of two ways by the number of queries and the history's size:
 
-- fewer than `DEQUANTIZED_FROM` (decode, short verifies): the quantized kernel, scores and
+- few queries over a long history (decode, short verifies): the quantized kernel, scores and
   values through `mx.quantized_matmul` on the packed history; the query heads sharing a KV
   head are one matrix of queries (mlx-lm broadcasts the keys once per query head instead);
-- more (prefill chunks): the layer's history dequantized into a float copy, then mlx's fused
-  `mx.fast.scaled_dot_product_attention`; the copy is one layer's and is freed after.
+- otherwise (prefill chunks, short histories): the layer's history dequantized into a float
+  copy (`dequantized`: bytes of the packed words, bit for bit `mx.dequantize`'s values at a
+  quarter of its time on a CPU), then mlx's fused `mx.fast.scaled_dot_product_attention`; the
+  copy is one layer's and is freed after.
 
-The crossover: on one layer of 2,000 8-bit positions the quantized kernel took 3.2 ms for 1
-query against 5.4 ms dequantized, 95 ms against 27 ms for 53 queries, the float path ahead
-from ~8 queries (benchmarks/README.md, kv_memory_bench).
+The crossover, measured on a 2-core x86 CPU with MKL (8 rows, 9 query heads on 3 KV heads,
+head dim 64, 8 and 4 bits, load ~5): over 1,024 positions the dequantized way took 5 ms for
+1 query against 13 ms, over 4,096 it lost at 1-2 queries (78 against 36 ms) and won from 4
+(115 against 144 ms; 161 against 293 at 8). Float32 KV took 18 ms for 1 query over 4,096:
+on a CPU neither way reaches full precision's decode speed (no fused dequantizing kernel).
 """
 
 from __future__ import annotations
@@ -22,7 +26,8 @@ from typing import Any
 
 import mlx.core as mx
 
-DEQUANTIZED_FROM = 8  # queries per row from which the history is dequantized (see above)
+DEQUANTIZED_FROM = 4  # queries per row from which the history is dequantized (see above)
+SHORT_HISTORY = 8 * 1024  # rows x positions up to which it is dequantized for any query count
 
 Quantized = tuple[mx.array, ...]  # (packed words, scales, biases)
 
@@ -46,7 +51,8 @@ def quantized_attention(
     """softmax(scale * q k^T + mask) v over quantized keys and values, as mlx-lm's function:
     queries (rows, query heads, L, dim), keys/values (rows, KV heads, positions, ...), mask
     None, "causal", booleans or additive, broadcastable to (rows, heads, L, positions)."""
-    if queries.shape[2] >= DEQUANTIZED_FROM:
+    rows, positions = q_keys[0].shape[0], q_keys[0].shape[-2]
+    if queries.shape[2] >= DEQUANTIZED_FROM or rows * positions <= SHORT_HISTORY:
         return dequantized_attention(queries, q_keys, q_values, scale, mask, group_size, bits)
     return kernel_attention(queries, q_keys, q_values, scale, mask, group_size, bits)
 
@@ -62,8 +68,7 @@ def dequantized_attention(
 ) -> mx.array:
     """The fused float kernel over this layer's history dequantized."""
     keys, values = (
-        mx.dequantize(q[0], q[1], q[2], group_size=group_size, bits=bits).astype(queries.dtype)
-        for q in (q_keys, q_values)
+        dequantized(q, group_size, bits).astype(queries.dtype) for q in (q_keys, q_values)
     )
     return mx.fast.scaled_dot_product_attention(queries, keys, values, scale=scale, mask=mask)
 
@@ -111,3 +116,26 @@ def _grouped_mask(mask: Any, kv_heads: int, repeats: int, length: int, keys: int
         return spread.reshape(batch, 1, repeats * length, keys)
     full = mx.broadcast_to(mask, (batch, mask_heads, length, keys))
     return full.reshape(batch, kv_heads, repeats * length, keys)
+
+
+def dequantized(triple: Quantized, group_size: int, bits: int) -> mx.array:
+    """`mx.dequantize`'s values bit for bit (scale * level + bias per group), read from the
+    packed words as bytes: on a CPU `mx.dequantize` took ~4x as long (9.9 ms against 2.3 ms
+    for 8 rows x 2,048 positions of 3 heads x 64)."""
+    words, scales, biases = triple
+    levels = _levels(words, bits).astype(scales.dtype)
+    shape = levels.shape
+    grouped = levels.reshape(*shape[:-1], shape[-1] // group_size, group_size)
+    return (grouped * scales[..., None] + biases[..., None]).reshape(shape)
+
+
+def _levels(words: mx.array, bits: int) -> mx.array:
+    """Packed uint32 words -> each element's level as uint8 (mx.quantize packs little-endian,
+    the first element in the lowest bits)."""
+    as_bytes = words.view(mx.uint8)
+    if bits == 8:
+        return as_bytes
+    if bits != 4:
+        raise ValueError(f"unpacking {bits}-bit KV is not supported")
+    low, high = as_bytes & 15, as_bytes >> 4
+    return mx.stack([low, high], axis=-1).reshape(*as_bytes.shape[:-1], -1)

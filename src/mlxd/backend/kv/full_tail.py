@@ -25,6 +25,7 @@ from typing import Any, cast
 import mlx.core as mx
 from mlx_lm.models.cache import _BaseCache, dynamic_roll
 
+from mlxd.backend.kv.attention import dequantized
 from mlxd.backend.kv.quantized_batch import BatchQuantizedKVCache, Quantized, RowQuantizedKVCache
 
 SPARE = 16  # tail positions beyond N, so rewinds (rejected drafts) keep the window exact
@@ -261,8 +262,7 @@ def _fetch(
         return tail
     parts = []
     for q, exact in zip(quantized, tail, strict=True):
-        words, scales, biases = q
-        full = mx.dequantize(words, scales, biases, group_size=cache.group_size, bits=cache.kv_bits)
+        full = dequantized(q, cache.group_size, cache.kv_bits)
         parts.append(mx.concatenate([full, exact.astype(full.dtype)], axis=2))
     return parts[0], parts[1]
 
