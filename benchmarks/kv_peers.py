@@ -136,6 +136,9 @@ def serve_and_load(
     env = blas_env(isolated_env(work), "mkl", cmd[0], peer=not name.startswith("mlxd"))
     if name.startswith("mlxd"):
         env["PYTHONPATH"] = str(ROOT / "src")
+        # 8 x 4k prefill over 8-bit KV on a loaded CPU can go 120 s (the default) without a
+        # step's end: its watchdog then failed every request (503) at ~5 min under load ~8
+        env.setdefault("MLXD_WATCHDOG_SECONDS", "1800")
     proc = subprocess.Popen(
         cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log
     )
