@@ -408,14 +408,9 @@ def report(args: argparse.Namespace, model: Path, settings: dict[str, Any]) -> d
             entry["quality"] = agreement(full["quality"], s["quality"], args.quality_tokens)
             if "teacher_forced" in s:
                 entry["quality"]["teacher_forced"] = forced_agreement(s["teacher_forced"])
-            if full["decode_tokens_per_s"] and s["decode_tokens_per_s"]:
-                entry["decode_vs_full"] = round(
-                    s["decode_tokens_per_s"] / full["decode_tokens_per_s"], 3
-                )
-            if full.get("batch_decode_tokens_per_s") and s.get("batch_decode_tokens_per_s"):
-                entry["batch_decode_vs_full"] = round(
-                    s["batch_decode_tokens_per_s"] / full["batch_decode_tokens_per_s"], 3
-                )
+            for rate in ("decode_tokens_per_s", "batch_decode_tokens_per_s"):
+                if full.get(rate) and s.get(rate):  # decode_vs_full, batch_decode_vs_full
+                    entry[rate.replace("tokens_per_s", "vs_full")] = round(s[rate] / full[rate], 3)
             entry["conversations_vs_full"] = round(
                 full["kv_bytes_per_conversation"] / s["kv_bytes_per_conversation"], 3
             )
