@@ -49,9 +49,7 @@ class MlxBackend:
             loaded = load_checkpoint(path, trust_remote_code=self.trust_remote_code)
         if loaded.embedder is not None:
             return loaded
-        quantize_kv(
-            loaded.model, self.config.kv_bits, self.config.kv_group_size, self.config.kv_quant_start
-        )
+        self._quantize_kv(loaded.model)
         loaded = with_mtp_head(loaded)  # before the headroom: the head's weights count too
         room = available_memory()
         return replace(
@@ -74,11 +72,13 @@ class MlxBackend:
     def make_runner(self, name: str, model: LoadedModel) -> BatchRunner:
         """A runner for `model`, whose caches have the configured KV precision (backend.kv;
         set again for a model another backend loaded, before the prefix cache probes it)."""
-        quantize_kv(
-            model.model, self.config.kv_bits, self.config.kv_group_size, self.config.kv_quant_start
-        )
+        self._quantize_kv(model.model)
         self.prefix_cache.register(name, model.path, model.model)
         return BatchRunner(model, name, self.prefix_cache, self.config)
+
+    def _quantize_kv(self, model: object) -> None:
+        c = self.config
+        quantize_kv(model, c.kv_bits, c.kv_group_size, c.kv_quant_start, c.kv_key_bits)
 
     def unload(self, name: str) -> None:
         """The engine and the runner let go of model `name`: drop its prefix-cache entries,

@@ -11,6 +11,7 @@ from mlxd.config import (
     ENGINE_DEFAULTS,
     KV_BITS,
     KV_GROUP_SIZES,
+    KV_KEY_BITS,
     parse_duration,
     setting_field,
     values_from_settings,
@@ -43,6 +44,7 @@ class EngineConfig:
     kv_budget_bytes: int = setting_field("kv_budget_bytes")  # 0: from memory left at load
     kv_bits: int = setting_field("kv_bits")  # 0: full precision (backend/kv)
     kv_group_size: int = setting_field("kv_group_size")
+    kv_key_bits: int = setting_field("kv_key_bits")  # 0: as kv_bits; 16: float16 keys
     kv_quant_start: int = setting_field("kv_quant_start")  # recent positions kept exact
     prefix_cache_bytes: int = setting_field("prefix_cache_bytes")
     prefix_cache_dir: str = setting_field("prefix_cache_dir")  # "": no disk tier
@@ -103,6 +105,12 @@ class EngineConfig:
                 f"engine setting kv_bits must be 0 or one of {KV_BITS} and kv_group_size one "
                 f"of {KV_GROUP_SIZES} (got {self.kv_bits}, {self.kv_group_size})",
                 param="kv_bits",
+            )
+        if self.kv_key_bits not in (0, *KV_KEY_BITS):
+            raise InvalidRequest(
+                f"engine setting kv_key_bits must be 0 or one of {KV_KEY_BITS} "
+                f"(got {self.kv_key_bits})",
+                param="kv_key_bits",
             )
         if self.max_tokens_ceiling is not None and self.max_tokens_ceiling < 1:
             self.max_tokens_ceiling = None  # 0 in the settings table means "no ceiling"

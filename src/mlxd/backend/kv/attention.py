@@ -18,6 +18,9 @@ head dim 64, 8 and 4 bits, load ~5): over 1,024 positions the dequantized way to
 1 query against 13 ms, over 4,096 it lost at 1-2 queries (78 against 36 ms) and won from 4
 (115 against 144 ms; 161 against 293 at 8). Float32 KV took 18 ms for 1 query over 4,096:
 on a CPU neither way reaches full precision's decode speed (no fused dequantizing kernel).
+
+Keys may be stored at bits of their own (`--kv-key-bits`): a triple's bits are read from its
+shapes, and keys kept in float16 (a one-array tuple) enter both ways as plain arrays.
 """
 
 from __future__ import annotations
@@ -67,9 +70,7 @@ def dequantized_attention(
     bits: int,
 ) -> mx.array:
     """The fused float kernel over this layer's history dequantized."""
-    keys, values = (
-        dequantized(q, group_size, bits).astype(queries.dtype) for q in (q_keys, q_values)
-    )
+    keys, values = (history(q, group_size).astype(queries.dtype) for q in (q_keys, q_values))
     return mx.fast.scaled_dot_product_attention(queries, keys, values, scale=scale, mask=mask)
 
 
@@ -87,10 +88,15 @@ def kernel_attention(
     kv_heads = q_keys[0].shape[-3]
     repeats = heads // kv_heads
     grouped = (queries * scale).reshape(rows, kv_heads, repeats * length, dim)
-    (k_words, k_scales, k_biases), (v_words, v_scales, v_biases) = q_keys, q_values
-    scores = mx.quantized_matmul(
-        grouped, k_words, k_scales, k_biases, transpose=True, group_size=group_size, bits=bits
-    )
+    v_words, v_scales, v_biases = q_values
+    if len(q_keys) == 1:  # float16 keys
+        scores = grouped @ q_keys[0].astype(grouped.dtype).swapaxes(-1, -2)
+    else:
+        k_words, k_scales, k_biases = q_keys
+        k_bits = stored_bits(q_keys, group_size)
+        scores = mx.quantized_matmul(
+            grouped, k_words, k_scales, k_biases, transpose=True, group_size=group_size, bits=k_bits
+        )
     if mask is not None:
         grouped_mask = _grouped_mask(mask, kv_heads, repeats, length, scores.shape[-1])
         if grouped_mask.dtype == mx.bool_:
@@ -116,6 +122,22 @@ def _grouped_mask(mask: Any, kv_heads: int, repeats: int, length: int, keys: int
         return spread.reshape(batch, 1, repeats * length, keys)
     full = mx.broadcast_to(mask, (batch, mask_heads, length, keys))
     return full.reshape(batch, kv_heads, repeats * length, keys)
+
+
+def stored_bits(stored: Quantized, group_size: int) -> int:
+    """The bits of keys or values as the cache stores them: 16 for one float16 array, else
+    the triple's (32-bit words per group of elements, from the shapes)."""
+    if len(stored) == 1:
+        return 16
+    words, scales = stored[0], stored[1]
+    return int(words.shape[-1] * 32 // (scales.shape[-1] * group_size))
+
+
+def history(stored: Quantized, group_size: int) -> mx.array:
+    """Keys or values as the cache stores them, as one array (dequantized, or the float16)."""
+    if len(stored) == 1:
+        return stored[0]
+    return dequantized(stored, group_size, stored_bits(stored, group_size))
 
 
 def dequantized(triple: Quantized, group_size: int, bits: int) -> mx.array:

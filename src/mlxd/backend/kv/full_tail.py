@@ -25,7 +25,7 @@ from typing import Any, cast
 import mlx.core as mx
 from mlx_lm.models.cache import _BaseCache, dynamic_roll
 
-from mlxd.backend.kv.attention import dequantized
+from mlxd.backend.kv.attention import history
 from mlxd.backend.kv.quantized_batch import BatchQuantizedKVCache, Quantized, RowQuantizedKVCache
 
 SPARE = 16  # tail positions beyond N, so rewinds (rejected drafts) keep the window exact
@@ -35,8 +35,8 @@ Tail = tuple[mx.array, mx.array]  # full-precision keys, values: (rows, heads, T
 class RowFullTailKVCache(_BaseCache):
     """One sequence's cache: a `RowQuantizedKVCache` plus the full-precision tail."""
 
-    def __init__(self, group_size: int, bits: int, recent: int) -> None:
-        self.inner = RowQuantizedKVCache(group_size=group_size, bits=bits)
+    def __init__(self, group_size: int, bits: int, recent: int, key_bits: int = 0) -> None:
+        self.inner = RowQuantizedKVCache(group_size, bits, key_bits)
         self.recent = recent
         self.tail: Tail | None = None  # (1, heads, <= recent + SPARE, dim) each
 
@@ -54,7 +54,7 @@ class RowFullTailKVCache(_BaseCache):
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
         short = _short(self.offset, _held(self.tail), keys.shape[2], self.recent)
-        quantized = self.inner.update_and_fetch(keys, values)  # type: ignore[no-untyped-call]
+        quantized = self.inner.update_and_fetch(keys, values)
         tail = _append(self.tail, keys, values)
         self.tail = _cut(tail, self.recent + SPARE)
         return _fetch(quantized, tail, short, self)
@@ -205,7 +205,8 @@ class BatchFullTailKVCache(_BaseCache):
         self.tail = (mx.concatenate([mine[0], theirs[0]]), mx.concatenate([mine[1], theirs[1]]))
 
     def extract(self, idx: int) -> RowFullTailKVCache:
-        row = RowFullTailKVCache(self.inner.group_size, self.inner.bits, self.recent)
+        inner = self.inner
+        row = RowFullTailKVCache(inner.group_size, inner.bits, self.recent, inner.key_bits)
         row.inner = self.inner.extract(idx)
         if self.tail is not None:
             held, valid = _held(self.tail), int(cast(int, self.valid[idx].item()))
@@ -218,7 +219,9 @@ class BatchFullTailKVCache(_BaseCache):
         """One batch of these rows, left-padded to the longest."""
         first = caches[0]
         rows = [c.inner for c in caches]
-        inner = BatchQuantizedKVCache.merge(rows, first.group_size, first.kv_bits)
+        inner = BatchQuantizedKVCache.merge(
+            rows, first.group_size, first.kv_bits, first.inner.key_bits
+        )
         valid = [_held(c.tail) for c in caches]
         cache = cls(inner, first.recent, valid)
         like = next((c.tail for c in caches if c.tail is not None), None)
@@ -262,7 +265,7 @@ def _fetch(
         return tail
     parts = []
     for q, exact in zip(quantized, tail, strict=True):
-        full = dequantized(q, cache.group_size, cache.kv_bits)
+        full = history(q, cache.group_size)
         parts.append(mx.concatenate([full, exact.astype(full.dtype)], axis=2))
     return parts[0], parts[1]
 

@@ -21,33 +21,35 @@ from mlx_lm.models.cache import KVCache, make_prompt_cache
 from mlxd.backend.kv.attention import install as install_attention
 from mlxd.backend.kv.full_tail import RowFullTailKVCache
 from mlxd.backend.kv.quantized_batch import RowQuantizedKVCache
-from mlxd.config import KV_BITS, KV_GROUP_SIZES
+from mlxd.config import KV_BITS, KV_GROUP_SIZES, KV_KEY_BITS
 from mlxd.errors import InvalidRequest
 
 _PLAIN = "_mlxd_plain_make_cache"  # the model's own cache maker, kept once replaced
 
 
-def quantize_kv(model: Any, bits: int, group_size: int, recent: int = 0) -> None:
+def quantize_kv(model: Any, bits: int, group_size: int, recent: int = 0, key_bits: int = 0) -> None:
     """From now on the model's plain attention layers cache keys and values quantized to
-    `bits` in groups of `group_size`, each sequence's last `recent` positions also in full
-    precision (bits 0: full precision again). Raises InvalidRequest when a layer's head
-    dimension is not a multiple of the group size."""
+    `bits` in groups of `group_size` (the keys to `key_bits` when set, 16: float16), each
+    sequence's last `recent` positions also in full precision (bits 0: full precision
+    again). Raises InvalidRequest when a layer's head dimension is not a multiple of the
+    group size."""
     plain = _plain_maker(model)
     if not bits:
         if _PLAIN in vars(model):
             object.__setattr__(model, "make_cache", plain)
         return
-    if bits not in KV_BITS or group_size not in KV_GROUP_SIZES:
+    if bits not in KV_BITS or group_size not in KV_GROUP_SIZES or key_bits not in (0, *KV_KEY_BITS):
         raise InvalidRequest(
-            f"kv bits must be one of {KV_BITS} and the group size one of {KV_GROUP_SIZES} "
-            f"(got {bits} bits, group {group_size})",
+            f"kv bits must be one of {KV_BITS}, key bits 0 or one of {KV_KEY_BITS} and the "
+            f"group size one of {KV_GROUP_SIZES} (got {bits} bits, keys {key_bits}, group "
+            f"{group_size})",
             param="kv_bits",
         )
     _check_head_dims(model, plain, group_size)
     install_attention()
 
     def make_cache() -> list[Any]:
-        return [_quantized(layer, bits, group_size, recent) for layer in plain()]
+        return [_quantized(layer, bits, group_size, recent, key_bits) for layer in plain()]
 
     object.__setattr__(model, "make_cache", make_cache)
 
@@ -79,12 +81,12 @@ def _plain_maker(model: Any) -> Callable[[], list[Any]]:
     return maker
 
 
-def _quantized(layer: Any, bits: int, group_size: int, recent: int) -> Any:
+def _quantized(layer: Any, bits: int, group_size: int, recent: int, key_bits: int) -> Any:
     if type(layer) is not KVCache:
         return layer
     if recent:
-        return RowFullTailKVCache(group_size, bits, recent)
-    return RowQuantizedKVCache(group_size=group_size, bits=bits)
+        return RowFullTailKVCache(group_size, bits, recent, key_bits)
+    return RowQuantizedKVCache(group_size, bits, key_bits)
 
 
 def _check_head_dims(model: Any, plain: Callable[[], list[Any]], group_size: int) -> None:

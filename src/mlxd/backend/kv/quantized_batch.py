@@ -24,10 +24,20 @@ from mlx_lm.models.base import create_causal_mask
 from mlx_lm.models.cache import KVCache, QuantizedKVCache, _BaseCache, dynamic_roll
 
 Quantized = tuple[mx.array, ...]  # (packed words, scales, biases), axis 2 the positions
+HALF = 16  # key bits that keep keys unquantized in float16: the tuple is that one array
+
+
+def quantized(x: mx.array, group_size: int, bits: int) -> Quantized:
+    """`x` as the cache stores it: `mx.quantize`'s triple, or at HALF bits (x in float16,)."""
+    if bits == HALF:
+        return (x.astype(mx.float16),)
+    return tuple(mx.quantize(x, group_size=group_size, bits=bits))
 
 
 class RowQuantizedKVCache(QuantizedKVCache):
-    """One sequence's quantized KV cache, which a batch can be built from (`merge`)."""
+    """One sequence's quantized KV cache, which a batch can be built from (`merge`). Its keys
+    may have bits of their own (`key_bits`, HALF: float16), so it writes as the batch does
+    rather than as mlx-lm's QuantizedKVCache (one `bits` for both)."""
 
     keys: Any  # Quantized | None, as mlx-lm's QuantizedKVCache sets them
     values: Any
@@ -35,13 +45,53 @@ class RowQuantizedKVCache(QuantizedKVCache):
     group_size: int
     bits: int
 
+    def __init__(self, group_size: int = 64, bits: int = 8, key_bits: int = 0) -> None:
+        super().__init__(group_size=group_size, bits=bits)
+        self.key_bits = key_bits or bits
+
+    def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[Quantized, Quantized]:
+        prev, new = self.offset, keys.shape[2]
+        fresh = (
+            quantized(keys, self.group_size, self.key_bits),
+            quantized(values, self.group_size, self.bits),
+        )
+        if self.keys is None or prev + new > self.keys[0].shape[2]:
+            room = (self.step + new - 1) // self.step * self.step
+            rows, heads = keys.shape[0], keys.shape[1]
+            held = (self.keys, self.values)
+            self.keys, self.values = (
+                _zeros_like(part, rows, heads, room)
+                if arrays is None
+                else tuple(
+                    mx.concatenate([a[..., :prev, :], z], axis=2)
+                    for a, z in zip(arrays, _zeros_like(part, rows, heads, room), strict=True)
+                )
+                for arrays, part in zip(held, fresh, strict=True)
+            )
+        for buffers, part in zip((self.keys, self.values), fresh, strict=True):
+            for buffer, written in zip(buffers, part, strict=True):
+                buffer[..., prev : prev + new, :] = written
+        self.offset = prev + new
+        return tuple(a[..., : self.offset, :] for a in self.keys), tuple(
+            a[..., : self.offset, :] for a in self.values
+        )
+
+    @property
+    def state(self) -> tuple[Any, ...]:
+        return self.keys, self.values, self.offset, self.group_size, self.bits, self.key_bits
+
+    @state.setter
+    def state(self, v: tuple[Any, ...]) -> None:
+        self.keys, self.values, self.offset, self.group_size, self.bits = v[:5]
+        self.key_bits = v[5] if len(v) > 5 else self.bits
+
     def size(self) -> int:
         return int(self.offset)
 
     @classmethod
     def merge(cls, caches: list[Any]) -> BatchQuantizedKVCache:
         first = caches[0]
-        return BatchQuantizedKVCache.merge(caches, first.group_size, first.bits)
+        return BatchQuantizedKVCache.merge(caches, first.group_size, first.bits, first.key_bits)
 
 
 class BatchQuantizedKVCache(_BaseCache):
@@ -49,7 +99,9 @@ class BatchQuantizedKVCache(_BaseCache):
 
     step = 256
 
-    def __init__(self, left_padding: list[int], group_size: int, bits: int) -> None:
+    def __init__(
+        self, left_padding: list[int], group_size: int, bits: int, key_bits: int = 0
+    ) -> None:
         self.keys: Quantized | None = None
         self.values: Quantized | None = None
         self.left_padding = mx.array(left_padding)
@@ -57,7 +109,8 @@ class BatchQuantizedKVCache(_BaseCache):
         self._idx = 0
         self._right_padding: mx.array | None = None
         self.group_size = group_size
-        self.bits = bits
+        self.bits = bits  # the values'; mlx-lm's attention passes it (the keys' is their shape)
+        self.key_bits = key_bits or bits
 
     def update_and_fetch(self, keys: mx.array, values: mx.array) -> tuple[Quantized, Quantized]:
         """Quantize and write `keys`/`values` (rows, heads, new positions, dim) at the write
@@ -66,22 +119,25 @@ class BatchQuantizedKVCache(_BaseCache):
         if self.keys is None or self.values is None or prev + new > self.keys[0].shape[2]:
             self._grow(keys, values, prev + new)
         assert self.keys is not None and self.values is not None
-        for buffers, fresh in ((self.keys, keys), (self.values, values)):
-            for buffer, part in zip(buffers, self._quantize(fresh), strict=True):
+        for buffers, fresh, bits in (
+            (self.keys, keys, self.key_bits),
+            (self.values, values, self.bits),
+        ):
+            for buffer, part in zip(buffers, quantized(fresh, self.group_size, bits), strict=True):
                 buffer[..., prev : prev + new, :] = part
         self.offset = self.offset + new
         self._idx = prev + new
         return self.keys_and_values()
 
-    def _quantize(self, x: mx.array) -> Quantized:
-        return tuple(mx.quantize(x, group_size=self.group_size, bits=self.bits))
-
     def _grow(self, keys: mx.array, values: mx.array, needed: int) -> None:
         """Room for `needed` positions, in whole steps (as BatchKVCache grows)."""
         rows, heads = keys.shape[0], keys.shape[1]
         steps = (needed - self._idx + self.step - 1) // self.step * self.step
-        fresh_k = _zeros_like(self._quantize(keys[:, :, :1]), rows, heads, steps)
-        fresh_v = _zeros_like(self._quantize(values[:, :, :1]), rows, heads, steps)
+        one_k = quantized(keys[:, :, :1], self.group_size, self.key_bits)
+        fresh_k = _zeros_like(one_k, rows, heads, steps)
+        fresh_v = _zeros_like(
+            quantized(values[:, :, :1], self.group_size, self.bits), rows, heads, steps
+        )
         if self.keys is None or self.values is None:
             self.keys, self.values = fresh_k, fresh_v
             return
@@ -197,7 +253,7 @@ class BatchQuantizedKVCache(_BaseCache):
 
     def extract(self, idx: int) -> RowQuantizedKVCache:
         """Row `idx` alone, without its padding (its own buffers)."""
-        row = RowQuantizedKVCache(group_size=self.group_size, bits=self.bits)
+        row = RowQuantizedKVCache(self.group_size, self.bits, self.key_bits)
         if self.keys is None or self.values is None:
             return row
         pad = cast(int, self.left_padding[idx].item())
@@ -208,14 +264,17 @@ class BatchQuantizedKVCache(_BaseCache):
         return row
 
     @classmethod
-    def merge(cls, caches: list[Any], group_size: int, bits: int) -> BatchQuantizedKVCache:
+    def merge(
+        cls, caches: list[Any], group_size: int, bits: int, key_bits: int = 0
+    ) -> BatchQuantizedKVCache:
         """One batch of these single-sequence caches, left-padded to the longest (a full
         precision `KVCache` among them is quantized first)."""
-        rows = [_as_quantized(c, group_size, bits) for c in caches]
+        key_bits = key_bits or bits
+        rows = [_as_quantized(c, group_size, bits, key_bits) for c in caches]
         lengths = [int(c.offset) for c in rows]
         longest = max(lengths, default=0)
         padding = [longest - n for n in lengths]
-        cache = cls(padding, group_size, bits)
+        cache = cls(padding, group_size, bits, key_bits)
         filled = [c for c in rows if c.keys is not None]
         if longest == 0 or not filled:
             return cache
@@ -275,10 +334,12 @@ def _aligned(
     return out[0], out[1]
 
 
-def _as_quantized(cache: Any, group_size: int, bits: int) -> Any:
+def _as_quantized(cache: Any, group_size: int, bits: int, key_bits: int) -> Any:
     if isinstance(cache, KVCache):
-        quantized = cache.to_quantized(group_size=group_size, bits=bits)
-        row = RowQuantizedKVCache(group_size=group_size, bits=bits)
-        row.keys, row.values, row.offset = quantized.keys, quantized.values, quantized.offset
+        row = RowQuantizedKVCache(group_size, bits, key_bits)
+        if cache.keys is not None and cache.values is not None:
+            row.update_and_fetch(
+                cache.keys[..., : cache.offset, :], cache.values[..., : cache.offset, :]
+            )
         return row
     return cache

@@ -34,7 +34,14 @@ _CLASSES: dict[str, Any] = {
 _CLASSES["RowQuantizedKVCache"] = RowQuantizedKVCache  # quantized KV (backend.kv)
 CACHE_CLASSES = frozenset(_CLASSES)  # the layer classes a snapshot file may name
 _UNTIMED = frozenset({"ArraysCache"})  # recurrent states: no token axis, fixed sizes
-_FIXED = ("keep", "max_size", "group_size", "bits", "chunk_size")  # set by the model's config
+_FIXED = (
+    "keep",
+    "max_size",
+    "group_size",
+    "bits",
+    "key_bits",
+    "chunk_size",
+)  # set by the model's config
 _KINDS = {int: "scalar", float: "scalar", bool: "scalar", type(None): "none"}
 
 

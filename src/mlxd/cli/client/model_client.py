@@ -106,6 +106,7 @@ SERVER_SIDE_FLAGS = (
     ("--trust-remote-code", "trust_remote_code", "--trust-remote-code"),
     ("--kv-bits", "kv_bits", "--kv-bits"),
     ("--kv-group-size", "kv_group_size", "--kv-group-size"),
+    ("--kv-key-bits", "kv_key_bits", "--kv-key-bits"),
     ("--kv-quant-start", "kv_quant_start", "--kv-quant-start"),
 )
 
