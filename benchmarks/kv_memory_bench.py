@@ -1,5 +1,6 @@
 """Quantized KV (`--kv-bits`, `--kv-quant-start`) against full precision, in process, one
-engine per setting (`--bits 0,8,4,4@32`: BITS@N keeps the last N positions exact): KV
+engine per setting (`--bits 0,8,4,4@32,8k16`: BITS@N keeps the last N positions exact,
+BITSkK stores keys at K bits, 16: float16, `--kv-key-bits`): KV
 bytes per context token, peak RSS at --conversations conversations of --context tokens (they
 share all but their last 64 prompt tokens, prefilled once: each row still holds its own KV),
 how many such conversations fit a fixed KV budget, decode tokens/s at that batch, and greedy
@@ -62,7 +63,8 @@ def main() -> None:
     ap.add_argument(
         "--bits",
         default="0,8,4,4@32",
-        help="settings to compare: BITS or BITS@N (--kv-quant-start N); 0 is full precision",
+        help="settings to compare: BITS, BITS@N (--kv-quant-start N), BITSkK (--kv-key-bits K) "
+        "or BITSkK@N; 0 is full precision",
     )
     ap.add_argument("--kv-group-size", type=int, default=64)
     ap.add_argument("--conversations", type=int, default=8)
@@ -105,10 +107,11 @@ def main() -> None:
     emit(out)
 
 
-def parse_setting(setting: str) -> tuple[int, int]:
-    """ "8@256" -> (8 bits, quant start 256); "8" -> (8, 0)."""
-    bits, _, start = setting.partition("@")
-    return int(bits), int(start or 0)
+def parse_setting(setting: str) -> tuple[int, int, int]:
+    """ "8@256" -> (8 bits, quant start 256, key bits 0); "8k16" -> (8, 0, 16); "8" -> (8, 0, 0)."""
+    head, _, start = setting.partition("@")
+    bits, _, key_bits = head.partition("k")
+    return int(bits), int(start or 0), int(key_bits or 0)
 
 
 def generated(kind: str) -> Path:
@@ -141,7 +144,7 @@ def child(
 def run_setting(args: argparse.Namespace, setting: str) -> dict[str, Any]:
     """One child: every measurement of one --kv-bits (@ --kv-quant-start) setting."""
     fast_blas()
-    bits, start = parse_setting(setting)
+    bits, start, key_bits = parse_setting(setting)
     from mlxd.engine import Engine, EngineConfig
 
     steps: list[tuple[float, bool]] = []  # each engine step's start, and whether it was
@@ -153,7 +156,8 @@ def run_setting(args: argparse.Namespace, setting: str) -> dict[str, Any]:
 
     config = EngineConfig.from_settings(
         max_batch=max(8, args.conversations, args.quality_prompts), kv_bits=bits,
-        kv_group_size=args.kv_group_size, kv_quant_start=start, prefix_cache_bytes=4 << 30,
+        kv_group_size=args.kv_group_size, kv_quant_start=start, kv_key_bits=key_bits,
+        prefix_cache_bytes=4 << 30,
         stream_interval_s=0.0, kv_budget_bytes=1 << 40, fault_hook=on_step,
         watchdog_seconds=3600.0,  # one 8-row prefill step can take minutes on a loaded CPU
     )  # fmt: skip
@@ -166,6 +170,7 @@ def run_setting(args: argparse.Namespace, setting: str) -> dict[str, Any]:
         out: dict[str, Any] = {
             "kv_bits": bits,
             "kv_quant_start": start,
+            "kv_key_bits": key_bits or bits,
             "context_tokens": args.context,
             "kv_bytes_per_token": info.kv.bytes_per_token,
             "kv_bytes_per_conversation": info.kv.bytes_for(args.context + args.decode_tokens),
@@ -185,7 +190,7 @@ def run_setting(args: argparse.Namespace, setting: str) -> dict[str, Any]:
     if args.teacher is not None:
         began = time.perf_counter()
         full = json.loads(args.teacher.read_text())
-        out["teacher_forced"] = teacher_forced(args, bits, start, full)
+        out["teacher_forced"] = teacher_forced(args, (bits, start, key_bits), full)
         seconds["teacher_forced"] = round(time.perf_counter() - began, 1)
     out["seconds"] = seconds
     return out
@@ -285,7 +290,7 @@ def greedy_answers(engine: Any, info: Any, args: argparse.Namespace) -> list[dic
 
 
 def teacher_forced(
-    args: argparse.Namespace, bits: int, start: int, full: list[dict[str, Any]]
+    args: argparse.Namespace, setting: tuple[int, int, int], full: list[dict[str, Any]]
 ) -> list[list[bool]]:
     """Per prompt and answer position: whether this setting's top-1 token, given full
     precision's own prompt and answer so far, is full precision's. One forward pass over
@@ -299,7 +304,8 @@ def teacher_forced(
     from mlxd.backend.loader import load_checkpoint
 
     model = load_checkpoint(args.model).model
-    quantize_kv(model, bits, args.kv_group_size, start)
+    bits, start, key_bits = setting
+    quantize_kv(model, bits, args.kv_group_size, start, key_bits)
     out = []
     for answer in full:
         prompt, tokens = answer["prompt"], answer["tokens"][: args.quality_tokens]

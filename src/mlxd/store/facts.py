@@ -156,7 +156,8 @@ def eos_tokens(
     return list(dict.fromkeys(out))
 
 
-_KV_SETTINGS = (("full", 0), ("8-bit", 8), ("4-bit", 4))  # `mlxd show`'s --kv-bits columns
+# `mlxd show`'s columns: label, --kv-bits, --kv-key-bits (16: float16 keys; 0: as --kv-bits)
+_KV_SETTINGS = (("full", 0, 0), ("8-bit", 8, 0), ("4-bit", 4, 0), ("8-bit, 16-bit keys", 8, 16))
 
 
 def kv_bytes_per_token(config: dict[str, Any], dtype_name: str | None) -> dict[str, int] | None:
@@ -173,16 +174,24 @@ def kv_bytes_per_token(config: dict[str, Any], dtype_name: str | None) -> dict[s
     if not isinstance(kv_heads, int) or not isinstance(head_dim, int) or head_dim <= 0:
         return None
     width = 4 if dtype_name == "float32" else 2
-    rows = 2 * _attention_layers(text, layers) * kv_heads
+    rows = _attention_layers(text, layers) * kv_heads  # each of keys and values
     out = {}
-    for label, bits in _KV_SETTINGS:
+    for label, bits, key_bits in _KV_SETTINGS:
         if bits and head_dim % 64:
             continue  # groups of 64 do not split its heads: --kv-bits refuses it
-        per_head = (
-            head_dim * width if not bits else head_dim * bits // 8 + head_dim // 64 * 2 * width
-        )
-        out[label] = rows * per_head
+        keys, values = (_head_bytes(head_dim, width, b) for b in (key_bits or bits, bits))
+        out[label] = rows * (keys + values)
     return out
+
+
+def _head_bytes(head_dim: int, width: int, bits: int) -> int:
+    """One head's keys or values of one token: full precision (0), float16 (16), or packed
+    levels plus a scale and a bias per group of 64 in the model's dtype."""
+    if not bits:
+        return head_dim * width
+    if bits == 16:
+        return head_dim * 2
+    return head_dim * bits // 8 + head_dim // 64 * 2 * width
 
 
 def _attention_layers(text: dict[str, Any], layers: int) -> int:

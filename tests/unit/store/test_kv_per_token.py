@@ -12,9 +12,11 @@ def test_dense_attention_at_each_setting() -> None:
     # scale and bias per 64 values (what the engine measures on the same checkpoint)
     assert kv_bytes_per_token(config, "float32") == {
         "full": 16 * 256, "8-bit": 16 * 72, "4-bit": 16 * 40,
+        "8-bit, 16-bit keys": 8 * 128 + 8 * 72,
     }  # fmt: skip
     assert kv_bytes_per_token(config, "bfloat16") == {
         "full": 16 * 128, "8-bit": 16 * 68, "4-bit": 16 * 36,
+        "8-bit, 16-bit keys": 8 * 128 + 8 * 68,
     }  # fmt: skip
 
 
