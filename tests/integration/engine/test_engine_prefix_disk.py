@@ -126,3 +126,31 @@ def test_the_directory_stays_within_its_budget(
         turns(engine, info, [f"Conversation {i}. {USERS[i % 3]}"])
         assert sum(p.stat().st_size for p in files(tmp_path / "cache")) <= budget
     assert files(tmp_path / "cache")
+
+
+@pytest.mark.parametrize("key_bits", [0, 16], ids=["8", "k16v8"])
+def test_quantized_snapshots_survive_a_restart(
+    make_engine: EngineFactory, checkpoints_dir: Path, tmp_path: Path, key_bits: int
+) -> None:
+    """--kv-bits 8 (keys at 8 bits, or float16 with --kv-key-bits 16): the files hold the
+    quantized cache, a restarted engine under the same setting answers from them as a cold
+    one does, and one under the other key setting never uses them."""
+    model = checkpoints_dir / "kv-chat"
+    if not model.exists():
+        make_checkpoint(model, "chat", size="medium")  # head dimension 64
+    kv = dict(kv_bits=8, kv_key_bits=key_bits)
+    first = make_engine(prefix_cache_dir=str(tmp_path), **kv)
+    history = turns(first, first.load_model(model), USERS[:2])
+    first.close()
+    assert files(tmp_path)
+
+    messages = [*history, {"role": "user", "content": USERS[2]}]
+    again = make_engine(prefix_cache_dir=str(tmp_path), **kv)
+    content, usage = ask(again, again.load_model(model), messages)
+    again.close()
+    cold = make_engine(prefix_cache_bytes=0, **kv)
+    cold_content, _ = ask(cold, cold.load_model(model), messages)
+    assert content == cold_content and usage.cached_tokens > 0
+
+    other = make_engine(prefix_cache_dir=str(tmp_path), kv_bits=8, kv_key_bits=16 - key_bits)
+    assert ask(other, other.load_model(model), messages)[1].cached_tokens == 0
