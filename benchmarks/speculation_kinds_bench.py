@@ -17,7 +17,9 @@ weights, built here):
   back every step: mlx_lm/recurrent_rollback.py); `hybrid_dflash`: the same target with a
   random DFlash drafter (a model carries one draft: a draft model or a DFlash drafter).
 
-Per pair and batch size, waves of `batch` random prompts (greedy) after untimed warm-ups:
+Per pair and batch size, waves of `batch` random prompts (greedy) after untimed warm-ups
+(`--warmup` waves of every variant: the policy's first measurements at a batch width, which
+a server makes once, are not what it costs after):
 `plain_spec_engine` (no speculation asked, on the engine that speculates: what its
 speculative step costs a row that never drafts), each kind as the drafting policy runs it by
 default, and `<kind>_every` (every draft verified, the policy's costs forced flat: what the
@@ -118,6 +120,10 @@ def bench_batch(
     for kind, every in (variants["plain_spec_engine"], (kinds[0], True)):
         with every_draft_verified(every):
             wave(engine, info, prompts, SamplingParams(draft_kind=kind, **base))
+    for _ in range(args.warmup):  # the policy measures each kind's step costs at this width
+        for kind, every in variants.values():
+            with every_draft_verified(every):
+                wave(engine, info, prompts, SamplingParams(draft_kind=kind, **base))
     plain_out, _, before = wave(baseline, info, prompts, plain)
     ratios: dict[str, list[float]] = {name: [] for name in variants}
     seconds: dict[str, list[float]] = {name: [] for name in variants}
@@ -250,6 +256,7 @@ def main() -> None:
     parser.add_argument("--batches", default="1,4,8", help="batch sizes, comma-separated")
     parser.add_argument("--tokens", type=int, default=64, help="tokens per request")
     parser.add_argument("--rounds", type=int, default=3, help="waves per variant")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed waves per variant")
     parser.add_argument("--pairs", default="", help="pairs to run, comma-separated (all)")
     parser.add_argument("--k", type=int, default=3, help="draft tokens per step (K)")
     parser.add_argument("--size", default="small", help="the hybrid target's size")
@@ -258,6 +265,7 @@ def main() -> None:
     batches = [int(b) for b in args.batches.split(",")]
     work = scratch("spec-kinds-")
     report: dict[str, Any] = {"k": args.k, "tokens": args.tokens, "rounds": args.rounds}
+    report["warmup"] = args.warmup
     report["load_average"], report["pairs"] = [round(x, 2) for x in os.getloadavg()], {}
     try:
         chosen = set(args.pairs.split(",")) if args.pairs else None

@@ -35,6 +35,7 @@ def test_a_row_whose_drafts_are_rejected_stops_drafting_when_width_costs(
         return [wrong] * k
 
     monkeypatch.setattr(NgramIndex, "propose", propose)
+    monkeypatch.setattr(NgramIndex, "may_propose", lambda self, tokens: True)
     monkeypatch.setattr(StepCosts, "ratio", lambda self, rows, width, kinds="": 1.0 + slope * width)
     monkeypatch.setattr(StepCosts, "needs_plain", lambda self, rows: False)
     plain, _ = _run(engine, info, draft=False)

@@ -63,7 +63,7 @@ class RowDrafter(Primer, Protocol):
 
     def started(self, rows: int, width: int, at: float | None = None) -> None: ...
 
-    def parks(self, uids: list[int], room: list[int]) -> bool: ...
+    def parks(self, uids: list[int], room: list[int], contexts: list[list[int]]) -> bool: ...
 
     def observe(self, uids: list[int], hidden: object, kept: list[int]) -> None: ...
 
@@ -166,7 +166,7 @@ class SpeculativeGenerationBatch(BatchedGenerationBatch):
         room = [m - n - 1 for m, n in zip(self.max_tokens, self._num_tokens, strict=True)]
         uids, last = list(self.uids), []
         drafts: list[list[int]] = [[] for _ in uids]
-        if self._mlxd_drafter.parks(uids, room):  # plain whatever is drafted: do not read
+        if self._mlxd_drafter.parks(uids, room, self.tokens):  # plain: do not read its tokens
             began = time.perf_counter()
         else:
             mx.eval(self._next_tokens)

@@ -42,9 +42,12 @@ PRIOR_SLOPE = 0.1
 REFRESH = 64
 VERIFY_REFRESH = 16
 # A verify re-measurement that does not find verifying cheaper (by more than AGREE) doubles
-# the wait before the next, up to VERIFY_REFRESH_MAX: each costs a wide step where verifying
-# loses, and only a cheaper verify could change the choice.
+# the wait before the next, up to VERIFY_REFRESH_MAX, or up to PROBE_STEPS times what one
+# costs beyond a plain step where that is more: each costs a wide step where verifying
+# loses (on a small model far more than a plain step: its drafting and syncs), and only a
+# cheaper verify could change the choice. So re-measuring costs ~1% of steps at most.
 VERIFY_REFRESH_MAX = 256
+PROBE_STEPS = 100
 AGREE = 0.25
 # Acceptance: a prior of PRIOR_P worth PRIOR_WEIGHT drafted positions; older evidence decays
 # by DECAY per verified draft, and by IDLE_DECAY per step a row's draft is not verified.
@@ -86,8 +89,7 @@ class Acceptance:
 
     def expected(self, k: int) -> float:
         """Expected accepted tokens of a k-token draft."""
-        p = self.p
-        return sum(p**j for j in range(1, k + 1))
+        return _expected(self.p, k)
 
 
 @dataclass(slots=True)
@@ -107,14 +109,21 @@ class _Measured:
         time is known only after the next step's choice: one step re-measures, not two)."""
         return self.since >= self.wait and not self.probing
 
-    def verified(self, seconds: float) -> None:
-        """A verify sample: a re-measurement not markedly cheaper waits longer for the next."""
+    def verified(self, seconds: float, upper: bool = False, cap: int = VERIFY_REFRESH_MAX) -> None:
+        """A verify sample: a re-measurement not markedly cheaper waits longer for the next,
+        up to `cap` steps. `upper`: the step also did other work (new rows' priming, a
+        prefill, its shape's first kernels), so `seconds` bounds the cost from above: taken
+        only where it shows verifying markedly cheaper than estimated, else it counts as a
+        re-measurement that found it no cheaper, without moving the estimate."""
         old = self.seconds
         due = self.since >= self.wait
-        self.seconds, self.since = _ewma(old, seconds), 0
+        dearer = old is not None and seconds >= (1 - AGREE) * old
+        if not upper or (old is not None and not dearer):
+            self.seconds = _ewma(old, seconds)
+        self.since = 0
         if old is not None and due:
-            dearer = seconds >= (1 - AGREE) * old
-            self.wait = min(2 * self.wait, VERIFY_REFRESH_MAX) if dearer else VERIFY_REFRESH
+            longest = max(cap, VERIFY_REFRESH_MAX)
+            self.wait = min(2 * self.wait, longest) if dearer else VERIFY_REFRESH
 
 
 Shape = tuple[int, int, str]  # rows, width, drafters (StepCosts.started)
@@ -128,20 +137,22 @@ class StepCosts:
     def __init__(self) -> None:
         self._plain: dict[int, _Measured] = {}  # rows -> a plain step's seconds
         self._extra: dict[tuple[int, str], _Measured] = {}  # what a verified position adds
-        self._last: tuple[Shape, float] | None = None  # the last step's shape and start
-        self._seen: set[Shape] = set()  # shapes that ran once unmeasured
+        # The last step's shape, start, and whether it did more than its shape's work.
+        self._last: tuple[Shape, float, bool] | None = None
+        self._seen: set[Shape] = set()  # shapes that ran once (the first builds kernels)
 
     def started(self, rows: int, width: int, at: float, kinds: str = "") -> None:
         """A step of this shape starts at `at` (perf_counter): the previous step took from its
         own start to now, the work around it included (mlx-lm runs a plain step's forward
         behind the engine's per-step work, a verify step before it)."""
         last = self._last
-        if last is not None and last[0] in self._seen:
-            self.observe(*last[0][:2], at - last[1], kinds=last[0][2])
-        elif last is not None:  # a shape's first forward also builds its kernels
+        if last is not None:  # a shape's first forward also builds its kernels
+            (last_rows, last_width, asked), began, spoilt = last
+            upper = spoilt or last[0] not in self._seen
             self._seen.add(last[0])
+            self.observe(last_rows, last_width, at - began, kinds=asked, upper=upper)
         shape = (rows, width, kinds if width else "")
-        self._last = (shape, at)
+        self._last = (shape, at, False)
         self._plain.setdefault(rows, _Measured()).since += 1
         for (count, offered), extra in self._extra.items():
             mine = count == rows and offered == kinds
@@ -149,18 +160,26 @@ class StepCosts:
             extra.probing = mine and width > 0 and extra.since >= extra.wait
 
     def spoil(self) -> None:
-        """The step just started also did other work (a prefill): it is not a sample."""
-        self._last = None
+        """The step just started also did other work (a prefill, new rows' priming): its time
+        bounds its shape's cost from above (_Measured.verified)."""
+        if self._last is not None:
+            self._last = (self._last[0], self._last[1], True)
 
-    def observe(self, rows: int, width: int, seconds: float, kinds: str = "") -> None:
+    def observe(
+        self, rows: int, width: int, seconds: float, kinds: str = "", upper: bool = False
+    ) -> None:
+        """A step of this shape took `seconds`; `upper`: at most (spoil)."""
         plain = self._plain.setdefault(rows, _Measured())
-        if width == 0:
+        if width == 0 and not upper:
             plain.seconds, plain.since = _ewma(plain.seconds, seconds), 0
-        elif plain.seconds is not None:
+        elif width and plain.seconds is not None:
             extra = self._extra.setdefault((rows, kinds), _Measured())
-            extra.verified(max(seconds - plain.seconds, 0.0) / width)
-            if seconds < (1 - AGREE) * plain.seconds:  # a wider forward is never markedly
-                plain.since = REFRESH  # cheaper: stalls inflated the plain estimate; re-measure
+            cap = round(PROBE_STEPS * (seconds / plain.seconds - 1))
+            extra.verified(max(seconds - plain.seconds, 0.0) / width, upper, cap)
+            if not upper and seconds < (1 - AGREE) * plain.seconds:
+                # A wider forward is never markedly cheaper: stalls inflated the plain
+                # estimate. Measure it again.
+                plain.since = REFRESH
 
     def needs_plain(self, rows: int) -> bool:
         """The plain step over `rows` rows is unmeasured or due for a new measurement."""
@@ -209,10 +228,21 @@ class DraftPolicy:
         step would ask (StepCosts)."""
         if not offers or most <= 0 or (least == 0 and self.costs.needs_plain(rows)):
             return least
-        best, best_score = least, self._score(rows, offers, least, kinds)
+        # Runs every step a row offers (parked ones too), so it is kept cheap: r(w) is
+        # 1 + slope * w and a row gains fewer than w tokens at width w, so where a position
+        # costs every row's step 1/rows of a plain step or more no width beats plain.
+        if least == 0 and rows * (self.costs.ratio(rows, 1, kinds) - 1.0) >= len(offers):
+            return 1 if self._probes(rows, offers, kinds) else 0
+        odds = [(acc.p, length) for acc, length in offers]  # each row's p once
+        best, best_score = least, self._score(rows, odds, least, kinds)
         for w in range(least + 1, most + 1):
-            score = self._score(rows, offers, w, kinds)
-            if score > best_score and self._none_slowed(rows, offers, w, kinds):
+            ratio = self.costs.ratio(rows, w, kinds)
+            gains = [_expected(p, min(length, w)) for p, length in odds]
+            score = (rows + sum(gains)) / ratio
+            # No drafting row may expect less than a token per plain step's time at this
+            # width: a batch that nothing refills ends with its slowest rows, which a width
+            # paid for by the other rows' good drafts would slow.
+            if score > best_score and all(1 + gain >= ratio for gain in gains):
                 best, best_score = w, score
         return 1 if best == 0 and self._probes(rows, offers, kinds) else best
 
@@ -226,20 +256,9 @@ class DraftPolicy:
         tokens = rows + untried + sum(acc.expected(1) for acc, _ in offers if acc.tried)
         return tokens > rows * self.costs.ratio(rows, 1, kinds)
 
-    def _none_slowed(
-        self, rows: int, offers: list[tuple[Acceptance, int]], width: int, kinds: str
-    ) -> bool:
-        """Every drafting row expects at least a token per plain step's time at this width:
-        a batch that nothing refills ends with its slowest rows, which a width paid for by
-        the other rows' good drafts would slow."""
-        ratio = self.costs.ratio(rows, width, kinds)
-        return all(1 + acc.expected(min(length, width)) >= ratio for acc, length in offers)
-
-    def _score(
-        self, rows: int, offers: list[tuple[Acceptance, int]], width: int, kinds: str
-    ) -> float:
+    def _score(self, rows: int, odds: list[tuple[float, int]], width: int, kinds: str) -> float:
         """Expected tokens per plain step's time of a step of this width."""
-        tokens = rows + sum(acc.expected(min(length, width)) for acc, length in offers)
+        tokens = rows + sum(_expected(p, min(length, width)) for p, length in odds)
         return tokens / self.costs.ratio(rows, width, kinds)
 
 
@@ -249,6 +268,13 @@ def draft_policy_every() -> bool:
     if mode not in ("measured", "every"):
         raise ValueError(f"MLXD_DRAFT_POLICY must be 'measured' or 'every', not {mode!r}")
     return mode == "every"
+
+
+def _expected(p: float, k: int) -> float:
+    """p + p^2 + ... + p^k: the expected accepted tokens of a k-token draft."""
+    if k <= 0:
+        return 0.0
+    return float(k) if p >= 1.0 else p * (1.0 - p**k) / (1.0 - p)
 
 
 def _ewma(old: float | None, new: float) -> float:

@@ -33,13 +33,27 @@ MIN_NGRAM = 2
 
 class NgramIndex:
     """Prompt lookup for one sequence: for each n-gram (MIN..MAX_NGRAM tokens) of the text
-    seen so far, where its latest occurrence ends. Indexed incrementally as tokens arrive."""
+    seen so far, where its latest occurrence ends. Indexed incrementally as tokens arrive.
+    `_heads` holds each indexed n-gram's first n-1 tokens: whether a draft is possible at all
+    is known from the tokens before the current one (`may_propose`), which are on the host
+    while the current one is still being computed."""
 
-    __slots__ = ("_ends", "_seen")
+    __slots__ = ("_ends", "_heads", "_seen")
 
     def __init__(self) -> None:
         self._ends: dict[tuple[int, ...], int] = {}
+        self._heads: set[tuple[int, ...]] = set()
         self._seen = 0
+
+    def may_propose(self, tokens: list[int]) -> bool:
+        """Whether `propose(tokens, last, k)` can return a draft for some `last`: an indexed
+        n-gram starts with the last n-1 of `tokens`. False means it returns none, exactly."""
+        self._index(tokens)
+        heads = self._heads
+        for n in range(MIN_NGRAM, min(MAX_NGRAM, len(tokens)) + 1):
+            if tuple(tokens[len(tokens) - n + 1 :]) in heads:
+                return True
+        return False
 
     def propose(self, tokens: list[int], last: int, k: int) -> list[int]:
         """Up to `k` tokens following the latest earlier match of the end of tokens + [last]
@@ -57,10 +71,12 @@ class NgramIndex:
         return []
 
     def _index(self, tokens: list[int]) -> None:
-        ends = self._ends
+        ends, heads = self._ends, self._heads
         for end in range(max(self._seen, 1), len(tokens) + 1):
             for n in range(MIN_NGRAM, min(MAX_NGRAM, end) + 1):
-                ends[tuple(tokens[end - n : end])] = end
+                gram = tuple(tokens[end - n : end])
+                ends[gram] = end
+                heads.add(gram[:-1])
         self._seen = len(tokens)
 
 
@@ -104,6 +120,7 @@ class Drafts:
     rows: dict[int, _Row] = field(default_factory=dict)
     counts: dict[int, DraftCount] = field(default_factory=dict)  # since the last take_counts
     parked: int = 0  # steps where rows offered drafts and the policy verified none
+    parking: bool = False  # the last step where rows offered drafts verified none
     pooled: dict[DraftKind, Acceptance] = field(default_factory=dict)  # every row's, by kind
     _kinds: str = ""  # the drafters the step being chosen asks (StepCosts measures per set)
 
@@ -148,7 +165,12 @@ class Drafts:
     ) -> HeadState | DflashState | None:
         """Row `uid`'s MTP head state (or DFlash drafter state, for a row of that kind) over
         the first `tokens` positions, if it has one; `ended`: its sequence is over (an MTP
-        row that never drafted then keeps none: mtp_drafter.MtpDrafter.state)."""
+        row that never drafted then keeps none: mtp_drafter.MtpDrafter.state). None while
+        the policy parks: the state costs a head forward over the prompt (MTP) or a copy of
+        the target's states (DFlash), which parked rows must not pay; a row reusing that
+        prefix starts its drafter after it."""
+        if self.parking:
+            return None
         row = self.rows.get(uid)
         if self.dflash is not None and row is not None and row.kind is DraftKind.DFLASH:
             return self.dflash.state(uid, tokens)
@@ -204,6 +226,8 @@ class Drafts:
         width = self.policy.width(len(uids), chances, most, least, self._kinds)
         asks: dict[DraftKind, list[tuple[int, DraftRequest]]] = {}
         self.parked += bool(offers) and width == 0
+        if offers:
+            self.parking = width == 0
         for i, row, k in offers:
             if width == 0:
                 row.odds.idle()
@@ -221,16 +245,20 @@ class Drafts:
                 drafts[i] = draft
         return drafts
 
-    def parks(self, uids: list[int], room: list[int]) -> bool:
-        """Whether this step is plain whatever the rows would draft: the policy verifies no
-        width even if every speculating row offered its longest draft (and none must verify
-        its own). Such a step is counted as `propose` would count it, without drafting:
-        mlx-lm's plain step then runs as without speculation (its next forward queued
-        behind this one, no sync to read the sampled tokens)."""
+    def parks(self, uids: list[int], room: list[int], contexts: list[list[int]]) -> bool:
+        """Whether this step is plain whatever the rows would draft: no prompt-lookup row
+        can draft (NgramIndex.may_propose, from `contexts`: the tokens in each row's cache)
+        and the policy verifies no width even if every other speculating row offered its
+        longest draft (and none must verify its own). Such a step is counted as `propose`
+        would count it, without drafting: mlx-lm's plain step then runs as without
+        speculation (its next forward queued behind this one, no sync to read the sampled
+        tokens, which on a small model costs more than the drafts it rarely finds)."""
         offers = [
             (row, min(row.k, left))
-            for uid, left in zip(uids, room, strict=True)
-            if (row := self.rows.get(uid)) is not None and min(row.k, left) > 0
+            for uid, left, tokens in zip(uids, room, contexts, strict=True)
+            if (row := self.rows.get(uid)) is not None
+            and min(row.k, left) > 0
+            and (row.index is None or row.index.may_propose(tokens))
         ]
         if any(row.fixed for row, _ in offers):
             return False
@@ -242,6 +270,7 @@ class Drafts:
         for row, _ in offers:
             row.odds.idle()
         self.parked += bool(offers)
+        self.parking |= bool(offers)
         return True
 
     def started(self, rows: int, width: int, at: float | None = None) -> None:

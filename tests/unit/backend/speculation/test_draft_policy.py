@@ -287,3 +287,53 @@ def test_a_verify_faster_than_the_plain_estimate_has_the_plain_step_measured_aga
     costs.observe(1, 2, 0.008)  # markedly faster than the plain estimate
     assert costs.needs_plain(1)
     assert DraftPolicy(costs).width(1, [(_odds(0.3), 2)], most=2) == 0  # a plain step
+
+
+def test_a_verify_step_that_did_more_work_bounds_its_cost_from_above() -> None:
+    """A spoiled verify step (new rows' priming, a prefill) or its shape's first one: where
+    its time is no cheaper than the estimate it counts as a re-measurement that agreed (the
+    estimate stays, the wait doubles, no second probe right after); where it is markedly
+    cheaper it is taken."""
+    costs = StepCosts()
+    costs.observe(1, 0, 0.010)
+    costs.observe(1, 2, 0.050)  # r(2) = 5
+    for n in range(VERIFY_REFRESH):
+        costs.started(1, 0, float(n), kinds="")
+        costs.spoil()
+    assert costs.ratio(1, 2) < 5.0  # due
+    costs.started(1, 2, 100.0)
+    costs.spoil()  # the re-measuring verify also primed new rows
+    costs.started(1, 0, 100.2)  # 200 ms: far dearer, but only an upper bound
+    costs.spoil()
+    assert costs.ratio(1, 2) == pytest.approx(5.0)
+    for n in range(2 * VERIFY_REFRESH - 2):
+        costs.started(1, 0, 200.0 + n)
+        costs.spoil()
+        assert costs.ratio(1, 2) == pytest.approx(5.0)  # not due before twice the wait
+    costs.started(1, 0, 300.0)
+    costs.spoil()
+    assert costs.ratio(1, 2) < 5.0  # due again
+    costs.started(1, 2, 400.0)
+    costs.spoil()
+    costs.started(1, 0, 400.012)  # 12 ms at most: markedly cheaper, taken
+    assert costs.ratio(1, 2) < 4.5
+
+
+def test_a_verify_many_plain_steps_dear_waits_past_the_usual_cap() -> None:
+    """Each re-measurement of a verify step 9 plain steps dear costs ~8 steps: agreeing ones
+    double the wait past VERIFY_REFRESH_MAX, to PROBE_STEPS x 8 (re-measuring then costs ~1%
+    of steps); a cheap verify's wait stops at VERIFY_REFRESH_MAX."""
+    from mlxd.backend.speculation.draft_policy import PROBE_STEPS, VERIFY_REFRESH_MAX
+
+    def final_wait(verify_s: float) -> int:
+        costs = StepCosts()
+        costs.observe(1, 0, 0.010)
+        costs.observe(1, 1, verify_s)
+        for _ in range(12):
+            extra = costs._extra[(1, "")]
+            extra.since = extra.wait  # due
+            costs.observe(1, 1, verify_s)
+        return costs._extra[(1, "")].wait
+
+    assert final_wait(0.090) == PROBE_STEPS * 8
+    assert final_wait(0.015) == VERIFY_REFRESH_MAX
