@@ -4,6 +4,9 @@ output is the same either way (real forwards; step costs fixed so the test is ex
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+
 import pytest
 
 from mlxd.backend.speculation.draft_policy import StepCosts
@@ -68,3 +71,39 @@ def test_a_seeded_sampled_row_repeats_whatever_the_step_costs(
         outputs.append(tokens)
         assert finish.timings.draft_tokens > 0
     assert outputs[0] == outputs[1]
+
+
+def test_a_parked_dflash_row_runs_no_drafter_forward(
+    make_engine: Callable[..., Engine], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the policy parks (a verified position costing 50 plain steps), a DFlash row
+    whose pending context outgrows what it keeps drops its oldest states instead of feeding
+    them to the drafter: 150 parked steps run no drafter forward, and the answer is plain's.
+    Then, with width free, the same request drafts (and still answers the same)."""
+    from mlxd.backend.speculation.dflash_drafter import DflashDrafter
+    from tests.dflash_checkpoints import make_repeater_pair
+
+    target, drafter = make_repeater_pair(tmp_path)
+    engine = make_engine()
+    info = engine.load_model(target, draft=drafter)
+    fed: list[int] = []
+    feed = DflashDrafter._feed
+
+    def counted(self: DflashDrafter, uid: int, pending: list[object]) -> None:
+        fed.append(uid)
+        feed(self, uid, pending)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(DflashDrafter, "_feed", counted)
+    monkeypatch.setattr(StepCosts, "needs_plain", lambda self, rows: False)
+    prompt, params = [5, 6, 40] * 7, dict(max_tokens=150, ignore_eos=True)
+    plain, _ = engine.submit(request(info, prompt, **params)).collect()
+    params.update(draft_kind=DraftKind.DFLASH, num_draft_tokens=4)
+    for slope, drafts in ((50.0, False), (0.0, True)):
+        monkeypatch.setattr(
+            StepCosts, "ratio", lambda self, rows, width, kinds="", s=slope: 1.0 + s * width
+        )
+        tokens, finish = engine.submit(request(info, prompt, **params)).collect()
+        assert tokens == plain
+        assert (finish.timings.draft_tokens > 0) is drafts
+        if not drafts:
+            assert fed == []  # 150 states kept would have fed the drafter past 64

@@ -41,16 +41,23 @@ class LayerTap:
             _swap(layers[index], tap, index)
         return tap
 
-    def hidden(self) -> mx.array | None:
-        """The tapped layers' last outputs side by side (batch x positions x n * hidden), in
-        the order of `ids`; None before a forward."""
-        if any(i not in self.last for i in self.ids):
+    def outputs(self) -> tuple[mx.array, ...] | None:
+        """The tapped layers' last outputs, in the order of `ids` (no array op); None before
+        a forward."""
+        last = self.last
+        if any(i not in last for i in self.ids):
             return None
-        return mx.concatenate([self.last[i] for i in self.ids], axis=-1)
+        return tuple(last[i] for i in self.ids)
+
+    def forget_seen(self) -> None:
+        """Drop the outputs kept since the last `take_seen` unread."""
+        for outputs in self.seen.values():
+            outputs.clear()
 
     def take_seen(self) -> list[mx.array]:
-        """Each forward's tapped outputs since the last call, side by side as `hidden`; then
-        forgets them (the reader calls it after every forward, so nothing piles up)."""
+        """Each forward's tapped outputs since the last call, side by side (batch x positions
+        x n * hidden); then forgets them (the reader calls it after every forward, so nothing
+        piles up)."""
         per_layer = [self.seen[i] for i in self.ids]
         forwards = min(len(outputs) for outputs in per_layer)
         taken = [mx.concatenate([o[j] for o in per_layer], axis=-1) for j in range(forwards)]

@@ -10,8 +10,11 @@ forwards left since its last draft (`observe`: only the positions each row kept,
 rejected draft never reaches the drafter and nothing needs rewinding). Each proposal feeds a
 row's pending states as new context (appended to its cache) with the block; the block's own
 keys are never cached (mlx-vlm's attention); more than _MAX_PENDING pending states are fed
-at once, without a draft. The prefill's forwards prime it (`prime`): the prompt's states are
-pending then, so its first decode step drafts already. A prefix-cache snapshot of a row
+at once, without a draft, or, while the policy parks, the oldest are dropped (a gap in the
+drafter's context: a parked row pays for no drafter forward). A decode step's states stay
+references to the tapped layers' outputs until they are read (no array op per step). The
+prefill's forwards prime it (`prime`): the prompt's states are pending then, so its first
+decode step drafts already. A prefix-cache snapshot of a row
 keeps its drafter state (`state`, DflashState) and a hit restores it (`restore`), so a next
 turn drafts over its whole context, as a cold prefill gives.
 """
@@ -82,6 +85,31 @@ def _copied(kv: list[Any] | None, positions: int) -> list[Any] | None:
 _MAX_PENDING = 64
 
 
+@dataclass(frozen=True, slots=True)
+class _Step:
+    """Row `row`'s first `n` positions of one forward's tapped layer outputs, unsliced."""
+
+    outputs: tuple[mx.array, ...]
+    row: int
+    n: int
+
+    def array(self) -> mx.array:
+        r = self.row
+        return mx.concatenate([o[r : r + 1, : self.n] for o in self.outputs], axis=-1)
+
+
+Pending = mx.array | _Step  # 1 x positions x n*hidden, or a step's states not read yet
+
+
+def _positions(p: Pending) -> int:
+    return p.n if isinstance(p, _Step) else int(p.shape[1])
+
+
+def _joined(pending: list[Pending]) -> mx.array:
+    arrays = [p.array() if isinstance(p, _Step) else p for p in pending]
+    return arrays[0] if len(arrays) == 1 else mx.concatenate(arrays, axis=1)
+
+
 class DflashDrafter:
     """Greedy block proposals of one DFlash drafter for many rows (Drafts calls)."""
 
@@ -97,28 +125,31 @@ class DflashDrafter:
         self.tap = tap
         self._batched = batchable(self.drafter)
         self._caches: dict[int, list[Any]] = {}  # uid -> the drafter's KV cache of its context
-        self._pending: dict[int, list[mx.array]] = {}  # uid -> context states not yet fed
+        self._pending: dict[int, list[Pending]] = {}  # uid -> context states not yet fed
 
     def start(self, uid: int) -> None:
         """A row of kind `dflash` joined: keep its hidden states from the next forward on."""
         self._pending.setdefault(uid, [])
 
-    def observe(self, uids: list[int], kept: list[int]) -> None:
+    def observe(self, uids: list[int], kept: list[int], parking: bool = False) -> None:
         """The target's forward over rows `uids` just ran: each row keeps the tapped states
-        of its first kept[i] positions."""
-        hidden = self.tap.hidden()
-        self.tap.take_seen()  # only the last forward's states matter here
-        if hidden is None:
+        of its first kept[i] positions. `parking`: the policy verifies no drafts now (past
+        _MAX_PENDING the oldest states are dropped, not fed)."""
+        outputs = self.tap.outputs()
+        self.tap.forget_seen()  # only the last forward's states matter here
+        if outputs is None:
             return
         for i, (uid, n) in enumerate(zip(uids, kept, strict=True)):
             rows = self._pending.get(uid)
             if rows is not None and n > 0:
-                self._stash(uid, rows, hidden[i : i + 1, :n])
+                self._stash(uid, rows, _Step(outputs, i, n), parking)
 
-    def prime(self, uids: list[int], shape: tuple[int, ...], lengths: list[int]) -> None:
+    def prime(
+        self, uids: list[int], shape: tuple[int, ...], lengths: list[int], parking: bool = False
+    ) -> None:
         """The prefill's forwards over rows `uids` just ran (their final states are `shape`,
         rows x positions): row i's first lengths[i] positions are the last ones its cache
-        holds. Each row of kind `dflash` keeps them pending."""
+        holds. Each row of kind `dflash` keeps them pending (`parking`: observe)."""
         seen = self.tap.take_seen()
         states = seen[0] if len(seen) == 1 else mx.concatenate(seen, axis=1) if seen else None
         if states is None or tuple(states.shape[:2]) != tuple(shape[:2]):
@@ -126,17 +157,24 @@ class DflashDrafter:
         for i, (uid, n) in enumerate(zip(uids, lengths, strict=True)):
             pending = self._pending.get(uid)
             if pending is not None and n > 0:
-                self._stash(uid, pending, states[i : i + 1, :n])
+                self._stash(uid, pending, states[i : i + 1, :n], parking)
 
-    def _stash(self, uid: int, pending: list[mx.array], states: mx.array) -> None:
+    def _stash(
+        self, uid: int, pending: list[Pending], states: Pending, parking: bool = False
+    ) -> None:
         pending.append(states)
-        if sum(p.shape[1] for p in pending) > _MAX_PENDING:
+        if sum(_positions(p) for p in pending) <= _MAX_PENDING:
+            return
+        if not parking:
             self._feed(uid, pending)
+            return
+        while len(pending) > 1 and sum(_positions(p) for p in pending[1:]) >= _MAX_PENDING:
+            del pending[0]
 
-    def _feed(self, uid: int, pending: list[mx.array]) -> None:
+    def _feed(self, uid: int, pending: list[Pending]) -> None:
         """Feed the row's pending states but the last to its cache (a one-mask block whose
         output is not read: mlx-vlm's drafter feeds context only with a block)."""
-        context = pending[0] if len(pending) == 1 else mx.concatenate(pending, axis=1)
+        context = _joined(pending)
         if context.shape[1] > 1:
             cache = self._cache(uid)
             block = mx.array([[self.mask_token]], dtype=mx.uint32)
@@ -175,7 +213,7 @@ class DflashDrafter:
             return None
         rest = None
         if pending:
-            rest = pending[0] if len(pending) == 1 else mx.concatenate(pending, axis=1)
+            rest = _joined(pending)
         kv = self._caches.get(uid)
         state = DflashState(_copied(kv, kv[0].offset) if kv else None, rest)
         if state.tokens != tokens:
@@ -207,7 +245,7 @@ class DflashDrafter:
     def _context(self, uid: int) -> mx.array:
         """The row's pending states (some), taken."""
         pending, self._pending[uid] = self._pending[uid], []
-        return pending[0] if len(pending) == 1 else mx.concatenate(pending, axis=1)
+        return _joined(pending)
 
     def _cache(self, uid: int) -> list[Any]:
         cache = self._caches.get(uid)

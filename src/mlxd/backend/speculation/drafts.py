@@ -149,7 +149,7 @@ class Drafts:
         if self.mtp is not None:
             self.mtp.observe(uids, hidden, kept)
         if self.dflash is not None:
-            self.dflash.observe(uids, kept)  # it reads its own layers' states (LayerTap)
+            self.dflash.observe(uids, kept, self.parking)  # its own layers' states (LayerTap)
 
     def prime(
         self, uids: list[int], hidden: object, lengths: list[int], contexts: list[list[int]]
@@ -158,7 +158,7 @@ class Drafts:
         if self.mtp is not None:
             self.mtp.prime(uids, cast("mx.array", hidden), lengths, contexts)
         if self.dflash is not None:  # it reads its own layers' states (LayerTap)
-            self.dflash.prime(uids, cast("mx.array", hidden).shape, lengths)
+            self.dflash.prime(uids, cast("mx.array", hidden).shape, lengths, self.parking)
 
     def head_state(
         self, uid: int, tokens: int, ended: bool = False
