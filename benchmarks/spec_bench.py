@@ -113,18 +113,19 @@ def wave(
 
 @contextmanager
 def every_draft_verified(on: bool) -> Iterator[None]:
-    """While on, the drafting policy sees every width as free (and the plain step measured):
-    every draft is verified, as before the policy."""
+    """While on, the drafting policy sees every width and reading the sampled tokens as free
+    (and the plain step measured): every draft is verified, as before the policy."""
     if not on:
         yield
         return
-    ratio, needs_plain = StepCosts.ratio, StepCosts.needs_plain
+    ratio, needs_plain, look = StepCosts.ratio, StepCosts.needs_plain, StepCosts.look_cost
     StepCosts.ratio = lambda self, rows, width, kinds="": 1.0
     StepCosts.needs_plain = lambda self, rows: False
+    StepCosts.look_cost = lambda self, rows: 0.0
     try:
         yield
     finally:
-        StepCosts.ratio, StepCosts.needs_plain = ratio, needs_plain
+        StepCosts.ratio, StepCosts.needs_plain, StepCosts.look_cost = ratio, needs_plain, look
 
 
 def forwards_of(finish: FinishEvent) -> int:

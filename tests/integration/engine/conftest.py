@@ -42,3 +42,4 @@ def verify_every_draft(monkeypatch: pytest.MonkeyPatch) -> None:
     (exactness tests exercise the verify step at each step, whatever this machine's costs)."""
     monkeypatch.setattr(StepCosts, "ratio", lambda self, rows, width, kinds="": 1.0)
     monkeypatch.setattr(StepCosts, "needs_plain", lambda self, rows: False)
+    monkeypatch.setattr(StepCosts, "look_cost", lambda self, rows: 0.0)

@@ -163,13 +163,12 @@ class DflashDrafter:
         self, uid: int, pending: list[Pending], states: Pending, parking: bool = False
     ) -> None:
         pending.append(states)
-        if sum(_positions(p) for p in pending) <= _MAX_PENDING:
+        if parking:  # drop the oldest entries (a step's are one position: no sum each step)
+            if len(pending) > _MAX_PENDING:
+                del pending[0]
             return
-        if not parking:
+        if sum(_positions(p) for p in pending) > _MAX_PENDING:
             self._feed(uid, pending)
-            return
-        while len(pending) > 1 and sum(_positions(p) for p in pending[1:]) >= _MAX_PENDING:
-            del pending[0]
 
     def _feed(self, uid: int, pending: list[Pending]) -> None:
         """Feed the row's pending states but the last to its cache (a one-mask block whose

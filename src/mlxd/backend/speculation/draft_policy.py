@@ -127,6 +127,7 @@ class _Measured:
 
 
 Shape = tuple[int, int, str]  # rows, width, drafters (StepCosts.started)
+LOOKED = "looked"  # a plain step's drafters string when prompt lookup read its tokens
 
 
 class StepCosts:
@@ -136,22 +137,28 @@ class StepCosts:
 
     def __init__(self) -> None:
         self._plain: dict[int, _Measured] = {}  # rows -> a plain step's seconds
+        # rows -> a plain step's seconds after prompt lookup read the sampled tokens and
+        # found nothing to verify (the sync mlx-lm's plain step avoids: `look_cost`)
+        self._looked: dict[int, _Measured] = {}
         self._extra: dict[tuple[int, str], _Measured] = {}  # what a verified position adds
         # The last step's shape, start, and whether it did more than its shape's work.
         self._last: tuple[Shape, float, bool] | None = None
         self._seen: set[Shape] = set()  # shapes that ran once (the first builds kernels)
 
-    def started(self, rows: int, width: int, at: float, kinds: str = "") -> None:
+    def started(
+        self, rows: int, width: int, at: float, kinds: str = "", looked: bool = False
+    ) -> None:
         """A step of this shape starts at `at` (perf_counter): the previous step took from its
         own start to now, the work around it included (mlx-lm runs a plain step's forward
-        behind the engine's per-step work, a verify step before it)."""
+        behind the engine's per-step work, a verify step before it). `looked`: a plain step
+        whose sampled tokens were read for prompt lookup (measured apart: `look_cost`)."""
         last = self._last
         if last is not None:  # a shape's first forward also builds its kernels
             (last_rows, last_width, asked), began, spoilt = last
             upper = spoilt or last[0] not in self._seen
             self._seen.add(last[0])
             self.observe(last_rows, last_width, at - began, kinds=asked, upper=upper)
-        shape = (rows, width, kinds if width else "")
+        shape = (rows, width, kinds if width else LOOKED if looked else "")
         self._last = (shape, at, False)
         self._plain.setdefault(rows, _Measured()).since += 1
         for (count, offered), extra in self._extra.items():
@@ -170,7 +177,11 @@ class StepCosts:
     ) -> None:
         """A step of this shape took `seconds`; `upper`: at most (spoil)."""
         plain = self._plain.setdefault(rows, _Measured())
-        if width == 0 and not upper:
+        if width == 0 and kinds == LOOKED:
+            if not upper:
+                looked = self._looked.setdefault(rows, _Measured())
+                looked.seconds = _ewma(looked.seconds, seconds)
+        elif width == 0 and not upper:
             plain.seconds, plain.since = _ewma(plain.seconds, seconds), 0
         elif width and plain.seconds is not None:
             extra = self._extra.setdefault((rows, kinds), _Measured())
@@ -180,6 +191,14 @@ class StepCosts:
                 # A wider forward is never markedly cheaper: stalls inflated the plain
                 # estimate. Measure it again.
                 plain.since = REFRESH
+
+    def look_cost(self, rows: int) -> float:
+        """What reading the sampled tokens adds to a plain step over `rows` rows, in plain
+        steps (0 until both are measured: a batch then looks, and so measures it)."""
+        plain, looked = self._plain.get(rows), self._looked.get(rows)
+        if plain is None or not plain.seconds or looked is None or looked.seconds is None:
+            return 0.0
+        return max(looked.seconds / plain.seconds - 1.0, 0.0)
 
     def needs_plain(self, rows: int) -> bool:
         """The plain step over `rows` rows is unmeasured or due for a new measurement."""
@@ -255,6 +274,12 @@ class DraftPolicy:
             return False
         tokens = rows + untried + sum(acc.expected(1) for acc, _ in offers if acc.tried)
         return tokens > rows * self.costs.ratio(rows, 1, kinds)
+
+    def score(
+        self, rows: int, offers: list[tuple[Acceptance, int]], width: int, kinds: str = ""
+    ) -> float:
+        """Expected tokens per plain step's time of a step of this width (plain: `rows`)."""
+        return self._score(rows, [(acc.p, length) for acc, length in offers], width, kinds)
 
     def _score(self, rows: int, odds: list[tuple[float, int]], width: int, kinds: str) -> float:
         """Expected tokens per plain step's time of a step of this width."""

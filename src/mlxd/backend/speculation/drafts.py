@@ -29,6 +29,11 @@ if TYPE_CHECKING:
 # match drafts too often on a CPU, where every drafted position costs a forward position.
 MAX_NGRAM = 4
 MIN_NGRAM = 2
+# While the policy parks the same rows (none of them prompt lookup), it is asked again only
+# every REPARK steps: the rule costs ~25 us a step over 8 rows, a few % of a small model's
+# step, and a parked batch's costs and records change slowly. A row joining or leaving, or a
+# row that must verify, asks it at once.
+REPARK = 4
 
 
 class NgramIndex:
@@ -123,10 +128,17 @@ class Drafts:
     parking: bool = False  # the last step where rows offered drafts verified none
     pooled: dict[DraftKind, Acceptance] = field(default_factory=dict)  # every row's, by kind
     _kinds: str = ""  # the drafters the step being chosen asks (StepCosts measures per set)
+    # Of the steps where only prompt lookup offered and the sampled tokens were read, how
+    # many found a draft the policy verified (`parks`: reading costs a sync where none does).
+    looks: Acceptance = field(default_factory=Acceptance)
+    _looking: bool = False  # this step's tokens are read for prompt lookup alone
+    _parked_rows: tuple[int, ...] = ()  # the rows the policy parked last, and for how many
+    _parked_for: int = 0  # more steps that answer holds (REPARK)
 
     def add(self, uid: int, kind: DraftKind, k: int, fixed: bool = False) -> None:
         """A speculating row; `fixed`: its drafts are verified whatever the policy says (a
         seeded sampled row's tokens depend on which drafts are verified, and a seed repeats)."""
+        self._parked_for = 0  # a changed row asks the policy at the next step
         odds = self.pooled.setdefault(kind, Acceptance()).joined()
         if k > 0 and kind is DraftKind.NGRAM:
             self.rows[uid] = _Row(k, NgramIndex(), DraftKind.NGRAM, fixed, odds)
@@ -138,6 +150,7 @@ class Drafts:
                 self.dflash.start(uid)
 
     def discard(self, uid: int) -> None:
+        self._parked_for = 0
         row = self.rows.pop(uid, None)
         drafter = self._drafter(row.kind) if row is not None else None
         if drafter is not None:
@@ -253,6 +266,13 @@ class Drafts:
         would count it, without drafting: mlx-lm's plain step then runs as without
         speculation (its next forward queued behind this one, no sync to read the sampled
         tokens, which on a small model costs more than the drafts it rarely finds)."""
+        if self._parked_for > 0 and tuple(uids) == self._parked_rows:
+            self._parked_for -= 1
+            for uid in uids:
+                self.rows[uid].odds.idle()
+            self.parked += 1
+            return True
+        self._parked_for = 0
         offers = [
             (row, min(row.k, left))
             for uid, left, tokens in zip(uids, room, contexts, strict=True)
@@ -265,20 +285,45 @@ class Drafts:
         most = max((k for _, k in offers), default=0)
         kinds = self._kinds = _drafters([row for row, _ in offers])
         chances = [(row.odds, k) for row, k in offers]
-        if offers and self.policy.width(len(uids), chances, most, 0, kinds) > 0:
+        width = self.policy.width(len(uids), chances, most, 0, kinds) if offers else 0
+        self._looking = bool(width) and not kinds
+        if width and (kinds or self._worth_looking(len(uids), chances, width)):
             return False
+        if self._looking:  # not worth a sync: the lookup's record relaxes as a row's does
+            self.looks.idle()
+            self._looking = False
         for row, _ in offers:
             row.odds.idle()
         self.parked += bool(offers)
         self.parking |= bool(offers)
+        rows = self.rows
+        repeat = all(
+            (row := rows.get(uid)) is not None and row.index is None and not row.fixed
+            for uid in uids
+        )
+        if offers and repeat:
+            self._parked_rows, self._parked_for = tuple(uids), REPARK - 1
         return True
+
+    def _worth_looking(self, rows: int, chances: list[tuple[Acceptance, int]], width: int) -> bool:
+        """Whether reading the sampled tokens pays where only prompt lookup offers: with
+        chance h (`looks`) a draft is found and the step of this width gives its score S
+        tokens per plain step's time over r plain steps, else a plain step costs 1 + c (the
+        sync, StepCosts.look_cost): look iff h r (S - rows) > (1 - h) rows c."""
+        costs, h = self.policy.costs, self.looks.p
+        ratio = costs.ratio(rows, width, "")
+        score = self.policy.score(rows, chances, width, "")
+        return h * ratio * (score - rows) > (1.0 - h) * rows * costs.look_cost(rows)
 
     def started(self, rows: int, width: int, at: float | None = None) -> None:
         """A step over `rows` rows verifying `width` drafts per row (0: plain) started at
         `at` (perf_counter; None: now), its drafting included: a draft model's or an MTP
         head's forwards are part of what a verify step costs (measured per drafter set)."""
         at = time.perf_counter() if at is None else at
-        self.policy.costs.started(rows, width, at, self._kinds)
+        looked, self._looking = self._looking, False
+        if looked:
+            self.looks.observe(1, int(width > 0))
+        self.policy.costs.started(rows, width, at, self._kinds, looked and not width)
         if self.mtp is not None and self.mtp.take_admitted():
             self.policy.costs.spoil()  # it also computed the new rows' priming: no sample
 

@@ -337,3 +337,18 @@ def test_a_verify_many_plain_steps_dear_waits_past_the_usual_cap() -> None:
 
     assert final_wait(0.090) == PROBE_STEPS * 8
     assert final_wait(0.015) == VERIFY_REFRESH_MAX
+
+
+def test_a_plain_step_that_read_its_tokens_is_measured_apart() -> None:
+    """A plain step whose sampled tokens were read for prompt lookup (a sync mlx-lm's plain
+    step avoids) is timed apart from plain ones: the plain estimate stays what a parked
+    step costs, and `look_cost` is what the read adds, in plain steps."""
+    costs = StepCosts()
+    assert costs.look_cost(4) == 0.0  # unmeasured: optimistic
+    at = 0.0
+    for looked, seconds in [(False, 0.010)] * 3 + [(True, 0.013)] * 3 + [(False, 0.010)]:
+        costs.started(4, 0, at, looked=looked)
+        at += seconds
+    costs.started(4, 0, at)
+    assert costs._plain[4].seconds == pytest.approx(0.010)
+    assert costs.look_cost(4) == pytest.approx(0.3)

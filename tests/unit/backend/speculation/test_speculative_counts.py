@@ -4,8 +4,8 @@ which drafts the policy lets through."""
 from __future__ import annotations
 
 from mlxd.backend.api import DraftCount
-from mlxd.backend.speculation.draft_policy import DraftPolicy, StepCosts
-from mlxd.backend.speculation.drafts import Drafts
+from mlxd.backend.speculation.draft_policy import Acceptance, DraftPolicy, StepCosts
+from mlxd.backend.speculation.drafts import REPARK, Drafts
 from mlxd.types import DraftKind
 
 LOOP = [5, 6, 7, 8, 9] * 3  # prompt lookup can draft after it
@@ -150,7 +150,33 @@ def test_while_the_policy_parks_snapshots_keep_no_drafter_state() -> None:
     assert drafts.head_state(1, 4) == "head state"  # nothing parked yet
     assert drafts.parks([1], [9], [[1, 2, 3, 4]])
     assert drafts.head_state(1, 4) is None and Head.asked == 1
-    costs.slope = 0.0
+    costs.slope = 0.0  # the same rows parked: asked again after REPARK steps
+    assert all(drafts.parks([1], [9], [[1, 2, 3, 4]]) for _ in range(REPARK - 1))
     assert not drafts.parks([1], [9], [[1, 2, 3, 4]])
     assert drafts.propose([1], [[1, 2, 3, 4]], [5], [9]) == [[1, 2]]
     assert drafts.head_state(1, 4) == "head state"
+
+
+def test_prompt_lookup_reads_the_tokens_only_where_its_finds_pay_for_the_sync() -> None:
+    """Where only prompt-lookup rows offer, reading the sampled tokens costs a sync whether
+    or not a draft turns up: a batch whose reads keep finding nothing (and whose read costs
+    half a plain step) parks unread; one whose reads find drafts reads."""
+
+    class Cheap(StepCosts):
+        def ratio(self, rows: int, width: int, kinds: str = "") -> float:
+            return 1.0 + 0.05 * width
+
+        def needs_plain(self, rows: int) -> bool:
+            return False
+
+        def look_cost(self, rows: int) -> float:
+            return 0.5
+
+    loop = [5, 6, 7, 8, 9] * 3  # a draft is possible (may_propose)
+    for hit, reads in ((0, False), (1, True)):
+        drafts = Drafts(policy=DraftPolicy(Cheap()))
+        drafts.add(1, DraftKind.NGRAM, 3)
+        drafts.rows[1].odds = Acceptance(accepted=20.0, trials=20.0, tried=True)
+        for _ in range(20):
+            drafts.looks.observe(1, hit)
+        assert drafts.parks([1], [9], [loop]) is not reads
