@@ -10,11 +10,11 @@ forwards left since its last draft (`observe`: only the positions each row kept,
 rejected draft never reaches the drafter and nothing needs rewinding). Each proposal feeds a
 row's pending states as new context (appended to its cache) with the block; the block's own
 keys are never cached (mlx-vlm's attention); more than _MAX_PENDING pending states are fed
-at once, without a draft, or, while the policy parks, the oldest are dropped (a gap in the
-drafter's context: a parked row pays for no drafter forward). A decode step's states stay
-references to the tapped layers' outputs until they are read (no array op per step). The
-prefill's forwards prime it (`prime`): the prompt's states are pending then, so its first
-decode step drafts already. A prefix-cache snapshot of a row
+at once, without a draft, or, while the policy parks, all but the last _PARKED_PENDING are
+dropped (a gap in the drafter's context: a parked row pays for no drafter forward). A
+decode step's states stay references to the tapped layers' outputs until they are read (no
+array op per step). The prefill's forwards prime it (`prime`): the prompt's states are
+pending then, so its first decode step drafts already. A prefix-cache snapshot of a row
 keeps its drafter state (`state`, DflashState) and a hit restores it (`restore`), so a next
 turn drafts over its whole context, as a cold prefill gives.
 """
@@ -83,6 +83,10 @@ def _copied(kv: list[Any] | None, positions: int) -> list[Any] | None:
 # Context positions a row keeps pending between its drafts; more are fed to its cache at once
 # (a long prompt, steps where the policy verified no draft).
 _MAX_PENDING = 64
+# Entries a row keeps while the policy parks (older ones are dropped): few, as the MTP head
+# keeps, since the first draft after a park feeds them all, in the verify step whose time
+# tells the policy what verifying costs (64 made that step cost twice a drafting one).
+_PARKED_PENDING = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,8 +168,8 @@ class DflashDrafter:
     ) -> None:
         pending.append(states)
         if parking:  # drop the oldest entries (a step's are one position: no sum each step)
-            if len(pending) > _MAX_PENDING:
-                del pending[0]
+            if len(pending) > _PARKED_PENDING:
+                del pending[: len(pending) - _PARKED_PENDING]
             return
         if sum(_positions(p) for p in pending) > _MAX_PENDING:
             self._feed(uid, pending)

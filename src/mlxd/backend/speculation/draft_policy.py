@@ -25,7 +25,7 @@ joins with its kind's pooled record as its prior (speculation.drafts.Drafts.pool
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mlxd.config import setting
 
@@ -96,12 +96,25 @@ class Acceptance:
 class _Measured:
     """A moving average of seconds, the steps since its last sample, how many steps a
     verify estimate waits before it is measured again, and whether the verify step under
-    way is that re-measurement."""
+    way is that re-measurement. A verify estimate is what a verified position adds, in
+    plain steps of the time, and keeps one average per width: it is not the same at every
+    width (a verify step's drafting and syncs cost the same whatever its width, so a narrow
+    one costs more per position)."""
 
     seconds: float | None = None
     since: int = 0
     wait: int = VERIFY_REFRESH
     probing: bool = False
+    widths: dict[int, float] = field(default_factory=dict)
+
+    def per_position(self, width: int) -> float | None:
+        """Seconds a verified position adds at `width`: its own average, else the nearest
+        measured width's (None: none measured)."""
+        if not self.widths:
+            return None
+        if width in self.widths:
+            return self.widths[width]
+        return self.widths[min(self.widths, key=lambda w: (abs(w - width), -w))]
 
     @property
     def due(self) -> bool:
@@ -109,17 +122,21 @@ class _Measured:
         time is known only after the next step's choice: one step re-measures, not two)."""
         return self.since >= self.wait and not self.probing
 
-    def verified(self, seconds: float, upper: bool = False, cap: int = VERIFY_REFRESH_MAX) -> None:
-        """A verify sample: a re-measurement not markedly cheaper waits longer for the next,
-        up to `cap` steps. `upper`: the step also did other work (new rows' priming, a
-        prefill, its shape's first kernels), so `seconds` bounds the cost from above: taken
-        only where it shows verifying markedly cheaper than estimated, else it counts as a
-        re-measurement that found it no cheaper, without moving the estimate."""
-        old = self.seconds
+    def verified(
+        self, seconds: float, upper: bool = False, cap: int = VERIFY_REFRESH_MAX, width: int = 1
+    ) -> None:
+        """A verify sample of a position's seconds at `width`: a re-measurement not markedly
+        cheaper than that width's estimate waits longer for the next, up to `cap` steps.
+        `upper`: the step also did other work (new rows' priming, a prefill, its shape's
+        first kernels), so `seconds` bounds the cost from above: taken only where it shows
+        verifying markedly cheaper than estimated, else it counts as a re-measurement that
+        found it no cheaper, without moving the estimate."""
+        old = self.per_position(width)
         due = self.since >= self.wait
         dearer = old is not None and seconds >= (1 - AGREE) * old
         if not upper or (old is not None and not dearer):
-            self.seconds = _ewma(old, seconds)
+            self.seconds = _ewma(self.seconds, seconds)
+            self.widths[width] = _ewma(self.widths.get(width), seconds)
         self.since = 0
         if old is not None and due:
             longest = max(cap, VERIFY_REFRESH_MAX)
@@ -186,7 +203,10 @@ class StepCosts:
         elif width and plain.seconds is not None:
             extra = self._extra.setdefault((rows, kinds), _Measured())
             cap = round(PROBE_STEPS * (seconds / plain.seconds - 1))
-            extra.verified(max(seconds - plain.seconds, 0.0) / width, upper, cap)
+            # In plain steps of the time: a machine whose speed changes (a busy host) moves
+            # both, and a verify measured at one speed still holds at the other.
+            per = max(seconds - plain.seconds, 0.0) / width / plain.seconds
+            extra.verified(per, upper, cap, width)
             if not upper and seconds < (1 - AGREE) * plain.seconds:
                 # A wider forward is never markedly cheaper: stalls inflated the plain
                 # estimate. Measure it again.
@@ -213,17 +233,18 @@ class StepCosts:
         only where its drafters were on offer) counts its slope over 1 + the waits elapsed:
         optimistic, so that a step measures it again, but a verify far dearer than its
         tokens is retried only as rarely as it is dear."""
-        slope = self._slope(rows, kinds)
+        slope = self._slope(rows, kinds, width)
         extra = self._extra.get((rows, kinds))
         if extra is not None and extra.due:
             slope /= 1 + extra.since // extra.wait
         return 1.0 + slope * width
 
-    def _slope(self, rows: int, kinds: str) -> float:
-        for count in sorted(self._plain, key=lambda n: abs(n - rows)):
-            plain, extra = self._plain[count], self._extra.get((count, kinds))
-            if plain.seconds and extra is not None and extra.seconds is not None:
-                return extra.seconds / plain.seconds
+    def _slope(self, rows: int, kinds: str, width: int) -> float:
+        """What a verified position adds at `width`, in plain steps (_Measured.per_position)."""
+        for count in sorted(self._extra, key=lambda key: abs(key[0] - rows)):
+            per = self._extra[count].per_position(width) if count[1] == kinds else None
+            if per is not None:
+                return per
         return PRIOR_SLOPE
 
 
@@ -247,11 +268,13 @@ class DraftPolicy:
         step would ask (StepCosts)."""
         if not offers or most <= 0 or (least == 0 and self.costs.needs_plain(rows)):
             return least
-        # Runs every step a row offers (parked ones too), so it is kept cheap: r(w) is
-        # 1 + slope * w and a row gains fewer than w tokens at width w, so where a position
-        # costs every row's step 1/rows of a plain step or more no width beats plain.
-        if least == 0 and rows * (self.costs.ratio(rows, 1, kinds) - 1.0) >= len(offers):
-            return 1 if self._probes(rows, offers, kinds) else 0
+        # Runs every step a row offers (parked ones too), so it is kept cheap: a row gains
+        # fewer than w tokens at width w, so where a verified position costs every row's
+        # step 1/rows of a plain step or more at every width, no width beats plain.
+        if least == 0:
+            cheapest = min((self.costs.ratio(rows, w, kinds) - 1.0) / w for w in range(1, most + 1))
+            if rows * cheapest >= len(offers):
+                return 1 if self._probes(rows, offers, kinds) else 0
         odds = [(acc.p, length) for acc, length in offers]  # each row's p once
         best, best_score = least, self._score(rows, odds, least, kinds)
         for w in range(least + 1, most + 1):

@@ -352,3 +352,20 @@ def test_a_plain_step_that_read_its_tokens_is_measured_apart() -> None:
     costs.started(4, 0, at)
     assert costs._plain[4].seconds == pytest.approx(0.010)
     assert costs.look_cost(4) == pytest.approx(0.3)
+
+
+def test_each_width_keeps_its_own_cost_in_plain_steps_of_its_time() -> None:
+    """A verify step's drafting and syncs cost the same at any width: measured at width 1 and
+    3, each width's ratio is its own (an unmeasured one takes the nearest width's cost per
+    position). The costs are in plain steps of the time: when the machine gets twice as
+    fast (a busy host frees up), the plain step re-measured, the ratios hold."""
+    costs = StepCosts()
+    costs.observe(4, 0, 0.010)
+    costs.observe(4, 1, 0.030)  # 2 plain steps for one position
+    costs.observe(4, 3, 0.040)  # 3 for three
+    assert costs.ratio(4, 1) == pytest.approx(3.0)
+    assert costs.ratio(4, 3) == pytest.approx(4.0)
+    assert costs.ratio(4, 2) == pytest.approx(3.0)  # width 3's (nearest, the wider) 1 a position
+    for _ in range(40):
+        costs.observe(4, 0, 0.005)
+    assert costs.ratio(4, 3) == pytest.approx(4.0)
