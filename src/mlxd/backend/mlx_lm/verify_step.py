@@ -67,6 +67,8 @@ class RowDrafter(Primer, Protocol):
 
     def observe(self, uids: list[int], hidden: object, kept: list[int]) -> None: ...
 
+    def idle(self) -> bool: ...
+
 
 @runtime_checkable
 class DraftVerifier(Protocol):
@@ -163,6 +165,8 @@ class SpeculativeGenerationBatch(BatchedGenerationBatch):
     def next(self) -> list[GenerationBatch.Response]:
         if not self.uids:
             return []
+        if self._mlxd_drafter.idle():  # no row speculates: mlx-lm's step, nothing around it
+            return super().next()
         room = [m - n - 1 for m, n in zip(self.max_tokens, self._num_tokens, strict=True)]
         uids, last = list(self.uids), []
         drafts: list[list[int]] = [[] for _ in uids]

@@ -183,6 +183,10 @@ class StepCosts:
             extra.since += mine
             extra.probing = mine and width > 0 and extra.since >= extra.wait
 
+    def pause(self) -> None:
+        """Steps are not timed for a while: the last one's time is no sample."""
+        self._last = None
+
     def spoil(self) -> None:
         """The step just started also did other work (a prefill, new rows' priming): its time
         bounds its shape's cost from above (_Measured.verified)."""

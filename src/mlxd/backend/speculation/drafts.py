@@ -315,6 +315,14 @@ class Drafts:
         score = self.policy.score(rows, chances, width, "")
         return h * ratio * (score - rows) > (1.0 - h) * rows * costs.look_cost(rows)
 
+    def idle(self) -> bool:
+        """No row speculates: the step is mlx-lm's own, untimed (the next timed step starts
+        a new sample rather than closing one across the untimed ones)."""
+        if self.rows:
+            return False
+        self.policy.costs.pause()
+        return True
+
     def started(self, rows: int, width: int, at: float | None = None) -> None:
         """A step over `rows` rows verifying `width` drafts per row (0: plain) started at
         `at` (perf_counter; None: now), its drafting included: a draft model's or an MTP

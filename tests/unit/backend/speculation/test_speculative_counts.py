@@ -3,6 +3,8 @@ which drafts the policy lets through."""
 
 from __future__ import annotations
 
+import pytest
+
 from mlxd.backend.api import DraftCount
 from mlxd.backend.speculation.draft_policy import Acceptance, DraftPolicy, StepCosts
 from mlxd.backend.speculation.drafts import REPARK, Drafts
@@ -180,3 +182,20 @@ def test_prompt_lookup_reads_the_tokens_only_where_its_finds_pay_for_the_sync() 
         for _ in range(20):
             drafts.looks.observe(1, hit)
         assert drafts.parks([1], [9], [loop]) is not reads
+
+
+def test_a_batch_with_no_speculating_row_runs_untimed_steps() -> None:
+    """No row speculates: the step is mlx-lm's own (`idle`), and the steps around it are not
+    timed across it (the next timed step opens a new sample)."""
+    drafts = Drafts()
+    costs = drafts.policy.costs
+    drafts.add(1, DraftKind.NGRAM, 3)
+    assert not drafts.idle()
+    drafts.started(1, 0, 0.0)
+    drafts.started(1, 0, 0.010)  # a 10 ms plain step (the first of its shape: no sample)
+    drafts.started(1, 0, 0.020)
+    drafts.discard(1)
+    assert drafts.idle()  # the step started at 0.020 is not closed by the next timed one
+    drafts.add(2, DraftKind.NGRAM, 3)
+    drafts.started(1, 0, 5.0)
+    assert costs._plain[1].seconds == pytest.approx(0.010)
