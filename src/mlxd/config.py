@@ -186,7 +186,7 @@ SETTINGS: dict[str, Setting[Any]] = {
     "kv_key_bits": Setting(
         "MLXD_KV_KEY_BITS",
         "0",
-        "quantized KV: the keys' own precision, 16 (float16, unquantized: attention scores "
+        "quantized KV: the keys' own precision, 16 (16-bit levels, about exact: attention scores "
         "are what quantizing disturbs most), 8 or 4; 0: as kv_bits",
         int,
     ),
@@ -518,7 +518,7 @@ DRY_SEQUENCE_BREAKERS = ("\n", ":", '"', "*")
 
 # Size limits every front door validates against (HTTP fields and CLI flags alike).
 KV_BITS = (4, 8)  # what --kv-bits accepts besides 0 (full precision)
-KV_KEY_BITS = (4, 8, 16)  # what --kv-key-bits accepts besides 0 (as --kv-bits); 16: float16
+KV_KEY_BITS = (4, 8, 16)  # what --kv-key-bits accepts besides 0 (as --kv-bits); 16: 16-bit levels
 KV_GROUP_SIZES = (32, 64, 128)  # what mx.quantize accepts
 
 LIMITS = {

@@ -49,7 +49,7 @@ class BackendConfig:
     prefix_cache_bytes: int = 0
     kv_bits: int = 0  # attention KV quantized to these bits (backend/kv); 0: full precision
     kv_group_size: int = 64
-    kv_key_bits: int = 0  # quantized KV: the keys' own bits (16: float16); 0: as kv_bits
+    kv_key_bits: int = 0  # quantized KV: the keys' own bits (16: 16-bit levels); 0: as kv_bits
     kv_quant_start: int = 0  # quantized KV: recent positions also kept in full precision
     prefix_cache_dir: str = ""  # "": no disk tier
     prefix_cache_disk_bytes: int = 0

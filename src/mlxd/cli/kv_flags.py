@@ -36,8 +36,8 @@ def add_kv_flags(parser: argparse.ArgumentParser) -> None:
         "--kv-key-bits",
         type=int,
         choices=(0, *KV_KEY_BITS),
-        help="with --kv-bits: the keys' own precision; 16 keeps them in float16, unquantized "
-        "(closest to full-precision output: 8-bit values with 16-bit keys hold about 2.6x the "
+        help="with --kv-bits: the keys' own precision; 16 keeps them at 16-bit levels, about exact "
+        "(closest to full-precision output: 8-bit values with 16-bit keys hold about 2.5x the "
         f"tokens of float32 KV, 1.3x of 16-bit; default {default('kv_key_bits')}: as --kv-bits; "
         f"env {SETTINGS['kv_key_bits'].env})",
     )

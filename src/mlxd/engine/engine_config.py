@@ -44,7 +44,7 @@ class EngineConfig:
     kv_budget_bytes: int = setting_field("kv_budget_bytes")  # 0: from memory left at load
     kv_bits: int = setting_field("kv_bits")  # 0: full precision (backend/kv)
     kv_group_size: int = setting_field("kv_group_size")
-    kv_key_bits: int = setting_field("kv_key_bits")  # 0: as kv_bits; 16: float16 keys
+    kv_key_bits: int = setting_field("kv_key_bits")  # 0: as kv_bits; 16: 16-bit keys
     kv_quant_start: int = setting_field("kv_quant_start")  # recent positions kept exact
     prefix_cache_bytes: int = setting_field("prefix_cache_bytes")
     prefix_cache_dir: str = setting_field("prefix_cache_dir")  # "": no disk tier

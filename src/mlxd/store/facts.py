@@ -156,7 +156,7 @@ def eos_tokens(
     return list(dict.fromkeys(out))
 
 
-# `mlxd show`'s columns: label, --kv-bits, --kv-key-bits (16: float16 keys; 0: as --kv-bits)
+# `mlxd show`'s columns: label, --kv-bits, --kv-key-bits (16: 16-bit keys; 0: as --kv-bits)
 _KV_SETTINGS = (("full", 0, 0), ("8-bit", 8, 0), ("4-bit", 4, 0), ("8-bit, 16-bit keys", 8, 16))
 
 
@@ -185,13 +185,12 @@ def kv_bytes_per_token(config: dict[str, Any], dtype_name: str | None) -> dict[s
 
 
 def _head_bytes(head_dim: int, width: int, bits: int) -> int:
-    """One head's keys or values of one token: full precision (0), float16 (16), or packed
-    levels plus a scale and a bias per group of 64 in the model's dtype."""
+    """One head's keys or values of one token: full precision (0), or packed levels plus a
+    scale and a bias per group of 64, in the model's dtype (at 16 bits, keys only, float32:
+    kv.quantized_batch.quantized16)."""
     if not bits:
         return head_dim * width
-    if bits == 16:
-        return head_dim * 2
-    return head_dim * bits // 8 + head_dim // 64 * 2 * width
+    return head_dim * bits // 8 + head_dim // 64 * 2 * (4 if bits == 16 else width)
 
 
 def _attention_layers(text: dict[str, Any], layers: int) -> int:

@@ -70,10 +70,10 @@ def test_byte_budget_under_a_memory_cap(tmp_path: Path, checkpoints_dir: Path) -
         server.stop()
 
 
-def test_float16_keys_over_8_bit_values(tmp_path: Path, checkpoints_dir: Path) -> None:
+def test_16_bit_keys_over_8_bit_values(tmp_path: Path, checkpoints_dir: Path) -> None:
     """`serve --kv-bits 8 --kv-key-bits 16`: requests are answered, and admission counts the
-    setting's bytes: float16 keys (64 x 2 bytes) and 8-bit values (64 + a float32 scale and
-    bias) per head, 4 layers x 2 KV heads."""
+    setting's bytes: 16-bit keys (64 x 2 bytes + a float32 scale and bias) and 8-bit values
+    (64 + a float32 scale and bias) per head, 4 layers x 2 KV heads."""
     model = make_checkpoint(checkpoints_dir / "kv-chat", "chat", size="medium")
     env = server_env(tmp_path, MLXD_KV_BUDGET_BYTES=str(BUDGET))
     server = launch(["--model", str(model), "--kv-bits", "8", "--kv-key-bits", "16"], env)
@@ -85,7 +85,7 @@ def test_float16_keys_over_8_bit_values(tmp_path: Path, checkpoints_dir: Path) -
             huge = {"model": "default", "prompt": "hi", "max_tokens": 1000}
             refused = http.post("/v1/completions", json=huge)
             assert refused.status_code == 400
-            assert f"{8 * (128 + 72)} bytes per token" in refused.text, refused.text
+            assert f"{8 * (136 + 72)} bytes per token" in refused.text, refused.text
             assert _ask(http, 5).status_code == 200  # and the next request is served
     finally:
         server.stop()

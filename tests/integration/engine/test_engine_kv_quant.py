@@ -66,10 +66,10 @@ def test_8_bit_greedy_agrees_with_full_precision(make_engine, kv_chat_model) -> 
     assert first4 < 24 and mean4 < 4.0, (first4, mean4)
 
 
-def test_float16_keys_over_8_bit_values_agree_closer(make_engine, kv_chat_model) -> None:
-    # --kv-key-bits 16: scores from float16 keys, values at 8 bits. Measured: 31/32 first
-    # tokens, 12.7 of 16 agreed (8-bit keys and values in the same run: 29/32, 8.2, which
-    # fails the floor below; float16 keys over 4-bit values: 18/32, 2.0).
+def test_16_bit_keys_over_8_bit_values_agree_closer(make_engine, kv_chat_model) -> None:
+    # --kv-key-bits 16: scores from 16-bit keys, values at 8 bits. Measured with float16
+    # keys: 31/32 first tokens, 12.7 of 16 agreed (8-bit keys and values in the same run:
+    # 29/32, 8.2, which fails the floor below; float16 keys over 4-bit values: 18/32, 2.0).
     first, mean = _agreement(make_engine, kv_chat_model, 8, key_bits=16)
     assert first >= 30 and mean >= 10.5, (first, mean)
 
@@ -106,9 +106,10 @@ def test_batch_cache_is_quantized_and_snapshots_stay_quantized(make_engine, kv_c
         assert fin.usage.cached_tokens == len(prompt) + len(first) - 1  # a prefix hit
         sizes.append(engine.stats().cache.kv_bytes)
     # float32 KV: 8 bits + a float32 scale and bias per 64 values is 72/256 of the bytes;
-    # float16 keys (2 of 4 bytes) over such values (72/256), (128 + 72) / 512 of them.
+    # 16-bit keys (2 of 4 bytes, and a float32 scale and bias per 64: 136/256) over such
+    # values (72/256), (136 + 72) / 512 of them.
     assert 0.25 * sizes[0] < sizes[1] < 0.3 * sizes[0], sizes
-    assert 0.38 * sizes[0] < sizes[2] < 0.4 * sizes[0], sizes
+    assert 0.395 * sizes[0] < sizes[2] < 0.42 * sizes[0], sizes
 
 
 def test_ngram_speculation_equals_plain_under_8_bits(

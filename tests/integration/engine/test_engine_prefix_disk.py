@@ -132,7 +132,7 @@ def test_the_directory_stays_within_its_budget(
 def test_quantized_snapshots_survive_a_restart(
     make_engine: EngineFactory, checkpoints_dir: Path, tmp_path: Path, key_bits: int
 ) -> None:
-    """--kv-bits 8 (keys at 8 bits, or float16 with --kv-key-bits 16): the files hold the
+    """--kv-bits 8 (keys at 8 bits, or 16-bit levels with --kv-key-bits 16): the files hold the
     quantized cache, a restarted engine under the same setting answers from them as a cold
     one does, and one under the other key setting never uses them."""
     model = checkpoints_dir / "kv-chat"

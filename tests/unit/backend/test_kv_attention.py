@@ -77,3 +77,32 @@ def test_install_routes_mlx_lm_attention(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 _mlx_lm_attention = base.quantized_scaled_dot_product_attention
+
+
+def test_16_bit_keys_are_levels_within_half_a_step_and_read_back_so() -> None:
+    """quantized16: a triple shaped as mx.quantize's whose bits read as 16 from its shapes;
+    each value read back (`history`) is within half a level of itself (a level is its
+    group's range / 65535); a flat group reads back exactly; both attention ways over such
+    keys give the float attention over them to float32 rounding."""
+    from mlxd.backend.kv.quantized_batch import quantized, quantized16
+
+    mx.random.seed(3)
+    keys = mx.random.normal((ROWS, KV_HEADS, POSITIONS, DIM)) * 4.0
+    keys[0, 0, 0] = 1.5  # a flat group
+    triple = quantized16(keys, 64)
+    assert attention.stored_bits(triple, 64) == 16
+    assert triple[0].dtype == mx.uint32 and triple[0].shape[-1] == DIM // 2
+    back = attention.history(triple, 64)
+    grouped = keys.reshape(ROWS, KV_HEADS, POSITIONS, 1, 64)
+    step = (grouped.max(axis=-1) - grouped.min(axis=-1)) / 65535.0
+    error = mx.abs(back - keys).reshape(ROWS, KV_HEADS, POSITIONS, 1, 64).max(axis=-1)
+    assert bool(mx.all(error <= step * 0.5 + 4e-6).item())  # and float32 rounding at ~16
+    assert bool(mx.all(back[0, 0, 0] == 1.5).item())
+    q = mx.random.normal((ROWS, HEADS, 1, DIM))
+    values = quantized(mx.random.normal((ROWS, KV_HEADS, POSITIONS, DIM)), 64, 8)
+    want = mx.fast.scaled_dot_product_attention(
+        q, back, attention.history(values, 64), scale=0.125, mask=None
+    )
+    for way in (kernel_attention, dequantized_attention):
+        got = way(q, triple, values, 0.125, None, 64, 8)
+        assert mx.allclose(got, want, atol=1e-5).item()

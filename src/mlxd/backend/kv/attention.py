@@ -22,7 +22,7 @@ head dim 64, 8 and 4 bits, load ~5): over 1,024 positions the dequantized way to
 on a CPU neither way reaches full precision's decode speed (no fused dequantizing kernel).
 
 Keys may be stored at bits of their own (`--kv-key-bits`): a triple's bits are read from its
-shapes, and keys kept in float16 (a one-array tuple) enter both ways as plain arrays.
+shapes (16: mlxd's own 16-bit levels, quantized_batch.quantized16, read like the others).
 """
 
 from __future__ import annotations
@@ -124,18 +124,14 @@ def _grouped_mask(mask: Any, kv_heads: int, repeats: int, length: int, keys: int
 
 
 def stored_bits(stored: Quantized, group_size: int) -> int:
-    """The bits of keys or values as the cache stores them: 16 for one float16 array, else
-    the triple's (32-bit words per group of elements, from the shapes)."""
-    if len(stored) == 1:
-        return 16
+    """The bits of keys or values as the cache stores them, from the triple's shapes (32-bit
+    words per group of elements)."""
     words, scales = stored[0], stored[1]
     return int(words.shape[-1] * 32 // (scales.shape[-1] * group_size))
 
 
 def history(stored: Quantized, group_size: int) -> mx.array:
-    """Keys or values as the cache stores them, as one array (dequantized, or the float16)."""
-    if len(stored) == 1:
-        return stored[0]
+    """Keys or values as the cache stores them, as one float array (dequantized)."""
     return dequantized(stored, group_size, stored_bits(stored, group_size))
 
 
@@ -151,8 +147,10 @@ def dequantized(triple: Quantized, group_size: int, bits: int) -> mx.array:
 
 
 def _levels(words: mx.array, bits: int) -> mx.array:
-    """Packed uint32 words -> each element's level as uint8 (mx.quantize packs little-endian,
-    the first element in the lowest bits)."""
+    """Packed uint32 words -> each element's level as uint8 (uint16 at 16 bits; mx.quantize
+    packs little-endian, the first element in the lowest bits)."""
+    if bits == 16:
+        return words.view(mx.uint16)
     as_bytes = words.view(mx.uint8)
     if bits == 8:
         return as_bytes

@@ -29,7 +29,7 @@ _PLAIN = "_mlxd_plain_make_cache"  # the model's own cache maker, kept once repl
 
 def quantize_kv(model: Any, bits: int, group_size: int, recent: int = 0, key_bits: int = 0) -> None:
     """From now on the model's plain attention layers cache keys and values quantized to
-    `bits` in groups of `group_size` (the keys to `key_bits` when set, 16: float16), each
+    `bits` in groups of `group_size` (the keys to `key_bits` when set, 16: 16-bit levels), each
     sequence's last `recent` positions also in full precision (bits 0: full precision
     again). Raises InvalidRequest when a layer's head dimension is not a multiple of the
     group size."""

@@ -36,7 +36,7 @@ from mlxd.backend.prefix.snapshot_file import (
 )
 from mlxd.types import common_prefix_len
 
-FORMAT = "mlxd-prefix-1"
+FORMAT = "mlxd-prefix-2"  # 2: 16-bit keys are levels (quantized16), no longer float16
 _SAMPLE = 1 << 20  # bytes of each weight file's start and end in the fingerprint
 _MAX_HEADER = 64 << 20
 log = logging.getLogger("mlxd.prefix")
