@@ -20,6 +20,8 @@ head dim 64, 8 and 4 bits, load ~5): over 1,024 positions the dequantized way to
 1 query against 13 ms, over 4,096 it lost at 1-2 queries (78 against 36 ms) and won from 4
 (115 against 144 ms; 161 against 293 at 8). Float32 KV took 18 ms for 1 query over 4,096:
 on a CPU neither way reaches full precision's decode speed (no fused dequantizing kernel).
+Those figures predate the decode way's float-read scores (15 -> 8.6 ms for 1 query over
+4,096 positions); the crossover was not measured again.
 
 Keys may be stored at bits of their own (`--kv-key-bits`): a triple's bits are read from its
 shapes (16: mlxd's own 16-bit levels, quantized_batch.quantized16, read like the others).

@@ -12,10 +12,11 @@ verify pays only where enough rows are likely to accept; where r is near 1 (Appl
 small batches) the rule drafts wide. It only picks which drafts are verified, never what is
 accepted: greedy output is the same with any choice.
 
-r_B(w) = 1 + w * extra_B / plain_B is measured online (StepCosts: moving averages of real
-steps' seconds: a plain step's per row count B, and what each verified position adds per row
-count and drafter set: a step whose rows ask an MTP head or a draft model also pays their
-forwards, which prompt lookup does not, so each set's verify steps are measured apart);
+r_B(w) = 1 + w * e_B(w) is measured online (StepCosts: moving averages of real steps:
+a plain step's seconds per row count B, and e_B(w), what each verified position adds per row
+count, drafter set and width, in plain steps of the time: a step whose rows ask an MTP head
+or a draft model also pays their forwards, which prompt lookup does not, so each set's
+verify steps are measured apart);
 p_i is each row's own record (Acceptance), which drifts back to a prior while the row does
 not draft, so a row turned off is tried again now and then. A row none of whose drafts was
 verified yet is tried once at width 1 where that would pay were its drafts right: at the
@@ -97,9 +98,9 @@ class _Measured:
     """A moving average of seconds, the steps since its last sample, how many steps a
     verify estimate waits before it is measured again, and whether the verify step under
     way is that re-measurement. A verify estimate is what a verified position adds, in
-    plain steps of the time, and keeps one average per width: it is not the same at every
-    width (a verify step's drafting and syncs cost the same whatever its width, so a narrow
-    one costs more per position)."""
+    plain steps of the time, one average per width (`widths`; `seconds` unused): it is not
+    the same at every width (a verify step's drafting and syncs cost the same whatever its
+    width, so a narrow one costs more per position)."""
 
     seconds: float | None = None
     since: int = 0
@@ -108,8 +109,8 @@ class _Measured:
     widths: dict[int, float] = field(default_factory=dict)
 
     def per_position(self, width: int) -> float | None:
-        """Seconds a verified position adds at `width`: its own average, else the nearest
-        measured width's (None: none measured)."""
+        """What a verified position adds at `width`, in plain steps: its own average, else
+        the nearest measured width's (None: none measured)."""
         if not self.widths:
             return None
         if width in self.widths:
@@ -125,7 +126,7 @@ class _Measured:
     def verified(
         self, seconds: float, upper: bool = False, cap: int = VERIFY_REFRESH_MAX, width: int = 1
     ) -> None:
-        """A verify sample of a position's seconds at `width`: a re-measurement not markedly
+        """A verify sample of what a position adds at `width`: a re-measurement not markedly
         cheaper than that width's estimate waits longer for the next, up to `cap` steps.
         `upper`: the step also did other work (new rows' priming, a prefill, its shape's
         first kernels), so `seconds` bounds the cost from above: taken only where it shows
@@ -135,7 +136,6 @@ class _Measured:
         due = self.since >= self.wait
         dearer = old is not None and seconds >= (1 - AGREE) * old
         if not upper or (old is not None and not dearer):
-            self.seconds = _ewma(self.seconds, seconds)
             self.widths[width] = _ewma(self.widths.get(width), seconds)
         self.since = 0
         if old is not None and due:

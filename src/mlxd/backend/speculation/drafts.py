@@ -286,12 +286,13 @@ class Drafts:
         kinds = self._kinds = _drafters([row for row, _ in offers])
         chances = [(row.odds, k) for row, k in offers]
         width = self.policy.width(len(uids), chances, most, 0, kinds) if offers else 0
-        self._looking = bool(width) and not kinds
-        if width and (kinds or self._worth_looking(len(uids), chances, width)):
+        if width and kinds:
             return False
-        if self._looking:  # not worth a sync: the lookup's record relaxes as a row's does
+        if width and self._worth_looking(len(uids), chances, width):
+            self._looking = True  # the tokens are read for prompt lookup alone (`started`)
+            return False
+        if width:  # not worth a sync: the lookup's record relaxes as a row's does
             self.looks.idle()
-            self._looking = False
         for row, _ in offers:
             row.odds.idle()
         self.parked += bool(offers)
